@@ -1,0 +1,35 @@
+# Finds conveyor's dependencies and gathers them into the INTERFACE target conveyor::deps.
+# Used both by the source tree and by the installed conveyorConfig.cmake, so a consumer
+# that calls find_package(conveyor) sees exactly what the build tree saw.
+include_guard(GLOBAL)
+include(CMakeFindDependencyMacro)
+
+find_package(Threads REQUIRED)
+find_package(Boost 1.81 REQUIRED CONFIG)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(CONVEYOR_URING REQUIRED IMPORTED_TARGET GLOBAL liburing)
+
+if(NOT TARGET conveyor::deps)
+  add_library(conveyor_deps INTERFACE IMPORTED GLOBAL)
+  add_library(conveyor::deps ALIAS conveyor_deps)
+  target_link_libraries(conveyor_deps INTERFACE Boost::headers Threads::Threads PkgConfig::CONVEYOR_URING)
+  # Asio: no deprecated interfaces; io_uring stays ours (Asio's own backend is not used).
+  target_compile_definitions(conveyor_deps INTERFACE BOOST_ASIO_NO_DEPRECATED)
+endif()
+
+if(NOT DEFINED CONVEYOR_WITH_CUDA)
+  set(CONVEYOR_WITH_CUDA AUTO)
+endif()
+if(NOT CONVEYOR_WITH_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc AND NOT CUDAToolkit_ROOT)
+    set(CUDAToolkit_ROOT /usr/local/cuda)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    target_link_libraries(conveyor_deps INTERFACE CUDA::cudart)
+    target_compile_definitions(conveyor_deps INTERFACE CONVEYOR_WITH_CUDA=1)
+    set(CONVEYOR_HAS_CUDA ON)
+  elseif(CONVEYOR_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "conveyor: CONVEYOR_WITH_CUDA=ON but the CUDA toolkit was not found")
+  endif()
+endif()

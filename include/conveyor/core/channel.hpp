@@ -1,0 +1,431 @@
+// conveyor/core/channel.hpp — the bounded channel between stages.
+#ifndef CONVEYOR_CORE_CHANNEL_HPP
+#define CONVEYOR_CORE_CHANNEL_HPP
+
+#include <conveyor/core/error.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace conveyor::detail {
+
+namespace asio = boost::asio;
+/// A suspended coroutine: its completion handler and the executor it resumes on.
+struct wait_handler {
+    wait_handler(asio::any_io_executor e, asio::any_completion_handler<void(boost::system::error_code)> r)
+        : ex(std::move(e)), resume(std::move(r))
+    {
+    }
+    // Move-only, explicitly: a copy would make any_completion_handler wrap itself.
+    wait_handler(wait_handler&&) noexcept = default;
+    // Boost 1.81's any_completion_handler move assignment copies its argument as an lvalue,
+    // which wraps the handler in itself without end; move-construct and swap instead.
+    wait_handler& operator=(wait_handler&& o) noexcept
+    {
+        ex = std::move(o.ex);
+        asio::any_completion_handler<void(boost::system::error_code)> taken(std::move(o.resume));
+        resume.swap(taken);
+        return *this;
+    }
+    wait_handler(const wait_handler&) = delete;
+    wait_handler& operator=(const wait_handler&) = delete;
+
+    asio::any_io_executor ex;
+    asio::any_completion_handler<void(boost::system::error_code)> resume;
+};
+
+/// Resumes a waiting coroutine on its own executor (never inline: no recursion, no lock held).
+inline void wake(wait_handler w)
+{
+    asio::post(w.ex, [h = std::move(w.resume)]() mutable { std::move(h)(boost::system::error_code{}); });
+}
+
+/// Suspends the calling coroutine until `reg` wakes or stores the waiter it is given.
+template <class Register>
+asio::awaitable<void> suspend_with(Register reg)
+{
+    co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(boost::system::error_code)>(
+        [&reg](auto handler) {
+            asio::any_io_executor ex = asio::get_associated_executor(handler);
+            reg(wait_handler{std::move(ex), std::move(handler)});
+        },
+        asio::use_awaitable);
+}
+
+/// The part of a channel the pipeline needs to stop it without knowing its item type.
+class channel_base {
+public:
+    virtual ~channel_base() = default;
+    /// Ends the channel for both sides: waiting senders get `false`, receivers `errc::cancelled`.
+    virtual void cancel() noexcept = 0;
+    /// Ends the channel with an error that its receiver will throw.
+    virtual void fail(std::exception_ptr e) noexcept = 0;
+};
+
+/** A bounded multi-producer, single-consumer channel with sequence numbers.
+
+    Items occupy a ring of `capacity` slots indexed by sequence number. An unordered sender
+    (`send`) takes the next free sequence number; an ordered sender (`send_at`) supplies its
+    own, and the receiver sees items strictly in sequence order. Ordered delivery from many
+    concurrent producers (a parallel map, file reads on several rings) is thus the same
+    mechanism as a FIFO, and it is bounded the same way: an item may be at most `capacity`
+    ahead of the receiver, so a fast producer waits (backpressure) instead of buffering.
+
+    Transfers move batches where they can (`send_all`, `receive_some`): one lock and at
+    most one wake-up per batch instead of per item.
+
+    Receivers are coroutines (several may share one channel: the workers of a parallel
+    map) or one plain thread (`receive_some_blocking`); senders are coroutines on any
+    executor. `receive_some` can report each item's delivery index (its position in the
+    stream, holes not counted), which parallel stages use to keep input order.
+
+    @par Thread Safety
+    Safe for any number of receivers and senders, on any threads.
+*/
+template <class T>
+class channel final : public channel_base {
+public:
+    explicit channel(std::size_t capacity) : cap_(capacity ? capacity : 1), slots_(cap_) {}
+
+    std::size_t capacity() const noexcept { return cap_; }
+
+    // ---- producer side ------------------------------------------------------------------
+
+    /// Appends `v`; waits while the channel is full. Returns false if the receiver is gone.
+    asio::awaitable<bool> send(T v)
+    {
+        for (;;) {
+            {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_) co_return false;
+                if (tail_ < head_ + cap_) {
+                    slots_[tail_ % cap_].emplace(std::move(v));
+                    ++tail_;
+                    notify_receiver(lk);
+                    co_return true;
+                }
+            }
+            co_await suspend_with([this](wait_handler h) {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_ || tail_ < head_ + cap_) return wake(std::move(h));
+                send_waiters_.push_back({unordered, std::move(h)});
+            });
+        }
+    }
+
+    /// Appends all of `items` in order (moved from; `items` is cleared). Returns false if
+    /// the receiver is gone.
+    asio::awaitable<bool> send_all(std::vector<T>& items)
+    {
+        std::size_t i = 0;
+        while (i < items.size()) {
+            {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_) {
+                    items.clear();
+                    co_return false;
+                }
+                bool any = false;
+                while (i < items.size() && tail_ < head_ + cap_) {
+                    slots_[tail_ % cap_].emplace(std::move(items[i++]));
+                    ++tail_;
+                    any = true;
+                }
+                if (any) notify_receiver(lk);
+                if (i == items.size()) break;
+            }
+            co_await suspend_with([this](wait_handler h) {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_ || tail_ < head_ + cap_) return wake(std::move(h));
+                send_waiters_.push_back({unordered, std::move(h)});
+            });
+        }
+        items.clear();
+        co_return true;
+    }
+
+    /// Places `v` at sequence number `seq`; waits until `seq` is within `capacity` of the
+    /// receiver. Each sequence number must be sent once. Returns false if the receiver is gone.
+    asio::awaitable<bool> send_at(std::uint64_t seq, T v)
+    {
+        for (;;) {
+            {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_) co_return false;
+                if (seq < head_ + cap_) {
+                    slots_[seq % cap_].emplace(std::move(v));
+                    seq_hi_ = std::max(seq_hi_, seq + 1);
+                    if (seq == head_) notify_receiver(lk);
+                    co_return true;
+                }
+            }
+            co_await suspend_with([this, seq](wait_handler h) {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_ || seq < head_ + cap_) return wake(std::move(h));
+                send_waiters_.push_back({seq, std::move(h)});
+            });
+        }
+    }
+
+    /// Marks sequence number `seq` as having no item (it was skipped), so the receiver
+    /// moves past it. Waits like `send_at`. Returns false if the receiver is gone.
+    asio::awaitable<bool> skip_at(std::uint64_t seq)
+    {
+        for (;;) {
+            {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_) co_return false;
+                if (seq < head_ + cap_) {
+                    holes_[seq % cap_] = 1;
+                    seq_hi_ = std::max(seq_hi_, seq + 1);
+                    if (seq == head_) notify_receiver(lk, true);
+                    co_return true;
+                }
+            }
+            co_await suspend_with([this, seq](wait_handler h) {
+                std::unique_lock lk(mu_);
+                if (receiver_closed_ || cancelled_ || seq < head_ + cap_) return wake(std::move(h));
+                send_waiters_.push_back({seq, std::move(h)});
+            });
+        }
+    }
+
+    /// True once the receiver has stopped listening or the channel was cancelled.
+    bool receiver_gone() const
+    {
+        std::lock_guard lk(mu_);
+        return receiver_closed_ || cancelled_;
+    }
+
+    /// Ends the stream after the items sent so far (for ordered senders: after the highest
+    /// sequence number sent or skipped).
+    void close()
+    {
+        std::unique_lock lk(mu_);
+        end_ = std::max(tail_, seq_hi_);
+        notify_receiver(lk, true);
+    }
+
+    /// Ends an ordered stream after `total` items (sequence numbers 0 .. total-1).
+    void close_at(std::uint64_t total)
+    {
+        std::unique_lock lk(mu_);
+        end_ = total;
+        notify_receiver(lk, true);
+    }
+
+    void fail(std::exception_ptr e) noexcept override
+    {
+        std::unique_lock lk(mu_);
+        if (!error_) error_ = std::move(e);
+        notify_receiver(lk, true);
+    }
+
+    // ---- consumer side ------------------------------------------------------------------
+
+    /** Appends at least one and at most `max` items to `out`, waiting for the first.
+        Returns false at the end of the stream; throws the stream's error, or
+        `errc::cancelled` if the channel was cancelled. */
+    asio::awaitable<bool> receive_some(std::vector<T>& out, std::size_t max, std::uint64_t* first_index = nullptr)
+    {
+        max = std::max<std::size_t>(max, 1); // "at least one": a zero would wait forever
+        for (;;) {
+            {
+                std::unique_lock lk(mu_);
+                throw_if_failed();
+                if (first_index) *first_index = delivered_;
+                if (take(lk, out, max)) co_return true;
+                if (head_ >= end_) co_return false;
+            }
+            co_await suspend_with([this](wait_handler h) {
+                std::unique_lock lk(mu_);
+                if (ready()) return wake(std::move(h));
+                recv_waiters_.push_back(std::move(h));
+            });
+        }
+    }
+
+    /// One item, or nullopt at the end of the stream.
+    asio::awaitable<std::optional<T>> receive()
+    {
+        std::vector<T> one;
+        if (!co_await receive_some(one, 1)) co_return std::nullopt;
+        co_return std::optional<T>(std::move(one.front()));
+    }
+
+    /// Like `receive_some`, for a plain thread: blocks on a condition variable.
+    template <class Container>
+    bool receive_some_blocking(Container& out, std::size_t max)
+    {
+        max = std::max<std::size_t>(max, 1);
+        std::unique_lock lk(mu_);
+        for (;;) {
+            throw_if_failed();
+            if (take(lk, out, max)) return true;
+            if (head_ >= end_) return false;
+            blocking_waiting_ = true;
+            cv_.wait(lk);
+            blocking_waiting_ = false;
+        }
+    }
+
+    /// The receiver wants no more items (e.g. `take(n)` is satisfied): senders get false.
+    void close_receiver() noexcept
+    {
+        std::unique_lock lk(mu_);
+        receiver_closed_ = true;
+        drop_all(lk);
+    }
+
+    void cancel() noexcept override
+    {
+        std::unique_lock lk(mu_);
+        cancelled_ = true;
+        drop_all(lk);
+    }
+
+private:
+    static constexpr std::uint64_t unordered = std::numeric_limits<std::uint64_t>::max();
+    struct sender_waiter {
+        std::uint64_t seq; // the sequence number it waits to place, or `unordered`
+        wait_handler handler;
+    };
+
+    bool ready() const
+    {
+        return error_ || cancelled_ || slots_[head_ % cap_].has_value() || holes_[head_ % cap_] || head_ >= end_;
+    }
+
+    void throw_if_failed()
+    {
+        if (error_) std::rethrow_exception(error_);
+        if (cancelled_) throw error(make_error_code(errc::cancelled), {});
+    }
+
+    // Called with the lock held after the head slot may have been filled or the state
+    // changed: wakes one waiting receiver, or all of them when the state changed (end,
+    // error). May unlock `lk`.
+    void notify_receiver(std::unique_lock<std::mutex>& lk, bool state_changed = false)
+    {
+        if (!state_changed && !slots_[head_ % cap_].has_value()) return;
+        if (blocking_waiting_) cv_.notify_one();
+        if (recv_waiters_.empty()) return;
+        std::vector<wait_handler> woken;
+        if (state_changed) {
+            woken = std::move(recv_waiters_);
+            recv_waiters_.clear();
+        } else {
+            woken.push_back(std::move(recv_waiters_.back()));
+            recv_waiters_.pop_back();
+        }
+        lk.unlock();
+        for (auto& h : woken) wake(std::move(h));
+    }
+
+    template <class Container>
+    bool take(std::unique_lock<std::mutex>& lk, Container& out, std::size_t max)
+    {
+        std::size_t n = 0;
+        const std::uint64_t head0 = head_;
+        while (n < max && head_ < end_) {
+            auto& slot = slots_[head_ % cap_];
+            auto& hole = holes_[head_ % cap_];
+            if (hole) {
+                hole = 0;
+                ++head_;
+                continue;
+            }
+            if (!slot) break;
+            out.push_back(std::move(*slot));
+            slot.reset();
+            ++head_;
+            ++n;
+        }
+        delivered_ += n;
+        if (head_ == head0) return false;
+        if (n == 0 && head_ < end_) {
+            // Only holes were passed: room was made, but the caller still waits for an item.
+            wake_senders(lk);
+            return false;
+        }
+        wake_senders(lk);
+        // More items may be ready for other waiting receivers (parallel workers).
+        if (!recv_waiters_.empty() && ready()) notify_receiver(lk);
+        if (!lk.owns_lock()) lk.lock();
+        return n > 0;
+    }
+
+    // Wakes the senders that now fit: ordered ones whose slot opened, and as many unordered
+    // ones as there are free slots. Unlocks and relocks `lk`.
+    void wake_senders(std::unique_lock<std::mutex>& lk)
+    {
+        std::vector<wait_handler> woken;
+        std::size_t free_slots = head_ + cap_ > tail_ ? head_ + cap_ - tail_ : 0;
+        for (auto it = send_waiters_.begin(); it != send_waiters_.end();) {
+            const bool fits = it->seq == unordered ? free_slots > 0 : it->seq < head_ + cap_;
+            if (fits) {
+                if (it->seq == unordered) --free_slots;
+                woken.push_back(std::move(it->handler));
+                it = send_waiters_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        if (woken.empty()) return;
+        lk.unlock();
+        for (auto& h : woken) wake(std::move(h));
+        lk.lock();
+    }
+
+    void drop_all(std::unique_lock<std::mutex>& lk)
+    {
+        for (auto& s : slots_) s.reset();
+        std::fill(holes_.begin(), holes_.end(), 0);
+        std::vector<wait_handler> woken;
+        for (auto& w : send_waiters_) woken.push_back(std::move(w.handler));
+        send_waiters_.clear();
+        for (auto& h : recv_waiters_) woken.push_back(std::move(h));
+        recv_waiters_.clear();
+        cv_.notify_all();
+        lk.unlock();
+        for (auto& h : woken) wake(std::move(h));
+    }
+
+    const std::size_t cap_;
+    mutable std::mutex mu_;
+    std::vector<std::optional<T>> slots_;
+    std::vector<char> holes_ = std::vector<char>(cap_, 0);
+    std::uint64_t seq_hi_ = 0; // one past the highest sequence number sent or skipped
+    std::uint64_t head_ = 0; // sequence number the receiver takes next
+    std::uint64_t tail_ = 0; // next sequence number for an unordered sender
+    std::uint64_t end_ = std::numeric_limits<std::uint64_t>::max();
+    std::exception_ptr error_;
+    bool receiver_closed_ = false;
+    bool cancelled_ = false;
+    std::vector<sender_waiter> send_waiters_;
+    std::vector<wait_handler> recv_waiters_;
+    std::uint64_t delivered_ = 0; // items handed to receivers so far
+    std::condition_variable cv_;
+    bool blocking_waiting_ = false;
+};
+
+} // namespace conveyor::detail
+
+#endif

@@ -1,0 +1,390 @@
+// conveyor/core/pipeline.hpp — streams, lazy pipelines, `|` composition and the range sink.
+#ifndef CONVEYOR_CORE_PIPELINE_HPP
+#define CONVEYOR_CORE_PIPELINE_HPP
+
+#include <conveyor/core/channel.hpp>
+#include <conveyor/core/run_context.hpp>
+#include <conveyor/core/runtime.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <ranges>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace conveyor {
+
+/// Items a stage lets wait between itself and the next one, unless told otherwise.
+inline constexpr std::size_t default_stream_capacity = 64;
+
+/** An asynchronous stream of `T`: the receiving end of a bounded channel, fed by the
+    tasks of one run. Stages take one and return another; coroutine consumers read it.
+
+    @par Thread Safety
+    One reader at a time.
+*/
+template <class T>
+class stream {
+public:
+    using value_type = T;
+
+    stream(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> ch)
+        : ctx_(std::move(ctx)), ch_(std::move(ch))
+    {
+    }
+
+    /** The next item, or nullopt at the end.
+        @par Completion Signature
+        `std::optional<T>`; throws the pipeline's error. */
+    [[nodiscard]] asio::awaitable<std::optional<T>> next() { return ch_->receive(); }
+
+    /** Appends between 1 and `max` items to `out`; false at the end. Cheaper per item
+        than `next()` when items arrive in bursts. */
+    [[nodiscard]] asio::awaitable<bool> next_batch(std::vector<T>& out, std::size_t max = 256)
+    {
+        return ch_->receive_some(out, max);
+    }
+
+    /// Stops reading: the producer is told nobody listens any more and winds down.
+    void close() { ch_->close_receiver(); }
+
+    run_context& context() const noexcept { return *ctx_; }
+    const std::shared_ptr<run_context>& context_ptr() const noexcept { return ctx_; }
+    const std::shared_ptr<detail::channel<T>>& channel() const noexcept { return ch_; }
+
+private:
+    std::shared_ptr<run_context> ctx_;
+    std::shared_ptr<detail::channel<T>> ch_;
+};
+
+/** Starts a producer task and returns the stream it feeds.
+
+    `body(channel&)` is a coroutine that sends items; when it returns the stream ends (after
+    the highest sequence number sent, for ordered senders). If it throws, the run fails
+    with `stage` named in the error. */
+template <class T, class Body>
+stream<T> make_stream(const std::shared_ptr<run_context>& ctx, std::string stage, std::size_t capacity, Body body)
+{
+    auto ch = ctx->make_channel<T>(capacity);
+    auto task = [](std::shared_ptr<detail::channel<T>> ch, Body body) -> asio::awaitable<void> {
+        co_await body(*ch);
+        ch->close();
+    };
+    ctx->spawn(task(ch, std::move(body)), std::move(stage));
+    return stream<T>(ctx, std::move(ch));
+}
+
+template <class T>
+class range;
+
+/// A stage usable on a stream of `T`: callable with the run and the input stream.
+template <class S, class T>
+concept stage_for = requires(const S& s, const std::shared_ptr<run_context>& ctx, stream<T> in) {
+    { s(ctx, std::move(in)) } -> std::same_as<stream<typename decltype(s(ctx, std::move(in)))::value_type>>;
+};
+
+/// The item type a stage produces from a stream of `T`.
+template <class S, class T>
+using stage_output_t = typename std::invoke_result_t<const S&, const std::shared_ptr<run_context>&, stream<T>>::value_type;
+
+/** A lazy description of a data pipeline producing `T`.
+
+    Nothing runs until it is iterated. Iterating it directly (`for (auto& x : p)`) starts a
+    run owned by the pipeline; each new iteration is a new run and a new epoch, so a
+    shuffle reshuffles. `run()` starts a run the caller owns. Both are blocking input
+    ranges; `run().async_next()` serves coroutine consumers.
+
+    @par Thread Safety
+    Distinct objects: safe. Shared objects: unsafe. A pipeline's runs may be consumed on
+    other threads than the one that built it.
+*/
+template <class T>
+class pipeline {
+public:
+    using value_type = T;
+    using builder = std::function<stream<T>(const std::shared_ptr<run_context>&)>;
+
+    explicit pipeline(builder b, runtime* rt = nullptr) : build_(std::move(b)), rt_(rt) {}
+
+    pipeline(const pipeline& o) : build_(o.build_), rt_(o.rt_), next_epoch_(o.next_epoch_) {}
+    pipeline& operator=(const pipeline& o)
+    {
+        if (this != &o) {
+            build_ = o.build_;
+            rt_ = o.rt_;
+            next_epoch_ = o.next_epoch_;
+            current_.reset();
+        }
+        return *this;
+    }
+    pipeline(pipeline&&) noexcept = default;
+    pipeline& operator=(pipeline&&) noexcept = default;
+
+    /// Runs on `rt` instead of the shared runtime.
+    pipeline& on(runtime& rt) &
+    {
+        rt_ = &rt;
+        return *this;
+    }
+    pipeline&& on(runtime& rt) &&
+    {
+        rt_ = &rt;
+        return std::move(*this);
+    }
+
+    /// The runtime runs use (the shared one unless `on()` chose another).
+    runtime& rt() const { return rt_ ? *rt_ : runtime::shared(); }
+
+    /// Sets the epoch of the next run (later runs count up from it).
+    void set_epoch(std::uint64_t e) noexcept { next_epoch_ = e; }
+
+    /// Starts a run now, for the next epoch.
+    [[nodiscard]] range<T> run() { return run(next_epoch_++); }
+
+    /// Starts a run now, for epoch `epoch`.
+    [[nodiscard]] range<T> run(std::uint64_t epoch);
+
+    /// Builds the stages of a run (for stages that nest pipelines).
+    stream<T> build(const std::shared_ptr<run_context>& ctx) const { return build_(ctx); }
+
+    /// Starts a run owned by this pipeline (ending any earlier one) and returns its iterator.
+    auto begin();
+    std::default_sentinel_t end() const noexcept { return {}; }
+
+    /// Appends a stage.
+    template <class S>
+        requires stage_for<S, T>
+    friend pipeline<stage_output_t<S, T>> operator|(pipeline p, S s)
+    {
+        using U = stage_output_t<S, T>;
+        return pipeline<U>(
+            [b = std::move(p.build_), s = std::move(s)](const std::shared_ptr<run_context>& ctx) {
+                return s(ctx, b(ctx));
+            },
+            p.rt_);
+    }
+
+private:
+    builder build_;
+    runtime* rt_ = nullptr;
+    std::uint64_t next_epoch_ = 0;
+    std::unique_ptr<range<T>> current_;
+};
+
+/** A running pipeline, read as a blocking input range or, by coroutines, with
+    `async_next()`.
+
+    Destroying it (or breaking out of a loop over it and letting it go) cancels all the
+    run's work and waits until it has stopped, so no task outlives it.
+
+    @par Thread Safety
+    One consumer at a time.
+*/
+template <class T>
+class range {
+public:
+    class iterator {
+    public:
+        using value_type = T;
+        using difference_type = std::ptrdiff_t;
+        using iterator_concept = std::input_iterator_tag;
+
+        iterator() = default;
+        explicit iterator(range* r) : r_(r) {}
+
+        T& operator*() const { return *r_->current_; }
+        T* operator->() const { return &*r_->current_; }
+        iterator& operator++()
+        {
+            r_->advance();
+            return *this;
+        }
+        void operator++(int) { ++*this; }
+        friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return it.at_end(); }
+
+    private:
+        bool at_end() const noexcept { return !r_ || !r_->current_; }
+        range* r_ = nullptr;
+    };
+
+    range(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> sink)
+        : ctx_(std::move(ctx)), sink_(std::move(sink))
+    {
+    }
+    range(range&&) noexcept = default;
+    range& operator=(range&& o) noexcept
+    {
+        if (this != &o) {
+            stop();
+            ctx_ = std::move(o.ctx_);
+            sink_ = std::move(o.sink_);
+            buffered_ = std::move(o.buffered_);
+            current_ = std::move(o.current_);
+            started_ = o.started_;
+        }
+        return *this;
+    }
+    ~range() { stop(); }
+
+    /// Waits for the first item. Call once.
+    iterator begin()
+    {
+        if (!started_) {
+            started_ = true;
+            advance();
+        }
+        return iterator(this);
+    }
+    std::default_sentinel_t end() const noexcept { return {}; }
+
+    /// The next item, blocking; nullopt at the end. Throws the pipeline's error.
+    std::optional<T> next()
+    {
+        started_ = true;
+        advance();
+        return std::move(current_);
+    }
+
+    /** The next item, for a coroutine consumer.
+        @par Completion Signature
+        `std::optional<T>`; throws the pipeline's error. */
+    [[nodiscard]] asio::awaitable<std::optional<T>> async_next()
+    {
+        started_ = true;
+        if (!buffered_.empty()) {
+            std::optional<T> x(std::move(buffered_.front()));
+            buffered_.pop_front();
+            co_return x;
+        }
+        if (!sink_) co_return std::nullopt;
+        auto x = co_await sink_->receive();
+        if (!x) finish();
+        co_return x;
+    }
+
+    /// The run's counters.
+    const run_stats& stats() const { return ctx_->stats(); }
+
+    /// Cancels the run and waits for its tasks to stop (no-op when already stopped).
+    void stop()
+    {
+        if (!ctx_) return;
+        ctx_->cancel();
+        ctx_->wait_idle();
+        ctx_->report();
+        ctx_.reset();
+        sink_.reset();
+        buffered_.clear();
+        current_.reset();
+    }
+
+private:
+    // How many items the consumer takes from the channel per lock: a few, so that a fast
+    // pipeline is not slowed by per-item locking, and memory stays near the channel's bound.
+    static constexpr std::size_t take_per_lock = 16;
+
+    void advance()
+    {
+        current_.reset();
+        if (buffered_.empty()) {
+            if (!sink_) return;
+            try {
+                if (!sink_->receive_some_blocking(buffered_, take_per_lock)) {
+                    finish();
+                    return;
+                }
+            } catch (...) {
+                finish();
+                throw;
+            }
+        }
+        current_.emplace(std::move(buffered_.front()));
+        buffered_.pop_front();
+    }
+
+    void finish()
+    {
+        if (!ctx_) return;
+        ctx_->wait_idle();
+        ctx_->report();
+        sink_.reset();
+    }
+
+    std::shared_ptr<run_context> ctx_;
+    std::shared_ptr<detail::channel<T>> sink_;
+    std::deque<T> buffered_;
+    std::optional<T> current_;
+    bool started_ = false;
+};
+
+template <class T>
+range<T> pipeline<T>::run(std::uint64_t epoch)
+{
+    auto& r = rt();
+    auto ctx = std::make_shared<run_context>(r, epoch);
+    r.attach(ctx);
+    stream<T> out = build_(ctx);
+    ctx->set_sink(out.channel());
+    if (auto e = ctx->failure()) out.channel()->fail(e); // failed while starting
+    return range<T>(ctx, out.channel());
+}
+
+template <class T>
+auto pipeline<T>::begin()
+{
+    current_.reset(); // stop the previous run before starting the next
+    current_ = std::make_unique<range<T>>(run());
+    return current_->begin();
+}
+
+// ---- sources that are not I/O --------------------------------------------------------
+
+/// A pipeline over the items of a container (copied into the pipeline).
+template <std::ranges::input_range R>
+auto from_range(R&& items)
+{
+    using T = std::ranges::range_value_t<R>;
+    auto data = std::make_shared<const std::vector<T>>(std::ranges::begin(items), std::ranges::end(items));
+    return pipeline<T>([data](const std::shared_ptr<run_context>& ctx) {
+        return make_stream<T>(ctx, "from_range", default_stream_capacity,
+                              [data](detail::channel<T>& out) -> asio::awaitable<void> {
+                                  std::vector<T> chunk;
+                                  for (std::size_t i = 0; i < data->size();) {
+                                      const std::size_t n = std::min<std::size_t>(64, data->size() - i);
+                                      chunk.assign(data->begin() + i, data->begin() + i + n);
+                                      i += n;
+                                      if (!co_await out.send_all(chunk)) co_return;
+                                  }
+                              });
+    });
+}
+
+/// A pipeline of `f(0), f(1), ..., f(count - 1)`, computed on the I/O thread as needed.
+template <class F>
+auto generate(std::uint64_t count, F f)
+{
+    using T = std::invoke_result_t<F&, std::uint64_t>;
+    return pipeline<T>([count, f](const std::shared_ptr<run_context>& ctx) {
+        return make_stream<T>(ctx, "generate", default_stream_capacity,
+                              [count, f](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                                  std::vector<T> chunk;
+                                  for (std::uint64_t i = 0; i < count;) {
+                                      for (std::size_t k = 0; k < 64 && i < count; ++k) chunk.push_back(f(i++));
+                                      if (!co_await out.send_all(chunk)) co_return;
+                                  }
+                              });
+    });
+}
+
+} // namespace conveyor
+
+#endif

@@ -1,0 +1,323 @@
+// conveyor/core/run_context.hpp — one run of a pipeline: its tasks, channels, errors, stats.
+#ifndef CONVEYOR_CORE_RUN_CONTEXT_HPP
+#define CONVEYOR_CORE_RUN_CONTEXT_HPP
+
+#include <conveyor/core/channel.hpp>
+#include <conveyor/core/error.hpp>
+#include <conveyor/core/runtime.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <tuple>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace conveyor {
+
+namespace detail {
+
+/// The key of an item, for error messages: `x.key` if it has one, else empty.
+template <class T>
+std::string item_key(const T& x)
+{
+    if constexpr (requires { std::string(x.key); }) return std::string(x.key);
+    else return {};
+}
+
+/// Rethrows `e` as a `conveyor::error` that names `stage` and `key` (unless it already
+/// names a stage), keeping the original as the nested exception.
+inline std::exception_ptr with_context(std::exception_ptr e, std::string_view stage, std::string_view key)
+{
+    auto make = [&](std::error_code ec, error::context c) {
+        if (c.stage.empty()) c.stage = stage;
+        if (c.key.empty()) c.key = key;
+        try {
+            std::throw_with_nested(error(ec, std::move(c)));
+        } catch (...) {
+            return std::current_exception();
+        }
+    };
+    try {
+        std::rethrow_exception(e);
+    } catch (const error& x) {
+        if (!x.stage().empty()) return e;
+        return make(x.code(), x.ctx());
+    } catch (const boost::system::system_error& x) {
+        return make(static_cast<std::error_code>(x.code()), {});
+    } catch (const std::system_error& x) {
+        error::context c;
+        if (std::string_view(x.what()) != x.code().message()) c.detail = x.what();
+        return make(x.code(), std::move(c));
+    } catch (const std::exception& x) {
+        return make(make_error_code(errc::stage_failed), {.detail = x.what()});
+    } catch (...) {
+        return make(make_error_code(errc::stage_failed), {.detail = "unknown exception"});
+    }
+}
+
+/** Runs `f()` on `ex` (a thread pool) and resumes the awaiting coroutine on its own
+    executor with the result, or the exception `f` threw.
+    @par Completion Signature
+    `std::invoke_result_t<F&>` */
+template <class Executor, class F>
+auto run_on(Executor ex, F f) -> asio::awaitable<std::invoke_result_t<F&>>
+{
+    using R = std::invoke_result_t<F&>;
+    using value = std::conditional_t<std::is_void_v<R>, bool, R>;
+    auto [ep, r] = co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(std::tuple<std::exception_ptr, std::optional<value>>)>(
+        [&f, ex](auto handler) {
+            asio::any_io_executor back = asio::get_associated_executor(handler);
+            asio::post(ex, [f = std::move(f), h = std::move(handler), back]() mutable {
+                std::exception_ptr ep;
+                std::optional<value> r;
+                try {
+                    if constexpr (std::is_void_v<R>) {
+                        f();
+                        r.emplace(true);
+                    } else {
+                        r.emplace(f());
+                    }
+                } catch (...) {
+                    ep = std::current_exception();
+                }
+                asio::post(back, [h = std::move(h), ep, r = std::move(r)]() mutable {
+                    std::move(h)(std::tuple<std::exception_ptr, std::optional<value>>(ep, std::move(r)));
+                });
+            });
+        },
+        asio::use_awaitable);
+    if (ep) std::rethrow_exception(ep);
+    if constexpr (!std::is_void_v<R>) co_return std::move(*r);
+}
+
+} // namespace detail
+
+/// Counters of one run, readable while it runs.
+struct run_stats {
+    std::atomic<std::uint64_t> skipped{0}; ///< items dropped under `on_error::skip`
+};
+
+/// What a source or stage does with bad input.
+enum class on_error {
+    fail, ///< end the pipeline; the consumer's iteration throws
+    skip, ///< drop the item, count it and log it (the first few in full)
+};
+
+/** One run of a pipeline: the tasks it spawned, the channels between them, its first
+    error and its counters. Stages receive it when the pipeline is built.
+
+    A failure anywhere records the first error (with the stage and item that failed),
+    hands it to the sink channel for the consumer to throw, and cancels everything else.
+    `cancel()` (the consumer went away) stops every task: channels wake their waiters and
+    each task's pending asynchronous operation gets a terminal cancellation.
+
+    @par Thread Safety
+    Safe.
+*/
+class run_context : public std::enable_shared_from_this<run_context> {
+public:
+    run_context(runtime& rt, std::uint64_t epoch)
+        : rt_(rt), home_(rt.next_io_executor()), epoch_(epoch)
+    {
+    }
+    ~run_context() { rt_.detach(this); }
+
+    run_context(const run_context&) = delete;
+    run_context& operator=(const run_context&) = delete;
+
+    runtime& rt() noexcept { return rt_; }
+    /// The I/O executor this run's stage coroutines share.
+    runtime::io_executor_type executor() const noexcept { return home_; }
+    /// The epoch this run belongs to (shuffles mix it into their seed).
+    std::uint64_t epoch() const noexcept { return epoch_; }
+    run_stats& stats() noexcept { return stats_; }
+
+    /// A new channel that this run cancels when it stops.
+    template <class T>
+    std::shared_ptr<detail::channel<T>> make_channel(std::size_t capacity)
+    {
+        auto ch = std::make_shared<detail::channel<T>>(capacity);
+        std::lock_guard lk(mu_);
+        channels_.push_back(ch);
+        if (stopping_) ch->cancel();
+        return ch;
+    }
+
+    /// Marks `ch` as the channel the consumer reads: errors go there.
+    void set_sink(std::shared_ptr<detail::channel_base> ch)
+    {
+        std::lock_guard lk(mu_);
+        sink_ = std::move(ch);
+    }
+
+    /// Runs `task` on `ex`, tracked: its exception fails the run (naming `stage`), and
+    /// `wait_idle()` waits for it.
+    template <class Executor>
+    void spawn(const Executor& ex, asio::awaitable<void> task, std::string stage)
+    {
+        {
+            std::lock_guard lk(mu_);
+            ++active_;
+        }
+        asio::co_spawn(ex, std::move(task), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
+            if (e) self->fail(e, stage);
+            self->task_done();
+        });
+    }
+
+    /** Registers `fn` to run on `ex` when the run is cancelled (at once, if it already is).
+        I/O operations use this to cancel what is in flight (an io_uring cancel, closing a
+        socket). Returns an id for `remove_on_cancel`. */
+    template <class Executor>
+    std::uint64_t on_cancel(const Executor& ex, std::function<void()> fn)
+    {
+        std::unique_lock lk(mu_);
+        if (stopping_) {
+            lk.unlock();
+            asio::post(ex, std::move(fn));
+            return 0;
+        }
+        const auto id = ++next_hook_;
+        hooks_.push_back({id, asio::any_io_executor(ex), std::move(fn)});
+        return id;
+    }
+
+    /// Forgets a hook registered by `on_cancel` (the operation finished).
+    void remove_on_cancel(std::uint64_t id)
+    {
+        if (id == 0) return;
+        std::lock_guard lk(mu_);
+        std::erase_if(hooks_, [id](const cancel_hook& h) { return h.id == id; });
+    }
+
+    /// Spawns on the run's own executor.
+    void spawn(asio::awaitable<void> task, std::string stage) { spawn(home_, std::move(task), std::move(stage)); }
+
+    /// Records a failure (the first one wins) and stops the run. Failures after the run
+    /// was cancelled are the consequence of cancelling and are ignored.
+    void fail(std::exception_ptr e, std::string_view stage, std::string_view key = {})
+    {
+        std::shared_ptr<detail::channel_base> sink;
+        {
+            std::lock_guard lk(mu_);
+            if (stopping_) return;
+            error_ = detail::with_context(std::move(e), stage, key);
+            sink = sink_;
+        }
+        if (sink) sink->fail(error_);
+        cancel();
+    }
+
+    /// Stops the run: cancels channels and pending operations. Idempotent.
+    void cancel()
+    {
+        std::vector<std::shared_ptr<detail::channel_base>> channels;
+        std::vector<cancel_hook> hooks;
+        std::shared_ptr<detail::channel_base> keep; // the sink keeps its error for the consumer
+        {
+            std::lock_guard lk(mu_);
+            stopping_ = true;
+            channels = channels_;
+            hooks = std::move(hooks_);
+            hooks_.clear();
+            if (error_) keep = sink_;
+        }
+        for (auto& c : channels)
+            if (c != keep) c->cancel();
+        for (auto& h : hooks) asio::post(h.ex, std::move(h.fn));
+    }
+
+    /// True once the run failed or was cancelled.
+    bool stopping() const noexcept { return stopping_.load(); }
+
+    /// The run's error, if it failed.
+    std::exception_ptr failure() const
+    {
+        std::lock_guard lk(mu_);
+        return error_;
+    }
+
+    /// Blocks until every task has finished. Returns at once on an I/O thread (where
+    /// waiting would deadlock); the tasks then finish on their own.
+    void wait_idle()
+    {
+        if (detail::current_lane >= 0) return;
+        std::unique_lock lk(mu_);
+        idle_cv_.wait(lk, [&] { return active_ == 0; });
+    }
+
+    /// Counts a skipped item and logs it (the first ten in full).
+    void note_skip(std::string_view message)
+    {
+        const auto n = stats_.skipped.fetch_add(1) + 1;
+        if (n <= max_logged_skips) rt_.log("conveyor: skipped: " + std::string(message));
+        else if (n == max_logged_skips + 1) rt_.log("conveyor: further skipped items are counted but not shown");
+    }
+
+    /// Logs the run's totals where there is something to say (called when a run ends).
+    void report()
+    {
+        if (reported_.exchange(true)) return;
+        if (auto n = stats_.skipped.load())
+            rt_.log("conveyor: run finished with " + std::to_string(n) + " item(s) skipped on error");
+    }
+
+private:
+    static constexpr std::uint64_t max_logged_skips = 10;
+
+    struct cancel_hook {
+        std::uint64_t id;
+        asio::any_io_executor ex;
+        std::function<void()> fn;
+    };
+
+    void task_done()
+    {
+        std::lock_guard lk(mu_);
+        if (--active_ == 0) idle_cv_.notify_all();
+    }
+
+    runtime& rt_;
+    runtime::io_executor_type home_;
+    std::uint64_t epoch_;
+    run_stats stats_;
+    mutable std::mutex mu_;
+    std::condition_variable idle_cv_;
+    std::size_t active_ = 0;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> reported_{false};
+    std::exception_ptr error_;
+    std::shared_ptr<detail::channel_base> sink_;
+    std::vector<std::shared_ptr<detail::channel_base>> channels_;
+    std::vector<cancel_hook> hooks_;
+    std::uint64_t next_hook_ = 0;
+};
+
+inline void runtime::cancel_all_runs()
+{
+    std::vector<std::shared_ptr<run_context>> live;
+    {
+        std::lock_guard lk(mu_);
+        for (auto& w : runs_)
+            if (auto r = w.lock()) live.push_back(std::move(r));
+    }
+    for (auto& r : live) r->cancel();
+    for (auto& r : live) r->wait_idle();
+}
+
+} // namespace conveyor
+
+#endif

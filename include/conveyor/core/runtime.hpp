@@ -1,0 +1,227 @@
+// conveyor/core/runtime.hpp — I/O threads, compute pool, buffers: where pipelines run.
+#ifndef CONVEYOR_CORE_RUNTIME_HPP
+#define CONVEYOR_CORE_RUNTIME_HPP
+
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/error.hpp>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace conveyor {
+
+namespace asio = boost::asio;
+
+class run_context;
+
+/// How the file source reads.
+enum class io_backend {
+    automatic, ///< io_uring if the kernel allows it, else `pread` on the blocking pool
+    uring,     ///< io_uring; fail if unavailable
+    pread,     ///< `pread` on the blocking pool, even where io_uring works
+};
+
+/// Settings of a `runtime`. Zero means "choose for this machine".
+struct runtime_options {
+    /// I/O threads, each with its own `io_context` and io_uring ring. 0: min(cores, 4).
+    std::size_t io_threads = 0;
+    /// Threads for CPU work (decode, parsing, user maps). 0: one per core.
+    std::size_t compute_threads = 0;
+    /// Threads for blocking system calls (the `pread` backend). 0: 16.
+    std::size_t blocking_threads = 0;
+    /// Submission queue entries per io_uring ring.
+    unsigned ring_entries = 256;
+    /// Most file operations in flight on one ring (also the registered-file table size).
+    unsigned ring_max_in_flight = 256;
+    /// Which file I/O backend to use. The environment variable CONVEYOR_IO_BACKEND
+    /// (`uring` or `pread`) overrides `automatic`.
+    io_backend backend = io_backend::automatic;
+    /// Idle memory the buffer pool may keep.
+    std::size_t buffer_pool_bytes = std::size_t{256} << 20;
+    /// Where diagnostics go (one line each). Default: standard error.
+    std::function<void(std::string_view)> log;
+};
+
+namespace detail {
+/// The lane index of the I/O thread we are on, or -1 on any other thread.
+inline thread_local int current_lane = -1;
+} // namespace detail
+
+/** The threads and memory that pipelines run on.
+
+    - I/O lanes: each is one thread running one `asio::io_context`. Network I/O and the
+      file module's io_uring ring live on a lane; stage coroutines run on one lane.
+    - A compute pool for CPU work, kept off the I/O threads.
+    - A blocking pool (created on first use) for system calls that may block.
+    - A buffer pool shared by everything that reads.
+
+    Destroying a runtime cancels every pipeline still running on it, waits for their work
+    to stop, and joins its threads.
+
+    @par Thread Safety
+    Safe: every member may be called from any thread, except that the destructor must not
+    run on one of the runtime's own threads.
+*/
+class runtime {
+public:
+    using io_executor_type = asio::io_context::executor_type;
+    using pool_executor_type = asio::thread_pool::executor_type;
+
+    explicit runtime(runtime_options opts = {})
+        : opts_(resolve(std::move(opts))), compute_(opts_.compute_threads), buffers_(opts_.buffer_pool_bytes)
+    {
+        lanes_.reserve(opts_.io_threads);
+        for (std::size_t i = 0; i < opts_.io_threads; ++i) lanes_.push_back(std::make_unique<lane>());
+        for (std::size_t i = 0; i < lanes_.size(); ++i) {
+            auto* l = lanes_[i].get();
+            l->thread = std::thread([l, i] {
+                detail::current_lane = static_cast<int>(i);
+                l->ctx.run();
+            });
+        }
+    }
+
+    runtime(const runtime&) = delete;
+    runtime& operator=(const runtime&) = delete;
+
+    ~runtime()
+    {
+        cancel_all_runs();
+        for (auto& l : lanes_) l->guard.reset();
+        for (auto& l : lanes_) l->ctx.stop();
+        for (auto& l : lanes_)
+            if (l->thread.joinable()) l->thread.join();
+        compute_.join();
+        if (auto* b = blocking_.load()) {
+            b->join();
+            delete b;
+        }
+    }
+
+    /// The process-wide runtime used by pipelines that were not given one.
+    static runtime& shared()
+    {
+        static runtime rt;
+        return rt;
+    }
+
+    const runtime_options& options() const noexcept { return opts_; }
+    std::size_t io_lanes() const noexcept { return lanes_.size(); }
+
+    asio::io_context& io_context(std::size_t lane) { return lanes_.at(lane)->ctx; }
+    io_executor_type io_executor(std::size_t lane) { return lanes_.at(lane)->ctx.get_executor(); }
+    /// The lanes in turn: spreads pipelines over the I/O threads.
+    io_executor_type next_io_executor() { return io_executor(next_lane_++ % lanes_.size()); }
+
+    pool_executor_type compute_executor() { return compute_.get_executor(); }
+
+    /// The pool for blocking system calls, created on first use.
+    pool_executor_type blocking_executor()
+    {
+        auto* b = blocking_.load();
+        if (!b) {
+            std::lock_guard lk(mu_);
+            b = blocking_.load();
+            if (!b) {
+                b = new asio::thread_pool(opts_.blocking_threads);
+                blocking_.store(b);
+            }
+        }
+        return b->get_executor();
+    }
+
+    buffer_pool& buffers() noexcept { return buffers_; }
+
+    /// Writes one diagnostic line.
+    void log(std::string_view line) const
+    {
+        if (opts_.log) opts_.log(line);
+        else std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    }
+
+    /// Writes `line` unless a line with the same `topic` was already written by this runtime.
+    void log_once(std::string_view topic, std::string_view line)
+    {
+        {
+            std::lock_guard lk(mu_);
+            if (!logged_topics_.emplace(topic).second) return;
+        }
+        log(line);
+    }
+
+    // Pipelines register their runs so that the destructor can stop them.
+    void attach(const std::shared_ptr<run_context>& r)
+    {
+        std::lock_guard lk(mu_);
+        runs_.emplace_back(r);
+    }
+    void detach(const run_context* r)
+    {
+        std::lock_guard lk(mu_);
+        std::erase_if(runs_, [r](const std::weak_ptr<run_context>& w) {
+            auto p = w.lock();
+            return !p || p.get() == r;
+        });
+        runs_cv_.notify_all();
+    }
+
+private:
+    struct lane {
+        asio::io_context ctx{1}; // concurrency hint 1: one thread per context, no locking
+        asio::executor_work_guard<asio::io_context::executor_type> guard{ctx.get_executor()};
+        std::thread thread;
+    };
+
+    static runtime_options resolve(runtime_options o)
+    {
+        const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+        if (o.io_threads == 0) o.io_threads = std::min<std::size_t>(cores, 4);
+        if (o.compute_threads == 0) o.compute_threads = cores;
+        if (o.blocking_threads == 0) o.blocking_threads = 16;
+        if (o.ring_entries == 0) o.ring_entries = 256;
+        if (o.ring_max_in_flight == 0) o.ring_max_in_flight = o.ring_entries;
+        if (o.backend == io_backend::automatic) {
+            if (const char* env = std::getenv("CONVEYOR_IO_BACKEND")) {
+                const std::string_view v(env);
+                if (v == "pread") o.backend = io_backend::pread;
+                else if (v == "uring") o.backend = io_backend::uring;
+            }
+        }
+        return o;
+    }
+
+    inline void cancel_all_runs();
+
+    runtime_options opts_;
+    std::vector<std::unique_ptr<lane>> lanes_;
+    asio::thread_pool compute_;
+    std::atomic<asio::thread_pool*> blocking_{nullptr};
+    buffer_pool buffers_;
+    std::atomic<std::size_t> next_lane_{0};
+    std::mutex mu_;
+    std::condition_variable runs_cv_;
+    std::set<std::string, std::less<>> logged_topics_;
+    std::vector<std::weak_ptr<run_context>> runs_;
+};
+
+} // namespace conveyor
+
+// run_context needs the complete runtime; runtime's destructor needs run_context.
+#include <conveyor/core/run_context.hpp>
+
+#endif

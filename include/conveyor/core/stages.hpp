@@ -1,0 +1,447 @@
+// conveyor/core/stages.hpp — generic stages: map, filter, take, prefetch, batch, shuffle.
+#ifndef CONVEYOR_CORE_STAGES_HPP
+#define CONVEYOR_CORE_STAGES_HPP
+
+#include <conveyor/core/pipeline.hpp>
+
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace conveyor {
+
+namespace detail {
+template <class X>
+struct awaitable_value {
+    using type = void;
+    static constexpr bool is_awaitable = false;
+};
+template <class U, class E>
+struct awaitable_value<asio::awaitable<U, E>> {
+    using type = U;
+    static constexpr bool is_awaitable = true;
+};
+} // namespace detail
+
+/// Where a synchronous map function runs.
+enum class run_on {
+    io,      ///< inline on the pipeline's I/O thread: for cheap functions
+    compute, ///< on the runtime's compute pool: for CPU work (decode, parsing)
+};
+
+/// Settings of `map`.
+struct map_options {
+    /// Calls of the function in flight at once.
+    std::size_t concurrency = 1;
+    /// Keep input order (true) or deliver in completion order (false).
+    bool ordered = true;
+    /// Where a synchronous function runs (coroutine functions run on the I/O thread and
+    /// hop wherever they like).
+    run_on where = run_on::io;
+    /// What an exception from the function does.
+    on_error errors = on_error::fail;
+    /// Items waiting between this stage and the next.
+    std::size_t capacity = default_stream_capacity;
+    /// The stage's name in errors.
+    std::string name = "map";
+};
+
+/// The type `map(f)` produces from `T`: what `f` returns, or what its awaitable yields.
+template <class F, class T>
+using map_result_t = std::conditional_t<detail::awaitable_value<std::invoke_result_t<F&, T&&>>::is_awaitable,
+                                        typename detail::awaitable_value<std::invoke_result_t<F&, T&&>>::type,
+                                        std::invoke_result_t<F&, T&&>>;
+
+/// The `map` stage; see `conveyor::map`.
+template <class F>
+class map_stage {
+public:
+    map_stage(F f, map_options o) : f_(std::make_shared<F>(std::move(f))), o_(std::move(o))
+    {
+        if (o_.concurrency == 0) throw error(make_error_code(errc::invalid_argument), {.stage = o_.name, .detail = "map concurrency must be at least 1"});
+    }
+
+    template <class T>
+    stream<map_result_t<F, T>> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        using U = map_result_t<F, T>;
+        constexpr bool is_coro = detail::awaitable_value<std::invoke_result_t<F&, T&&>>::is_awaitable;
+        if constexpr (!is_coro) {
+            if (o_.concurrency == 1 && o_.where == run_on::io) return inline_map<T, U>(ctx, std::move(in));
+        }
+        return parallel_map<T, U, is_coro>(ctx, std::move(in));
+    }
+
+private:
+    // One task, batch in, batch out: the cheapest path, for functions that cost little.
+    template <class T, class U>
+    stream<U> inline_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        return make_stream<U>(ctx, o_.name, o_.capacity,
+                              [in, f = f_, o = o_, ctx = ctx.get()](detail::channel<U>& out) mutable -> asio::awaitable<void> {
+                                  std::vector<T> got;
+                                  std::vector<U> put;
+                                  while (co_await in.next_batch(got, 256)) {
+                                      for (auto& x : got) {
+                                          if (o.errors == on_error::fail) {
+                                              put.push_back((*f)(std::move(x)));
+                                              continue;
+                                          }
+                                          std::string key = detail::item_key(x);
+                                          try {
+                                              put.push_back((*f)(std::move(x)));
+                                          } catch (const std::exception& e) {
+                                              ctx->note_skip(o.name + ": " + (key.empty() ? "" : key + ": ") + e.what());
+                                          }
+                                      }
+                                      got.clear();
+                                      if (!co_await out.send_all(put)) {
+                                          in.close();
+                                          co_return;
+                                      }
+                                  }
+                              });
+    }
+
+    // N workers share the input; each item keeps its position (ordered) or not.
+    template <class T, class U, bool IsCoro>
+    stream<U> parallel_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        auto out = ctx->make_channel<U>(std::max(o_.capacity, o_.concurrency));
+        auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
+        for (std::size_t w = 0; w < o_.concurrency; ++w)
+            ctx->spawn(worker<T, U, IsCoro>(ctx, in, out, f_, o_, remaining), o_.name);
+        return stream<U>(ctx, out);
+    }
+
+    template <class T, class U, bool IsCoro>
+    static asio::awaitable<void> worker(std::shared_ptr<run_context> ctx, stream<T> in,
+                                        std::shared_ptr<detail::channel<U>> out, std::shared_ptr<F> f,
+                                        map_options o, std::shared_ptr<std::atomic<std::size_t>> remaining)
+    {
+        struct last_closes {
+            std::shared_ptr<detail::channel<U>>& out;
+            std::shared_ptr<std::atomic<std::size_t>>& remaining;
+            ~last_closes()
+            {
+                if (remaining->fetch_sub(1) == 1) out->close();
+            }
+        } closer{out, remaining};
+
+        std::vector<T> one;
+        std::uint64_t index = 0;
+        while (co_await in.channel()->receive_some(one, 1, &index)) {
+            T item = std::move(one.front());
+            one.clear();
+            std::string key = detail::item_key(item);
+            std::optional<U> result;
+            try {
+                if constexpr (IsCoro) {
+                    result.emplace(co_await (*f)(std::move(item)));
+                } else if (o.where == run_on::compute) {
+                    result.emplace(co_await detail::run_on(ctx->rt().compute_executor(),
+                                                           [&f, &item]() -> U { return (*f)(std::move(item)); }));
+                } else {
+                    result.emplace((*f)(std::move(item)));
+                }
+            } catch (...) {
+                if (o.errors == on_error::fail || ctx->stopping()) {
+                    ctx->fail(std::current_exception(), o.name, key);
+                    co_return;
+                }
+                try {
+                    throw;
+                } catch (const std::exception& e) {
+                    ctx->note_skip(o.name + ": " + (key.empty() ? "" : key + ": ") + e.what());
+                } catch (...) {
+                    ctx->note_skip(o.name + ": " + key + ": unknown exception");
+                }
+            }
+            bool listening = true;
+            if (!result) {
+                if (o.ordered) listening = co_await out->skip_at(index);
+                else listening = !out->receiver_gone();
+            } else if (o.ordered) {
+                listening = co_await out->send_at(index, std::move(*result));
+            } else {
+                listening = co_await out->send(std::move(*result));
+            }
+            if (!listening) {
+                in.close();
+                co_return;
+            }
+        }
+    }
+
+    std::shared_ptr<F> f_;
+    map_options o_;
+};
+
+/** Applies `f` to every item.
+
+    `f` is either synchronous (`U f(T)`) or a coroutine (`asio::awaitable<U> f(T)`).
+    With `concurrency` N, up to N calls are in flight; `ordered` keeps input order.
+    Synchronous functions run inline on the I/O thread unless `where = run_on::compute`.
+
+    @code
+    auto p = files | map([](blob b) { return b.data.size(); }, {.concurrency = 4, .where = run_on::compute});
+    @endcode
+*/
+template <class F>
+map_stage<F> map(F f, map_options o = {})
+{
+    return map_stage<F>(std::move(f), std::move(o));
+}
+
+/// The `filter` stage; see `conveyor::filter`.
+template <class P>
+class filter_stage {
+public:
+    explicit filter_stage(P p) : p_(std::move(p)) {}
+
+    template <class T>
+    stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        return make_stream<T>(ctx, "filter", default_stream_capacity,
+                              [in, p = p_](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                                  std::vector<T> got, put;
+                                  while (co_await in.next_batch(got, 256)) {
+                                      for (auto& x : got)
+                                          if (p(std::as_const(x))) put.push_back(std::move(x));
+                                      got.clear();
+                                      if (!co_await out.send_all(put)) {
+                                          in.close();
+                                          co_return;
+                                      }
+                                  }
+                              });
+    }
+
+private:
+    P p_;
+};
+
+/// Keeps the items for which `pred(const T&)` is true.
+template <class P>
+filter_stage<P> filter(P pred)
+{
+    return filter_stage<P>(std::move(pred));
+}
+
+/// The `take` stage; see `conveyor::take`.
+class take_stage {
+public:
+    explicit take_stage(std::uint64_t n) : n_(n) {}
+
+    template <class T>
+    stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        return make_stream<T>(ctx, "take", default_stream_capacity,
+                              [in, n = n_](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                                  std::uint64_t left = n;
+                                  std::vector<T> got;
+                                  // No co_await inside `&&`: GCC 12 evaluates it even when the
+                                  // left side is false.
+                                  while (left > 0) {
+                                      if (!co_await in.next_batch(got, std::min<std::uint64_t>(left, 256))) break;
+                                      left -= got.size();
+                                      if (!co_await out.send_all(got)) break;
+                                  }
+                                  in.close(); // upstream stops: nobody needs more
+                              });
+    }
+
+private:
+    std::uint64_t n_;
+};
+
+/// Passes the first `n` items, then stops everything upstream (a dataset limit).
+inline take_stage take(std::uint64_t n)
+{
+    return take_stage(n);
+}
+
+/// The `prefetch` stage; see `conveyor::prefetch`.
+class prefetch_stage {
+public:
+    explicit prefetch_stage(std::size_t n) : n_(n) {}
+
+    template <class T>
+    stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        return make_stream<T>(ctx, "prefetch", n_, [in](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+            std::vector<T> got;
+            while (co_await in.next_batch(got, 256))
+                if (!co_await out.send_all(got)) {
+                    in.close();
+                    co_return;
+                }
+        });
+    }
+
+private:
+    std::size_t n_;
+};
+
+/// Lets upstream run up to `n` items ahead of downstream (memory: `n` items).
+inline prefetch_stage prefetch(std::size_t n)
+{
+    return prefetch_stage(n);
+}
+
+/// Settings of `batch`.
+struct batch_options {
+    /// Deliver a last, smaller batch (true) or drop it (false).
+    bool partial = true;
+    /// Batches waiting between this stage and the next.
+    std::size_t capacity = 4;
+};
+
+/// The `batch` stage; see `conveyor::batch`.
+class batch_stage {
+public:
+    batch_stage(std::size_t n, batch_options o) : n_(n), o_(o)
+    {
+        if (n == 0) throw error(make_error_code(errc::invalid_argument), {.stage = "batch", .detail = "batch size must be at least 1"});
+    }
+
+    template <class T>
+    stream<std::vector<T>> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        return make_stream<std::vector<T>>(
+            ctx, "batch", o_.capacity,
+            [in, n = n_, o = o_](detail::channel<std::vector<T>>& out) mutable -> asio::awaitable<void> {
+                std::vector<T> cur;
+                cur.reserve(n);
+                std::vector<T> got;
+                while (co_await in.next_batch(got, n - cur.size())) {
+                    for (auto& x : got) cur.push_back(std::move(x));
+                    got.clear();
+                    if (cur.size() == n) {
+                        if (!co_await out.send(std::move(cur))) {
+                            in.close();
+                            co_return;
+                        }
+                        cur = {};
+                        cur.reserve(n);
+                    }
+                }
+                if (!cur.empty() && o.partial) co_await out.send(std::move(cur));
+            });
+    }
+
+private:
+    std::size_t n_;
+    batch_options o_;
+};
+
+/// Groups items into vectors of `n` (the last one may be smaller; see `batch_options`).
+inline batch_stage batch(std::size_t n, batch_options o = {})
+{
+    return batch_stage(n, o);
+}
+
+namespace detail {
+/// SplitMix64: a small, fast generator whose output is the same on every platform (the
+/// standard distributions are not), so a seed means the same order everywhere.
+class splitmix64 {
+public:
+    explicit splitmix64(std::uint64_t seed) : s_(seed) {}
+    std::uint64_t operator()() noexcept
+    {
+        std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    }
+    /// Uniform in [0, n) (Lemire's multiply-shift; bias below 2^-32 for n < 2^32).
+    std::uint64_t below(std::uint64_t n) noexcept
+    {
+        return static_cast<std::uint64_t>((static_cast<unsigned __int128>((*this)()) * n) >> 64);
+    }
+
+private:
+    std::uint64_t s_;
+};
+
+/// The seed of epoch `epoch` of a shuffle seeded with `seed`.
+inline std::uint64_t epoch_seed(std::uint64_t seed, std::uint64_t epoch) noexcept
+{
+    splitmix64 g(seed ^ (epoch * 0xd1b54a32d192ed03ULL));
+    return g();
+}
+} // namespace detail
+
+/// Settings of `shuffle`.
+struct shuffle_options {
+    /// Items held for shuffling; more is more random and more memory.
+    std::size_t buffer = 1000;
+    /// Items to collect before the first one leaves (0: the whole buffer).
+    std::size_t initial = 0;
+    /// The seed; with the run's epoch it fixes the order.
+    std::uint64_t seed = 0;
+};
+
+/// The `shuffle` stage; see `conveyor::shuffle`.
+class shuffle_stage {
+public:
+    explicit shuffle_stage(shuffle_options o) : o_(o)
+    {
+        if (o_.buffer == 0) throw error(make_error_code(errc::invalid_argument), {.stage = "shuffle", .detail = "shuffle buffer must hold at least 1 item"});
+        if (o_.initial == 0 || o_.initial > o_.buffer) o_.initial = o_.buffer;
+    }
+
+    template <class T>
+    stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        const std::uint64_t seed = detail::epoch_seed(o_.seed, ctx->epoch());
+        return make_stream<T>(ctx, "shuffle", default_stream_capacity,
+                              [in, o = o_, seed](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                                  detail::splitmix64 rng(seed);
+                                  std::vector<T> pool;
+                                  pool.reserve(o.buffer + 1);
+                                  std::uint64_t arrived = 0;
+                                  std::vector<T> got, put;
+                                  while (co_await in.next_batch(got, 256)) {
+                                      for (auto& x : got) {
+                                          pool.push_back(std::move(x));
+                                          ++arrived;
+                                          // Emit once full; between `initial` and full, on every
+                                          // other arrival, so the pool keeps growing to `buffer`.
+                                          const bool emit = pool.size() > o.buffer ||
+                                                            (pool.size() >= o.initial && (arrived & 1) == 0);
+                                          if (!emit) continue;
+                                          const auto k = rng.below(pool.size());
+                                          std::swap(pool[k], pool.back());
+                                          put.push_back(std::move(pool.back()));
+                                          pool.pop_back();
+                                      }
+                                      got.clear();
+                                      if (!put.empty() && !co_await out.send_all(put)) {
+                                          in.close();
+                                          co_return;
+                                      }
+                                  }
+                                  // Drain: a Fisher-Yates pass over what is held.
+                                  for (std::size_t i = pool.size(); i > 1; --i) std::swap(pool[i - 1], pool[rng.below(i)]);
+                                  co_await out.send_all(pool);
+                              });
+    }
+
+private:
+    shuffle_options o_;
+};
+
+/** Shuffles with a bounded buffer (webdataset's method): held items leave in random order
+    as new ones arrive. Deterministic for a given seed and epoch. */
+inline shuffle_stage shuffle(shuffle_options o = {})
+{
+    return shuffle_stage(o);
+}
+
+} // namespace conveyor
+
+#endif
