@@ -99,7 +99,10 @@ private:
         std::string s = "conveyor:";
         if (!c.stage.empty()) s += " stage '" + c.stage + "':";
         if (!c.where.empty()) s += " " + c.where + ":";
-        if (!c.key.empty() && c.key != c.where) s += " item '" + c.key + "':";
+        // The key is worth saying unless the path already ends with it.
+        const bool key_in_where = c.where.size() >= c.key.size() &&
+                                  c.where.compare(c.where.size() - c.key.size(), c.key.size(), c.key) == 0;
+        if (!c.key.empty() && !key_in_where) s += " item '" + c.key + "':";
         if (c.offset >= 0) s += " at byte " + std::to_string(c.offset) + ":";
         if (!c.detail.empty()) {
             s += " " + c.detail;

@@ -135,7 +135,9 @@ public:
         rt_ = &rt;
         return *this;
     }
-    pipeline&& on(runtime& rt) &&
+    // By value: `for (auto& x : make_pipeline().on(rt))` must not bind a reference to a
+    // temporary that dies before the loop starts.
+    pipeline on(runtime& rt) &&
     {
         rt_ = &rt;
         return std::move(*this);

@@ -73,7 +73,7 @@ inline std::exception_ptr with_context(std::exception_ptr e, std::string_view st
     @par Completion Signature
     `std::invoke_result_t<F&>` */
 template <class Executor, class F>
-auto run_on(Executor ex, F f) -> asio::awaitable<std::invoke_result_t<F&>>
+auto offload(Executor ex, F f) -> asio::awaitable<std::invoke_result_t<F&>>
 {
     using R = std::invoke_result_t<F&>;
     using value = std::conditional_t<std::is_void_v<R>, bool, R>;
@@ -130,15 +130,20 @@ enum class on_error {
 class run_context : public std::enable_shared_from_this<run_context> {
 public:
     run_context(runtime& rt, std::uint64_t epoch)
-        : rt_(rt), home_(rt.next_io_executor()), epoch_(epoch)
+        : rt_(&rt), home_(rt.next_io_executor()), epoch_(epoch)
     {
     }
-    ~run_context() { rt_.detach(this); }
+    ~run_context()
+    {
+        if (auto* r = rt_.load()) r->detach(this);
+    }
 
     run_context(const run_context&) = delete;
     run_context& operator=(const run_context&) = delete;
 
-    runtime& rt() noexcept { return rt_; }
+    /// The runtime this run uses. Only valid while the runtime lives: a run whose runtime
+    /// was destroyed is cancelled and never calls it again.
+    runtime& rt() noexcept { return *rt_.load(); }
     /// The I/O executor this run's stage coroutines share.
     runtime::io_executor_type executor() const noexcept { return home_; }
     /// The epoch this run belongs to (shuffles mix it into their seed).
@@ -263,8 +268,8 @@ public:
     void note_skip(std::string_view message)
     {
         const auto n = stats_.skipped.fetch_add(1) + 1;
-        if (n <= max_logged_skips) rt_.log("conveyor: skipped: " + std::string(message));
-        else if (n == max_logged_skips + 1) rt_.log("conveyor: further skipped items are counted but not shown");
+        if (n <= max_logged_skips) log("conveyor: skipped: " + std::string(message));
+        else if (n == max_logged_skips + 1) log("conveyor: further skipped items are counted but not shown");
     }
 
     /// Logs the run's totals where there is something to say (called when a run ends).
@@ -272,11 +277,19 @@ public:
     {
         if (reported_.exchange(true)) return;
         if (auto n = stats_.skipped.load())
-            rt_.log("conveyor: run finished with " + std::to_string(n) + " item(s) skipped on error");
+            log("conveyor: run finished with " + std::to_string(n) + " item(s) skipped on error");
     }
+
+    /// Called by a dying runtime after it cancelled this run and waited for it.
+    void orphan() noexcept { rt_.store(nullptr); }
 
 private:
     static constexpr std::uint64_t max_logged_skips = 10;
+
+    void log(std::string_view line)
+    {
+        if (auto* r = rt_.load()) r->log(line);
+    }
 
     struct cancel_hook {
         std::uint64_t id;
@@ -290,7 +303,7 @@ private:
         if (--active_ == 0) idle_cv_.notify_all();
     }
 
-    runtime& rt_;
+    std::atomic<runtime*> rt_;
     runtime::io_executor_type home_;
     std::uint64_t epoch_;
     run_stats stats_;
@@ -315,7 +328,10 @@ inline void runtime::cancel_all_runs()
             if (auto r = w.lock()) live.push_back(std::move(r));
     }
     for (auto& r : live) r->cancel();
-    for (auto& r : live) r->wait_idle();
+    for (auto& r : live) {
+        r->wait_idle();
+        r->orphan();
+    }
 }
 
 } // namespace conveyor

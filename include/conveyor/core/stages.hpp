@@ -142,7 +142,7 @@ private:
                 if constexpr (IsCoro) {
                     result.emplace(co_await (*f)(std::move(item)));
                 } else if (o.where == run_on::compute) {
-                    result.emplace(co_await detail::run_on(ctx->rt().compute_executor(),
+                    result.emplace(co_await detail::offload(ctx->rt().compute_executor(),
                                                            [&f, &item]() -> U { return (*f)(std::move(item)); }));
                 } else {
                     result.emplace((*f)(std::move(item)));

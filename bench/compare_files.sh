@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# compare_files.sh DIR — the file-reading engines side by side, warm and cold page cache:
+# ifstream (sequential baseline), pread with 2, 4, 8, 16, 32 and 64 threads, and
+# conveyor's io_uring file source at concurrency 64. Prints every JSON line that
+# `conveyor-bench files` writes (stdout), then a table of medians (stderr), and fails if the
+# engines disagree on the bytes they read.
+#
+# Environment: CONVEYOR_BENCH (the conveyor-bench binary; default: the usual build
+# folders), WARM_REPEAT (default 3), COLD_REPEAT (default 2), PREAD_THREADS (default
+# "2 4 8 16 32 64"), URING_CONCURRENCY (default 64), LIMIT (files to use; default all).
+#
+# Make a file set first, e.g.: conveyor-bench gen-files --dir /tmp/conveyor-bench-files --count 20000
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: $0 DIR" >&2
+    exit 2
+fi
+dir=$1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bench_bin=${CONVEYOR_BENCH:-}
+if [[ -z $bench_bin ]]; then
+    for b in "$here/../build/bench/bench/conveyor-bench" "$here/../build/default/bench/conveyor-bench" \
+             "$here/../build/bench/conveyor-bench"; do
+        if [[ -x $b ]]; then bench_bin=$b; break; fi
+    done
+fi
+[[ -n $bench_bin && -x $bench_bin ]] || { echo "$0: conveyor-bench not found; build it or set CONVEYOR_BENCH" >&2; exit 2; }
+
+warm_repeat=${WARM_REPEAT:-3}
+cold_repeat=${COLD_REPEAT:-2}
+pread_threads=${PREAD_THREADS:-2 4 8 16 32 64}
+uring_concurrency=${URING_CONCURRENCY:-64}
+limit=${LIMIT:-0}
+
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
+
+run() { # engine concurrency [--cold]
+    local engine=$1 conc=$2 cold=${3:-}
+    local repeat=$warm_repeat
+    [[ -n $cold ]] && repeat=$cold_repeat
+    echo "== $engine x$conc ${cold:-warm}" >&2
+    # shellcheck disable=SC2086 # $cold is empty or one flag
+    "$bench_bin" files --dir "$dir" --limit "$limit" --engine "$engine" --concurrency "$conc" --repeat "$repeat" $cold \
+        | tee -a "$lines"
+}
+
+for cold in "" --cold; do
+    run ifstream 1 $cold
+    for t in $pread_threads; do run pread "$t" $cold; done
+    run uring "$uring_concurrency" $cold
+done
+
+python3 - "$lines" <<'PY' >&2
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+groups = {}
+for r in rows:
+    groups.setdefault((r["cold"], r["engine"], r["concurrency"]), []).append(r)
+print()
+print(f"{'cache':5} {'engine':8} {'conc':>4} {'files/s':>9} {'MB/s':>8} {'p50 us':>8} {'p99 us':>8} {'CPU s/GB':>8} {'RSS MB':>7}  (medians)")
+for (cold, engine, conc), rs in groups.items():
+    med = lambda k: statistics.median(r[k] for r in rs)
+    print(f"{'cold' if cold else 'warm':5} {engine:8} {conc:>4} {med('files_per_s'):>9.0f} {med('MB_per_s'):>8.0f} "
+          f"{med('p50_us'):>8.0f} {med('p99_us'):>8.0f} {med('cpu_s_per_GB'):>8.2f} {max(r['max_rss_MB'] for r in rs):>7.0f}")
+sizes = {r["bytes"] for r in rows}
+if len(sizes) != 1:
+    print(f"error: the engines read different byte counts: {sorted(sizes)}")
+    sys.exit(1)
+print(f"all {len(rows)} passes read {sizes.pop()} bytes")
+PY

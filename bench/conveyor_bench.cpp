@@ -1,0 +1,701 @@
+// conveyor_bench.cpp — conveyor-bench: file-reading benchmarks and their test data.
+//
+// Subcommands:
+//   gen-files      make a deterministic ImageNet-like file set (lognormal sizes, mean ~110 KB)
+//   drop-cache     drop a file set from the page cache (posix_fadvise DONTNEED per file)
+//   files          read every file once per repeat with one engine: uring (conveyor's
+//                  file source), pread (a thread pool) or ifstream (the naive baseline)
+//   random-access  random dataset::get(i) calls at 1, 4, 16 and 64 in flight
+//
+// Results go to standard output, one JSON object per line; progress and human summaries
+// go to standard error. Any read failure or byte-count mismatch exits non-zero.
+
+#include <conveyor/bench/bench.hpp>
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/file/source.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <mutex>
+#include <numbers>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace cv = conveyor;
+namespace cb = conveyor::bench;
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+
+// ---- deterministic numbers -----------------------------------------------------------
+
+/** splitmix64 (Steele, Lea, Flood 2014): tiny, fast, and the same on every machine.
+    Sizes also go through std::log, std::cos and std::exp, which glibc computes to within
+    an ulp; a size could only differ between machines where a value lands within an ulp of
+    a whole byte, which for a 20,000-file set is never seen in practice. */
+struct splitmix64 {
+    std::uint64_t s;
+    std::uint64_t operator()() noexcept
+    {
+        std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    }
+    /// Uniform in (0, 1]: never 0, so that log() is finite.
+    double unit() noexcept { return static_cast<double>((*this)() >> 11) * 0x1p-53 + 0x1p-53; }
+    /// Uniform in [0, n).
+    std::uint64_t below(std::uint64_t n) noexcept { return (*this)() % n; }
+};
+
+/// A standard normal deviate (Box-Muller, one of the pair).
+double standard_normal(splitmix64& r)
+{
+    const double u1 = r.unit(), u2 = r.unit();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+/// The generator of file number `i` of a set made with `seed`: each file's size and bytes
+/// depend on (seed, i) only, so sets of different counts agree on the files they share.
+splitmix64 file_rng(std::uint64_t seed, std::uint64_t i)
+{
+    splitmix64 r{seed ^ (i * 0xd1342543de82ef95ULL)};
+    r();
+    return r;
+}
+
+// ---- small helpers --------------------------------------------------------------------
+
+[[noreturn]] void fail(const std::string& what)
+{
+    throw std::runtime_error(what);
+}
+
+std::string errno_text(const std::string& what, const std::string& path, int e)
+{
+    return what + " " + path + ": " + std::strerror(e);
+}
+
+struct fd_guard {
+    int fd = -1;
+    ~fd_guard()
+    {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+/// Where the file list comes from: a directory walk or an index file.
+struct source_args {
+    std::string dir;
+    std::string index;
+    std::string root;
+    std::size_t limit = 0;
+
+    void add_to(CLI::App& sub)
+    {
+        auto* d = sub.add_option("--dir", dir, "directory to read (walked recursively, sorted)")->check(CLI::ExistingDirectory);
+        auto* i = sub.add_option("--index", index, "index file: a JSON array of paths relative to --root")->check(CLI::ExistingFile);
+        auto* r = sub.add_option("--root", root, "root directory of the paths in --index")->check(CLI::ExistingDirectory);
+        d->excludes(i);
+        i->needs(r);
+        sub.add_option("--limit", limit, "use only the first N files (0: all)");
+    }
+};
+
+/// The file set, listed once before any timing, with every file's size known.
+struct file_set {
+    cv::file::listing listing;
+    std::vector<std::string> paths; // what to open: listing.full_path(i)
+    std::vector<std::int64_t> sizes;
+    std::uint64_t total_bytes = 0;
+};
+
+file_set load_files(const source_args& a)
+{
+    file_set s;
+    if (!a.dir.empty()) s.listing = cv::file::walk(a.dir);
+    else if (!a.index.empty()) s.listing = cv::file::read_index(a.index, a.root);
+    else fail("give --dir, or --index with --root");
+    if (a.limit && s.listing.entries.size() > a.limit) s.listing.entries.resize(a.limit);
+    if (s.listing.entries.empty()) fail("no files to read");
+    s.paths.reserve(s.listing.entries.size());
+    s.sizes.reserve(s.listing.entries.size());
+    for (std::size_t i = 0; i < s.listing.size(); ++i) {
+        s.paths.push_back(s.listing.full_path(i));
+        std::int64_t size = s.listing.entries[i].size;
+        if (size < 0) { // index files carry no sizes
+            struct stat st {};
+            if (::stat(s.paths.back().c_str(), &st) != 0) fail(errno_text("cannot stat", s.paths.back(), errno));
+            size = st.st_size;
+        }
+        s.sizes.push_back(size);
+        s.total_bytes += static_cast<std::uint64_t>(size);
+    }
+    return s;
+}
+
+/** Drops `paths` from the page cache: writes back dirty pages first (DONTNEED only drops
+    clean ones, and freshly generated files are dirty), then `posix_fadvise(DONTNEED)` per
+    file. Returns the fraction of pages still resident in a sample of up to 256 files
+    (mmap + mincore), so a cold run can say whether it really was cold. */
+double drop_cache(const std::vector<std::string>& paths)
+{
+    bool synced = false;
+    for (auto& p : paths) {
+        fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+        if (f.fd < 0) fail(errno_text("cannot open", p, errno));
+        if (!synced) {
+            ::syncfs(f.fd);
+            synced = true;
+        }
+        if (int e = ::posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED)) fail(errno_text("posix_fadvise failed on", p, e));
+    }
+    const std::size_t step = std::max<std::size_t>(1, paths.size() / 256);
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    std::uint64_t pages = 0, resident = 0;
+    std::vector<unsigned char> vec;
+    for (std::size_t i = 0; i < paths.size(); i += step) {
+        fd_guard f{::open(paths[i].c_str(), O_RDONLY | O_CLOEXEC)};
+        struct stat st {};
+        if (f.fd < 0 || ::fstat(f.fd, &st) != 0 || st.st_size == 0) continue;
+        const auto len = static_cast<std::size_t>(st.st_size);
+        void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, f.fd, 0);
+        if (m == MAP_FAILED) continue;
+        vec.resize((len + page - 1) / page);
+        if (::mincore(m, len, vec.data()) == 0) {
+            pages += vec.size();
+            for (unsigned char c : vec) resident += c & 1;
+        }
+        ::munmap(m, len);
+    }
+    return pages ? static_cast<double>(resident) / static_cast<double>(pages) : 0.0;
+}
+
+/// `drop_cache`, warning when pages stay cached (tmpfs, for one, cannot drop them).
+double drop_cache_and_say(const std::vector<std::string>& paths)
+{
+    const double left = drop_cache(paths);
+    if (left > 0.01)
+        std::fprintf(stderr, "warning: %.1f%% of sampled pages are still cached after dropping; the run is not cold\n",
+                     100.0 * left);
+    return left;
+}
+
+/** Options of the runtimes the benchmarks make: the defaults, except `io_threads` when
+    given, and a log that also notes whether file reads fell back to `pread` (so that
+    results say which backend they measured). */
+cv::runtime_options bench_runtime_options(std::size_t io_threads, std::atomic<bool>& fell_back_to_pread)
+{
+    cv::runtime_options o;
+    o.io_threads = io_threads;
+    o.log = [&fell_back_to_pread](std::string_view line) {
+        if (line.find("pread") != std::string_view::npos) fell_back_to_pread = true;
+        std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+    };
+    return o;
+}
+
+/// The file backend a runtime used: its option, or what the environment or a fallback chose.
+const char* backend_name(const cv::runtime& rt, const std::atomic<bool>& fell_back_to_pread)
+{
+    if (fell_back_to_pread || rt.options().backend == cv::io_backend::pread) return "pread";
+    return "uring";
+}
+
+// ---- gen-files ------------------------------------------------------------------------
+
+struct gen_args {
+    std::string dir;
+    std::uint64_t count = 20000;
+    std::uint64_t seed = 1;
+    std::uint64_t classes = 100;
+    double mean_bytes = 110e3;
+    double sigma = 0.6;
+    std::string index_out;
+};
+
+/// Mixed into the seed of a file's content so that it differs from its size's generator.
+constexpr std::uint64_t content_salt = 0x636f6e74656e7473ULL; // "contents"
+
+/// Size of file `i`: lognormal with the wanted mean (mu = ln(mean) - sigma^2 / 2),
+/// clamped to [1 KiB, 4 MiB].
+std::uint64_t file_size(const gen_args& a, std::uint64_t i)
+{
+    auto r = file_rng(a.seed, i);
+    const double mu = std::log(a.mean_bytes) - a.sigma * a.sigma / 2.0;
+    const double x = std::exp(mu + a.sigma * standard_normal(r));
+    return static_cast<std::uint64_t>(std::clamp(x, 1024.0, 4194304.0));
+}
+
+/// Relative path of file `i` (1-based): classes in turn, so a file's place does not
+/// depend on how many files the set has.
+std::string file_name(const gen_args& a, std::uint64_t i)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "n%08llu/img_%08llu.JPEG", static_cast<unsigned long long>((i - 1) % a.classes),
+                  static_cast<unsigned long long>(i));
+    return buf;
+}
+
+int cmd_gen_files(const gen_args& a)
+{
+    if (a.classes == 0) fail("--classes must be at least 1");
+    fs::create_directories(a.dir);
+    for (std::uint64_t c = 0; c < std::min(a.classes, a.count); ++c)
+        fs::create_directories(fs::path(a.dir) / fs::path(file_name(a, c + 1)).parent_path());
+
+    std::vector<std::uint64_t> words;
+    std::uint64_t total = 0, written = 0, written_bytes = 0;
+    cb::progress bar("gen-files", a.count);
+    cb::stopwatch clock;
+    for (std::uint64_t i = 1; i <= a.count; ++i) {
+        const std::uint64_t size = file_size(a, i);
+        total += size;
+        const fs::path path = fs::path(a.dir) / file_name(a, i);
+        std::error_code ec;
+        if (fs::file_size(path, ec) == size && !ec) {
+            bar.update(i, total);
+            continue;
+        }
+        // Content: a generator of its own per file (not the one that drew the size),
+        // 8 bytes a step: incompressible, and ~1 ns a word.
+        auto r = file_rng(a.seed ^ content_salt, i);
+        words.resize((size + 7) / 8);
+        for (auto& w : words) w = r();
+        fd_guard f{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+        if (f.fd < 0) fail(errno_text("cannot create", path.string(), errno));
+        const auto* p = reinterpret_cast<const char*>(words.data());
+        for (std::uint64_t off = 0; off < size;) {
+            const ssize_t n = ::write(f.fd, p + off, size - off);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                fail(errno_text("cannot write", path.string(), errno));
+            }
+            off += static_cast<std::uint64_t>(n);
+        }
+        ++written;
+        written_bytes += size;
+        bar.update(i, total);
+    }
+    bar.finish();
+
+    if (!a.index_out.empty()) {
+        std::ofstream out(a.index_out);
+        out << "[";
+        for (std::uint64_t i = 1; i <= a.count; ++i) out << (i > 1 ? ",\n" : "\n") << '"' << file_name(a, i) << '"';
+        out << "\n]\n";
+        if (!out) fail("cannot write " + a.index_out);
+    }
+
+    const double mean = a.count ? static_cast<double>(total) / static_cast<double>(a.count) : 0.0;
+    std::fprintf(stderr, "gen-files: %llu files (%llu written, %llu already there) in %s, %.3f GB, mean %.1f KB, %.1f s\n",
+                 static_cast<unsigned long long>(a.count), static_cast<unsigned long long>(written),
+                 static_cast<unsigned long long>(a.count - written), a.dir.c_str(), static_cast<double>(total) / 1e9,
+                 mean / 1e3, clock.seconds());
+    cb::json_line()
+        .add("bench", "gen-files")
+        .add("dir", a.dir)
+        .add("files", a.count)
+        .add("written", written)
+        .add("bytes", total)
+        .add("written_bytes", written_bytes)
+        .add("mean_bytes", mean)
+        .add("seed", a.seed)
+        .add("seconds", clock.seconds())
+        .print();
+    return 0;
+}
+
+// ---- files ----------------------------------------------------------------------------
+
+struct files_args {
+    source_args src;
+    std::string engine = "uring";
+    std::size_t concurrency = 64;
+    std::size_t repeat = 1;
+    bool cold = false;
+    bool unordered = false;
+    std::size_t io_threads = 0;
+};
+
+/// What one pass over the file set measured.
+struct pass_result {
+    std::uint64_t files = 0;
+    std::uint64_t bytes = 0;
+    double seconds = 0;
+    cb::latency_histogram latency;
+    cb::resource_usage usage; // CPU time of the pass; peak RSS so far
+};
+
+/// The naive baseline: one thread, std::ifstream, each whole file into a std::vector.
+pass_result read_ifstream(const file_set& s)
+{
+    pass_result r;
+    const auto before = cb::usage_now();
+    cb::stopwatch clock;
+    for (std::size_t i = 0; i < s.paths.size(); ++i) {
+        cb::stopwatch t;
+        std::ifstream in(s.paths[i], std::ios::binary);
+        if (!in) fail("cannot open " + s.paths[i]);
+        in.seekg(0, std::ios::end);
+        const auto size = static_cast<std::size_t>(in.tellg());
+        in.seekg(0, std::ios::beg);
+        std::vector<char> data(size);
+        if (!in.read(data.data(), static_cast<std::streamsize>(size))) fail("cannot read " + s.paths[i]);
+        r.latency.record(t.elapsed());
+        r.bytes += data.size();
+        ++r.files;
+    }
+    r.seconds = clock.seconds();
+    r.usage = cb::usage_now() - before;
+    return r;
+}
+
+/// N threads, each taking the next file from a shared counter: open, fstat, pread until
+/// full, close, into the thread's own reused buffer.
+pass_result read_pread(const file_set& s, std::size_t threads)
+{
+    pass_result r;
+    std::atomic<std::size_t> next{0};
+    std::atomic<std::uint64_t> files{0}, bytes{0};
+    std::mutex mu;
+    std::string error;
+    std::vector<cb::latency_histogram> lat(threads);
+    const auto before = cb::usage_now();
+    cb::stopwatch clock;
+    {
+        std::vector<std::jthread> pool;
+        for (std::size_t t = 0; t < threads; ++t) {
+            pool.emplace_back([&, t] {
+                std::vector<char> buf;
+                auto& h = lat[t];
+                std::uint64_t my_files = 0, my_bytes = 0;
+                auto stop = [&](std::string what) {
+                    std::lock_guard lk(mu);
+                    if (error.empty()) error = std::move(what);
+                    next.store(s.paths.size());
+                };
+                for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < s.paths.size();) {
+                    cb::stopwatch timer;
+                    const char* path = s.paths[i].c_str();
+                    fd_guard f{::open(path, O_RDONLY | O_CLOEXEC)};
+                    if (f.fd < 0) return stop(errno_text("cannot open", path, errno));
+                    struct stat st {};
+                    if (::fstat(f.fd, &st) != 0) return stop(errno_text("cannot stat", path, errno));
+                    const auto size = static_cast<std::size_t>(st.st_size);
+                    if (buf.size() < size) buf.resize(size);
+                    std::size_t got = 0;
+                    while (got < size) {
+                        const ssize_t n = ::pread(f.fd, buf.data() + got, size - got, static_cast<off_t>(got));
+                        if (n < 0) {
+                            if (errno == EINTR) continue;
+                            return stop(errno_text("cannot read", path, errno));
+                        }
+                        if (n == 0) break; // shrank: the byte check reports it
+                        got += static_cast<std::size_t>(n);
+                    }
+                    ::close(f.fd);
+                    f.fd = -1;
+                    h.record(timer.elapsed());
+                    ++my_files;
+                    my_bytes += got;
+                }
+                files += my_files;
+                bytes += my_bytes;
+            });
+        }
+    }
+    r.seconds = clock.seconds();
+    r.usage = cb::usage_now() - before;
+    if (!error.empty()) fail(error);
+    r.files = files;
+    r.bytes = bytes;
+    for (auto& h : lat) r.latency.merge(h);
+    return r;
+}
+
+/// conveyor's file source: `files(listing, {.concurrency = N})` drained by range-for.
+class uring_reader {
+public:
+    uring_reader(const file_set& s, const files_args& a)
+        : rt_(bench_runtime_options(a.io_threads, fell_back_)), sizes_(&s.sizes),
+          pipe_(cv::file::files(s.listing, {.concurrency = a.concurrency,
+                                            .ordered = !a.unordered,
+                                            .on_read = [this](const cv::blob&, std::chrono::nanoseconds d) { lat_.record(d); }})
+                    .on(rt_))
+    {
+    }
+
+    std::size_t io_lanes() const noexcept { return rt_.io_lanes(); }
+    /// "uring", or "pread" where the runtime read with pread instead (known after a pass).
+    const char* backend() const noexcept { return backend_name(rt_, fell_back_); }
+
+    pass_result pass()
+    {
+        pass_result r;
+        lat_.reset();
+        const auto before = cb::usage_now();
+        cb::stopwatch clock;
+        for (auto& b : pipe_) {
+            if (b.index >= sizes_->size() || static_cast<std::int64_t>(b.data.size()) != (*sizes_)[b.index])
+                fail("uring: " + b.origin + ": read " + std::to_string(b.data.size()) + " bytes, expected " +
+                     (b.index < sizes_->size() ? std::to_string((*sizes_)[b.index]) : "none (index out of range)"));
+            r.bytes += b.data.size();
+            ++r.files;
+        }
+        r.seconds = clock.seconds();
+        r.usage = cb::usage_now() - before;
+        r.latency = lat_.merged();
+        return r;
+    }
+
+private:
+    std::atomic<bool> fell_back_{false}; // before rt_: its log may set it
+    cv::runtime rt_;
+    const std::vector<std::int64_t>* sizes_;
+    cb::concurrent_histogram lat_;
+    cv::pipeline<cv::blob> pipe_;
+};
+
+int cmd_files(const files_args& a)
+{
+    const file_set s = load_files(a.src);
+    std::fprintf(stderr, "files: %zu files, %.3f GB, engine %s, concurrency %zu%s\n", s.paths.size(),
+                 static_cast<double>(s.total_bytes) / 1e9, a.engine.c_str(), a.concurrency, a.cold ? ", cold" : ", warm");
+    std::optional<uring_reader> uring;
+    if (a.engine == "uring") uring.emplace(s, a);
+    const std::size_t concurrency = a.engine == "ifstream" ? 1 : a.concurrency;
+
+    std::vector<double> fps, mbps, p50, p99, cpu_gb;
+    for (std::size_t rep = 0; rep < a.repeat; ++rep) {
+        const double cached = a.cold ? drop_cache_and_say(s.paths) : 1.0;
+        pass_result r = a.engine == "ifstream" ? read_ifstream(s)
+                        : a.engine == "pread"  ? read_pread(s, a.concurrency)
+                                               : uring->pass();
+        if (r.files != s.paths.size() || r.bytes != s.total_bytes)
+            fail(a.engine + ": read " + std::to_string(r.files) + " files, " + std::to_string(r.bytes) + " bytes; expected " +
+                 std::to_string(s.paths.size()) + " files, " + std::to_string(s.total_bytes) + " bytes");
+        const double gb = static_cast<double>(r.bytes) / 1e9;
+        cb::json_line line;
+        line.add("bench", "files")
+            .add("engine", a.engine)
+            .add("concurrency", concurrency)
+            .add("cold", a.cold);
+        if (a.cold) line.add("cached_after_drop", cached, 3);
+        if (uring) line.add("backend", uring->backend()).add("ordered", !a.unordered).add("io_threads", uring->io_lanes());
+        line.add("repeat", rep)
+            .add("files", r.files)
+            .add("bytes", r.bytes)
+            .add("seconds", r.seconds)
+            .add("files_per_s", static_cast<double>(r.files) / r.seconds)
+            .add("MB_per_s", static_cast<double>(r.bytes) / 1e6 / r.seconds)
+            .add("p50_us", r.latency.percentile_us(50))
+            .add("p99_us", r.latency.percentile_us(99))
+            .add("cpu_s", r.usage.cpu_s())
+            .add("cpu_s_per_GB", gb > 0 ? r.usage.cpu_s() / gb : 0.0)
+            .add("max_rss_MB", r.usage.max_rss_mb())
+            .add("minor_faults", r.usage.minor_faults)
+            .print();
+        fps.push_back(static_cast<double>(r.files) / r.seconds);
+        mbps.push_back(static_cast<double>(r.bytes) / 1e6 / r.seconds);
+        p50.push_back(r.latency.percentile_us(50));
+        p99.push_back(r.latency.percentile_us(99));
+        cpu_gb.push_back(gb > 0 ? r.usage.cpu_s() / gb : 0.0);
+    }
+    std::fprintf(stderr,
+                 "files: %s x%zu %s, %zu repeat(s): files/s best %.0f median %.0f | MB/s best %.0f median %.0f | "
+                 "p50 %.0f us p99 %.0f us (median) | CPU %.2f s/GB (median)\n",
+                 a.engine.c_str(), concurrency, a.cold ? "cold" : "warm", a.repeat, *std::max_element(fps.begin(), fps.end()),
+                 cb::median(fps), *std::max_element(mbps.begin(), mbps.end()), cb::median(mbps), cb::median(p50),
+                 cb::median(p99), cb::median(cpu_gb));
+    return 0;
+}
+
+// ---- random-access --------------------------------------------------------------------
+
+struct random_args {
+    source_args src;
+    std::uint64_t count = 20000;
+    std::uint64_t seed = 1;
+    std::vector<std::size_t> inflight{1, 4, 16, 64};
+    bool cold = false;
+    std::size_t io_threads = 0;
+};
+
+int cmd_random_access(const random_args& a)
+{
+    const file_set s = load_files(a.src);
+    std::atomic<bool> fell_back{false};
+    cv::runtime rt(bench_runtime_options(a.io_threads, fell_back));
+    cv::file::dataset ds(s.listing, rt);
+    if (ds.size() != s.paths.size()) fail("dataset has " + std::to_string(ds.size()) + " items, listing " + std::to_string(s.paths.size()));
+
+    splitmix64 r{a.seed};
+    std::vector<std::size_t> idx(a.count);
+    for (auto& i : idx) i = static_cast<std::size_t>(r.below(s.paths.size()));
+
+    std::fprintf(stderr, "random-access: %llu random get(i) over %zu files, %zu I/O lane(s)%s\n",
+                 static_cast<unsigned long long>(a.count), s.paths.size(), rt.io_lanes(), a.cold ? ", cold" : "");
+    std::vector<std::string> table;
+    for (const std::size_t k : a.inflight) {
+        if (k == 0) continue;
+        const double cached = a.cold ? drop_cache_and_say(s.paths) : 1.0;
+        std::vector<cb::latency_histogram> lat(k);
+        std::atomic<std::uint64_t> bytes{0};
+        std::mutex mu;
+        std::exception_ptr error;
+        std::latch done(static_cast<std::ptrdiff_t>(k));
+
+        auto worker = [&](std::size_t w) -> asio::awaitable<void> {
+            auto& h = lat[w];
+            std::uint64_t my_bytes = 0;
+            for (std::size_t j = w; j < idx.size(); j += k) {
+                cb::stopwatch t;
+                cv::blob b = co_await ds.get(idx[j]);
+                h.record(t.elapsed());
+                if (static_cast<std::int64_t>(b.data.size()) != s.sizes[idx[j]])
+                    fail("random-access: " + s.paths[idx[j]] + ": got " + std::to_string(b.data.size()) + " bytes, expected " +
+                         std::to_string(s.sizes[idx[j]]));
+                my_bytes += b.data.size();
+            }
+            bytes += my_bytes;
+        };
+
+        const auto before = cb::usage_now();
+        cb::stopwatch clock;
+        for (std::size_t w = 0; w < k; ++w)
+            asio::co_spawn(rt.io_executor(w % rt.io_lanes()), worker(w), [&](std::exception_ptr e) {
+                if (e) {
+                    std::lock_guard lk(mu);
+                    if (!error) error = e;
+                }
+                done.count_down();
+            });
+        done.wait();
+        const double secs = clock.seconds();
+        const auto usage = cb::usage_now() - before;
+        if (error) std::rethrow_exception(error);
+
+        cb::latency_histogram all;
+        for (auto& h : lat) all.merge(h);
+        const double items_per_s = static_cast<double>(a.count) / secs;
+        cb::json_line line;
+        line.add("bench", "random-access")
+            .add("inflight", k)
+            .add("cold", a.cold);
+        if (a.cold) line.add("cached_after_drop", cached, 3);
+        line.add("backend", backend_name(rt, fell_back))
+            .add("io_threads", rt.io_lanes())
+            .add("items", a.count)
+            .add("bytes", bytes.load())
+            .add("seconds", secs)
+            .add("items_per_s", items_per_s)
+            .add("MB_per_s", static_cast<double>(bytes.load()) / 1e6 / secs)
+            .add("p50_us", all.percentile_us(50))
+            .add("p99_us", all.percentile_us(99))
+            .add("max_us", static_cast<double>(all.max()) / 1e3)
+            .add("cpu_s", usage.cpu_s())
+            .add("max_rss_MB", usage.max_rss_mb())
+            .print();
+        char row[160];
+        std::snprintf(row, sizeof row, "%9zu %12.0f %10.1f %10.1f %10.1f %10.1f", k, items_per_s,
+                      static_cast<double>(bytes.load()) / 1e6 / secs, all.percentile_us(50), all.percentile_us(99),
+                      static_cast<double>(all.max()) / 1e3);
+        table.emplace_back(row);
+    }
+    std::fprintf(stderr, "%9s %12s %10s %10s %10s %10s\n", "in-flight", "items/s", "MB/s", "p50 us", "p99 us", "max us");
+    for (auto& row : table) std::fprintf(stderr, "%s\n", row.c_str());
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    CLI::App app{"conveyor-bench: file-reading benchmarks for conveyor (JSON lines on stdout, summaries on stderr)"};
+    app.require_subcommand(1);
+
+    gen_args gen;
+    auto* g = app.add_subcommand("gen-files", "make a deterministic ImageNet-like file set (lognormal sizes, mean ~110 KB)");
+    g->add_option("--dir", gen.dir, "directory to fill")->required();
+    g->add_option("--count", gen.count, "number of files")->capture_default_str();
+    g->add_option("--seed", gen.seed, "seed of sizes and contents")->capture_default_str();
+    g->add_option("--classes", gen.classes, "class subdirectories")->capture_default_str();
+    g->add_option("--mean-bytes", gen.mean_bytes, "mean file size before clamping to [1 KiB, 4 MiB]")->capture_default_str();
+    g->add_option("--sigma", gen.sigma, "sigma of the lognormal size distribution")->capture_default_str();
+    g->add_option("--write-index", gen.index_out, "also write an index file (JSON array of relative paths) here");
+
+    source_args drop;
+    auto* d = app.add_subcommand("drop-cache", "drop a file set from the page cache (posix_fadvise DONTNEED per file)");
+    drop.add_to(*d);
+
+    files_args fa;
+    auto* f = app.add_subcommand("files", "read every file once per repeat with one engine");
+    fa.src.add_to(*f);
+    f->add_option("--engine", fa.engine, "uring (conveyor's file source), pread (thread pool) or ifstream (sequential)")
+        ->check(CLI::IsMember({"uring", "pread", "ifstream"}))
+        ->capture_default_str();
+    f->add_option("--concurrency", fa.concurrency, "reads in flight (uring) or threads (pread)")->capture_default_str();
+    f->add_option("--repeat", fa.repeat, "passes over the file set")->capture_default_str();
+    f->add_flag("--cold", fa.cold, "drop the files from the page cache before each pass");
+    f->add_flag("--unordered", fa.unordered, "uring: deliver files in completion order");
+    f->add_option("--io-threads", fa.io_threads, "uring: the runtime's I/O threads (0: its default)")->capture_default_str();
+
+    random_args ra;
+    auto* r = app.add_subcommand("random-access", "random dataset::get(i) calls at several in-flight counts");
+    ra.src.add_to(*r);
+    r->add_option("--count", ra.count, "get(i) calls per in-flight count")->capture_default_str();
+    r->add_option("--seed", ra.seed, "seed of the index sequence")->capture_default_str();
+    r->add_option("--inflight", ra.inflight, "in-flight counts to run")->capture_default_str();
+    r->add_flag("--cold", ra.cold, "drop the files from the page cache before each in-flight count");
+    r->add_option("--io-threads", ra.io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();
+
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        if (*g) return cmd_gen_files(gen);
+        if (*d) {
+            const file_set s = load_files(drop);
+            const double left = drop_cache(s.paths);
+            std::fprintf(stderr, "drop-cache: %zu files; %.1f%% of sampled pages still cached%s\n", s.paths.size(),
+                         100.0 * left, left > 0.01 ? " (this file system keeps them: runs on it are not cold)" : "");
+            return 0;
+        }
+        if (*f) {
+            if (fa.concurrency == 0 || fa.repeat == 0) throw std::invalid_argument("--concurrency and --repeat must be at least 1");
+            return cmd_files(fa);
+        }
+        if (*r) return cmd_random_access(ra);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "conveyor-bench: error: %s\n", e.what());
+        return 1;
+    }
+    return 1;
+}

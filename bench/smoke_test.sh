@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# smoke_test.sh CONVEYOR_BENCH [MICRO_BENCH] — proves the benchmarks run and agree, on a tiny
+# file set; registered with ctest. Timings are printed, never judged (that is what the
+# benchmarks are for). Fails if a subcommand fails or the engines read different bytes.
+set -euo pipefail
+
+if [[ $# -lt 1 || $# -gt 2 ]]; then
+    echo "usage: $0 CONVEYOR_BENCH [MICRO_BENCH]" >&2
+    exit 2
+fi
+bench=$1
+micro=${2:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$bench" gen-files --dir "$work/files" --count 300 --classes 7 --write-index "$work/index.json" >"$work/gen.json"
+# Re-running finds every file in place and writes none.
+"$bench" gen-files --dir "$work/files" --count 300 --classes 7 | grep -q '"written":0,'
+
+{
+    "$bench" files --dir "$work/files" --engine ifstream --repeat 1
+    "$bench" files --dir "$work/files" --engine pread --concurrency 4 --repeat 2
+    "$bench" files --dir "$work/files" --engine uring --concurrency 16 --repeat 2
+    "$bench" files --index "$work/index.json" --root "$work/files" --engine uring --concurrency 8 --unordered
+    "$bench" files --dir "$work/files" --engine pread --concurrency 2 --cold
+    "$bench" files --dir "$work/files" --engine uring --concurrency 64 --limit 100
+} >"$work/files.json"
+"$bench" random-access --dir "$work/files" --count 200 --inflight 1 --inflight 8 >"$work/random.json"
+"$bench" drop-cache --dir "$work/files"
+
+python3 - "$work/gen.json" "$work/files.json" "$work/random.json" <<'PY'
+import json, sys
+gen = json.loads(open(sys.argv[1]).read())
+files = [json.loads(l) for l in open(sys.argv[2])]
+rand = [json.loads(l) for l in open(sys.argv[3])]
+assert gen["files"] == 300 and gen["written"] == 300, gen
+full = [r for r in files if r["files"] == 300]
+assert len(full) == 7, f"expected 7 full passes, got {len(full)}"
+sizes = {r["bytes"] for r in full}
+assert sizes == {gen["bytes"]}, f"engines disagree on bytes: {sizes} vs gen-files {gen['bytes']}"
+limited = [r for r in files if r["files"] == 100]
+assert len(limited) == 1, files
+for r in files:
+    for k in ("seconds", "files_per_s", "MB_per_s", "p50_us", "p99_us", "cpu_s", "max_rss_MB"):
+        assert r[k] is not None and r[k] >= 0, (k, r)
+assert [r["inflight"] for r in rand] == [1, 8], rand
+assert all(r["items"] == 200 for r in rand), rand
+print(f"smoke: {len(files)} file passes and {len(rand)} random-access runs agree on {gen['bytes']} bytes")
+PY
+
+if [[ -n $micro ]]; then
+    "$micro" --benchmark_filter='on_lane|channel' --benchmark_min_time=0.01
+fi

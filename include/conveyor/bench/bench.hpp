@@ -1,0 +1,23 @@
+// conveyor/bench/bench.hpp — the bench support module: everything benchmarks and examples
+// use to measure and report.
+#ifndef CONVEYOR_BENCH_BENCH_HPP
+#define CONVEYOR_BENCH_BENCH_HPP
+
+/** @file
+    Bench support, namespace `conveyor::bench`:
+
+    - `stopwatch`, `resource_usage` / `usage_now()`: wall time, CPU time, peak memory;
+    - `latency_histogram`, `concurrent_histogram`, `median()`: latency percentiles;
+    - `progress`: a rate-limited progress line on standard error;
+    - `json_line`: one flat JSON object per line for results.
+
+    It depends on nothing but the standard library and POSIX, so examples may use it
+    without pulling in Boost.
+*/
+
+#include <conveyor/bench/histogram.hpp>
+#include <conveyor/bench/json_line.hpp>
+#include <conveyor/bench/progress.hpp>
+#include <conveyor/bench/timer.hpp>
+
+#endif

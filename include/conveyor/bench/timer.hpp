@@ -1,0 +1,85 @@
+// conveyor/bench/timer.hpp — wall-clock stopwatch, CPU time and peak memory of the process.
+#ifndef CONVEYOR_BENCH_TIMER_HPP
+#define CONVEYOR_BENCH_TIMER_HPP
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdint>
+
+namespace conveyor::bench {
+
+/** Measures elapsed wall-clock time on the monotonic clock.
+
+    Starts when constructed; `restart()` starts again.
+
+    @par Thread Safety
+    Distinct objects: safe. Shared objects: safe to read, unsafe to restart concurrently.
+*/
+class stopwatch {
+public:
+    using clock = std::chrono::steady_clock;
+
+    stopwatch() noexcept : start_(clock::now()) {}
+
+    /// Starts timing again from now.
+    void restart() noexcept { start_ = clock::now(); }
+
+    /// Time since the start.
+    std::chrono::nanoseconds elapsed() const noexcept { return clock::now() - start_; }
+
+    /// Time since the start, in seconds.
+    double seconds() const noexcept { return std::chrono::duration<double>(elapsed()).count(); }
+
+    /// Time since the start, in whole nanoseconds.
+    std::int64_t nanoseconds() const noexcept { return elapsed().count(); }
+
+    /// The moment timing started.
+    clock::time_point started() const noexcept { return start_; }
+
+private:
+    clock::time_point start_;
+};
+
+/** CPU time used and peak resident memory of the whole process (all its threads), from
+    `getrusage(RUSAGE_SELF)`.
+
+    CPU time and fault counts only mean something as differences: take one before and one
+    after the work and subtract (`after - before`). Peak memory is a high-water mark since the
+    process started; it never goes down, so it is reported as it is, not as a difference.
+*/
+struct resource_usage {
+    double user_s = 0;              ///< CPU seconds in user mode
+    double system_s = 0;            ///< CPU seconds in the kernel on the process's behalf
+    std::int64_t max_rss_bytes = 0; ///< peak resident set size so far
+    std::int64_t minor_faults = 0;  ///< page faults served without I/O (first touch of new memory)
+    std::int64_t major_faults = 0;  ///< page faults that had to read from storage
+
+    /// User plus system CPU seconds.
+    double cpu_s() const noexcept { return user_s + system_s; }
+    /// Peak resident set size in megabytes (10^6 bytes).
+    double max_rss_mb() const noexcept { return static_cast<double>(max_rss_bytes) / 1e6; }
+
+    /// The CPU time and faults between `before` and `after`; the peak memory of `after`.
+    friend resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept
+    {
+        return {after.user_s - before.user_s, after.system_s - before.system_s, after.max_rss_bytes,
+                after.minor_faults - before.minor_faults, after.major_faults - before.major_faults};
+    }
+};
+
+/// The process's resource usage now (all zeros if `getrusage` fails, which it does not
+/// on Linux for `RUSAGE_SELF`).
+inline resource_usage usage_now() noexcept
+{
+    ::rusage ru{};
+    if (::getrusage(RUSAGE_SELF, &ru) != 0) return {};
+    auto secs = [](const ::timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
+    // Linux reports ru_maxrss in kibibytes.
+    return {secs(ru.ru_utime), secs(ru.ru_stime), static_cast<std::int64_t>(ru.ru_maxrss) * 1024,
+            static_cast<std::int64_t>(ru.ru_minflt), static_cast<std::int64_t>(ru.ru_majflt)};
+}
+
+} // namespace conveyor::bench
+
+#endif

@@ -1,0 +1,278 @@
+// conveyor/file/index.hpp — lists of files: directory walks, index files, class labels.
+#ifndef CONVEYOR_FILE_INDEX_HPP
+#define CONVEYOR_FILE_INDEX_HPP
+
+#include <conveyor/core/error.hpp>
+#include <conveyor/file/error.hpp>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace conveyor::file {
+
+/// One file of a listing.
+struct entry {
+    std::string path;        ///< relative to the listing's root (or absolute, for plain path lists)
+    std::int64_t size = -1;  ///< bytes when listed, or -1 if unknown (then it is stat'ed when read)
+    std::int64_t label = -1; ///< class id, or -1
+};
+
+/// Files to read: a root and paths below it, with class names where labels are known.
+struct listing {
+    std::filesystem::path root;       ///< what entry paths are relative to (empty: as given)
+    std::vector<entry> entries;       ///< in a fixed, deterministic order
+    std::vector<std::string> classes; ///< class names by id (ImageFolder: directory names)
+
+    std::size_t size() const noexcept { return entries.size(); }
+    /// The path to open for entry `i`.
+    std::string full_path(std::size_t i) const
+    {
+        const auto& p = entries.at(i).path;
+        return root.empty() ? p : (root / p).string();
+    }
+};
+
+/// One class of a classes file (the seeds' `{"n01440764": {"id": 0, "name": "tench"}}`).
+struct class_info {
+    std::string dir;  ///< the key: a directory name such as "n01440764"
+    std::int64_t id;  ///< the label
+    std::string name; ///< a human name such as "tench"
+};
+
+/// Settings of `walk` and `read_index`.
+struct walk_options {
+    /// Keep only these extensions (".jpg", ".JPEG"...; compared without regard to case).
+    /// Empty: every regular file.
+    std::vector<std::string> extensions;
+    /// ImageFolder labels: the first directory below the root is the class. Classes get
+    /// ids in sorted order unless `classes` gives them; files directly in the root, or in
+    /// directories that `classes` does not name, are left out.
+    bool labels = false;
+    /// Ids from a classes file (see `read_classes`) instead of sorted order.
+    std::vector<class_info> classes;
+};
+
+namespace detail {
+
+[[noreturn]] inline void throw_file_error(std::error_code ec, const std::string& where, std::string detail = {})
+{
+    throw conveyor::error(ec, {.stage = "", .key = "", .where = where, .offset = -1, .detail = std::move(detail)});
+}
+
+inline bool has_extension(const std::filesystem::path& p, const std::vector<std::string>& exts)
+{
+    if (exts.empty()) return true;
+    const std::string e = p.extension().string();
+    return std::any_of(exts.begin(), exts.end(), [&](const std::string& want) {
+        return want.size() == e.size() &&
+               std::equal(want.begin(), want.end(), e.begin(), [](char a, char b) {
+                   return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+               });
+    });
+}
+
+/// Assigns labels from the first path component; drops entries with no class.
+inline void apply_labels(listing& l, const walk_options& o)
+{
+    std::map<std::string, std::int64_t, std::less<>> ids;
+    if (!o.classes.empty()) {
+        std::int64_t max_id = -1;
+        for (const auto& c : o.classes) {
+            ids.emplace(c.dir, c.id);
+            max_id = std::max(max_id, c.id);
+        }
+        l.classes.assign(static_cast<std::size_t>(max_id + 1), std::string());
+        for (const auto& c : o.classes) l.classes[static_cast<std::size_t>(c.id)] = c.dir;
+    } else {
+        for (const auto& e : l.entries) {
+            const auto slash = e.path.find('/');
+            if (slash != std::string::npos) ids.emplace(e.path.substr(0, slash), 0);
+        }
+        std::int64_t next = 0;
+        for (auto& [dir, id] : ids) {
+            id = next++;
+            l.classes.push_back(dir);
+        }
+    }
+    std::erase_if(l.entries, [&](entry& e) {
+        const auto slash = e.path.find('/');
+        if (slash == std::string::npos) return true;
+        auto it = ids.find(std::string_view(e.path).substr(0, slash));
+        if (it == ids.end()) return true;
+        e.label = it->second;
+        return false;
+    });
+}
+
+} // namespace detail
+
+/// True if `rel` would leave the root it is relative to: absolute, or `..` going above it.
+inline bool escapes_root(std::string_view rel)
+{
+    const std::filesystem::path p(rel);
+    if (p.is_absolute() || p.has_root_name()) return true;
+    int depth = 0;
+    for (const auto& part : p.lexically_normal()) {
+        if (part == "..") {
+            if (--depth < 0) return true;
+        } else if (part != "." && !part.empty()) {
+            ++depth;
+        }
+    }
+    return false;
+}
+
+/** Lists every regular file below `root` (recursively, following no symlinked
+    directories), sorted by path so the order is the same on every run and machine.
+    Sizes are recorded, so reads need no extra stat and a file that changed since is
+    detected. Throws `conveyor::error` naming the path that could not be read. */
+inline listing walk(const std::filesystem::path& root, const walk_options& o = {})
+{
+    namespace fs = std::filesystem;
+    listing l;
+    l.root = root;
+    std::error_code ec;
+    if (!fs::is_directory(root, ec))
+        detail::throw_file_error(ec ? ec : std::make_error_code(std::errc::not_a_directory), root.string(),
+                                 "cannot walk: not a directory");
+    fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end;
+    if (ec) detail::throw_file_error(ec, root.string(), "cannot open directory");
+    for (; it != end; it.increment(ec)) {
+        if (ec) detail::throw_file_error(ec, it->path().string(), "cannot read directory");
+        const fs::directory_entry& d = *it;
+        if (!d.is_regular_file(ec) || !detail::has_extension(d.path(), o.extensions)) continue;
+        const auto size = d.file_size(ec);
+        if (ec) detail::throw_file_error(ec, d.path().string(), "cannot stat");
+        l.entries.push_back({d.path().lexically_relative(root).generic_string(), static_cast<std::int64_t>(size), -1});
+    }
+    if (ec) detail::throw_file_error(ec, root.string(), "cannot read directory");
+    std::sort(l.entries.begin(), l.entries.end(), [](const entry& a, const entry& b) { return a.path < b.path; });
+    if (o.labels) detail::apply_labels(l, o);
+    return l;
+}
+
+/// A listing of the given paths, as given (relative to the working directory, or
+/// absolute), in the given order; sizes are found when read.
+inline listing from_paths(const std::vector<std::string>& paths)
+{
+    listing l;
+    l.entries.reserve(paths.size());
+    for (const auto& p : paths) l.entries.push_back({p, -1, -1});
+    return l;
+}
+
+namespace detail {
+inline boost::json::value parse_json_file(const std::filesystem::path& file, const char* what)
+{
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw_file_error(std::error_code(errno ? errno : ENOENT, std::system_category()), file.string(),
+                              std::string("cannot open ") + what);
+    std::ostringstream text;
+    text << in.rdbuf();
+    boost::system::error_code jec;
+    boost::json::value v = boost::json::parse(text.str(), jec);
+    if (jec) throw_file_error(make_error_code(errc::invalid_json), file.string(), std::string(what) + ": " + jec.message());
+    return v;
+}
+
+inline void write_text_file(const std::filesystem::path& file, const std::string& text)
+{
+    // Write beside, then rename: a reader never sees half a file.
+    const auto tmp = file.string() + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw_file_error(std::error_code(errno, std::system_category()), tmp, "cannot create");
+        out << text;
+        out.flush();
+        if (!out) throw_file_error(std::error_code(errno ? errno : EIO, std::system_category()), tmp, "cannot write");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, file, ec);
+    if (ec) throw_file_error(ec, file.string(), "cannot rename " + tmp + " into place");
+}
+} // namespace detail
+
+/** Reads an index file: a JSON array of paths relative to `root` (the seeds' format).
+    Every entry must be a string that stays inside `root`; the first that does not is an
+    error naming the file, the entry's position and its value. With `o.labels`, labels
+    come from each path's first directory as in `walk`. */
+inline listing read_index(const std::filesystem::path& index_file, const std::filesystem::path& root,
+                          const walk_options& o = {})
+{
+    const boost::json::value v = detail::parse_json_file(index_file, "index");
+    if (!v.is_array()) detail::throw_file_error(make_error_code(errc::index_not_array), index_file.string());
+    const auto& arr = v.get_array();
+    listing l;
+    l.root = root;
+    l.entries.reserve(arr.size());
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+        if (!arr[i].is_string())
+            detail::throw_file_error(make_error_code(errc::index_entry_not_string), index_file.string(),
+                                     "entry " + std::to_string(i) + " is " + boost::json::serialize(arr[i]));
+        std::string p(arr[i].get_string());
+        if (escapes_root(p))
+            detail::throw_file_error(make_error_code(errc::path_escapes_root), index_file.string(),
+                                     "entry " + std::to_string(i) + " \"" + p + "\" leaves the root " + root.string());
+        if (!detail::has_extension(p, o.extensions)) continue;
+        l.entries.push_back({std::move(p), -1, -1});
+    }
+    if (o.labels) detail::apply_labels(l, o);
+    return l;
+}
+
+/// Writes `l`'s paths as an index file (a JSON array of strings), atomically.
+inline void write_index(const listing& l, const std::filesystem::path& index_file)
+{
+    boost::json::array arr;
+    arr.reserve(l.entries.size());
+    for (const auto& e : l.entries) arr.emplace_back(e.path);
+    detail::write_text_file(index_file, boost::json::serialize(arr) + "\n");
+}
+
+/// Reads a classes file: `{"n01440764": {"id": 0, "name": "tench"}, ...}`.
+inline std::vector<class_info> read_classes(const std::filesystem::path& classes_file)
+{
+    const boost::json::value v = detail::parse_json_file(classes_file, "classes file");
+    if (!v.is_object()) detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(), "not a JSON object");
+    std::vector<class_info> out;
+    for (const auto& [key, val] : v.get_object()) {
+        const auto* obj = val.if_object();
+        const auto* id = obj ? obj->if_contains("id") : nullptr;
+        if (!id || !id->is_int64() || id->get_int64() < 0)
+            detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(),
+                                     "class \"" + std::string(key) + "\" has no non-negative integer \"id\"");
+        const auto* name = obj->if_contains("name");
+        out.push_back({std::string(key), id->get_int64(), name && name->is_string() ? std::string(name->get_string()) : std::string(key)});
+    }
+    std::sort(out.begin(), out.end(), [](const class_info& a, const class_info& b) { return a.id < b.id; });
+    return out;
+}
+
+/// Writes `l`'s classes as a classes file; `names` may give human names by directory.
+inline void write_classes(const listing& l, const std::filesystem::path& classes_file,
+                          const std::map<std::string, std::string>& names = {})
+{
+    boost::json::object obj;
+    for (std::size_t i = 0; i < l.classes.size(); ++i) {
+        const auto& dir = l.classes[i];
+        if (dir.empty()) continue;
+        auto it = names.find(dir);
+        obj[dir] = boost::json::object{{"id", static_cast<std::int64_t>(i)}, {"name", it != names.end() ? it->second : dir}};
+    }
+    detail::write_text_file(classes_file, boost::json::serialize(obj) + "\n");
+}
+
+} // namespace conveyor::file
+
+#endif

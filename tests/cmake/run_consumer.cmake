@@ -1,0 +1,85 @@
+# Configures, builds and runs tests/cmake/consumer against conveyor obtained one way.
+#
+#   cmake -DMODE=add_subdirectory|fetchcontent|find_package
+#         -DCONVEYOR_SOURCE_DIR=<conveyor's source tree> -DWORK_DIR=<scratch dir, wiped first>
+#         [-DGENERATOR=Ninja] [-DMAKE_PROGRAM=...] [-DCXX_COMPILER=...] [-DCXX_LAUNCHER=...]
+#         [-DEXPECTED_VERSION=...] -P run_consumer.cmake
+#
+# Any failing step stops the script with an error, which fails the ctest test.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(required MODE CONVEYOR_SOURCE_DIR WORK_DIR)
+  if(NOT DEFINED ${required} OR "${${required}}" STREQUAL "")
+    message(FATAL_ERROR "run_consumer.cmake: -D${required}=... is required")
+  endif()
+endforeach()
+if(NOT MODE MATCHES "^(add_subdirectory|fetchcontent|find_package)$")
+  message(FATAL_ERROR "run_consumer.cmake: MODE='${MODE}': expected add_subdirectory, fetchcontent or find_package")
+endif()
+if(NOT GENERATOR)
+  set(GENERATOR Ninja)
+endif()
+
+set(consumer_src "${CMAKE_CURRENT_LIST_DIR}/consumer")
+set(consumer_build "${WORK_DIR}/consumer-build")
+
+# What every configure step shares: generator, compiler, launcher; no build type, which
+# compiles fastest (these tests prove packaging, not optimised code).
+set(common_args -G "${GENERATOR}")
+if(MAKE_PROGRAM)
+  list(APPEND common_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+if(CXX_COMPILER)
+  list(APPEND common_args "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+endif()
+if(CXX_LAUNCHER)
+  list(APPEND common_args "-DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_LAUNCHER}")
+endif()
+
+# run(<what> <command...>): echoes the command, runs it, stops on failure.
+function(run what)
+  list(JOIN ARGN " " shown)
+  message(STATUS "[${MODE}] ${what}: ${shown}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[${MODE}] ${what} failed (${rc}): ${shown}")
+  endif()
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+set(consumer_args
+  -S "${consumer_src}" -B "${consumer_build}" ${common_args}
+  "-DCONVEYOR_CONSUME=${MODE}"
+  "-DCONVEYOR_SOURCE_DIR=${CONVEYOR_SOURCE_DIR}")
+
+if(MODE STREQUAL "find_package")
+  # Install conveyor alone (no tests, examples or benchmarks) into a scratch prefix.
+  set(conveyor_build "${WORK_DIR}/conveyor-build")
+  set(prefix "${WORK_DIR}/prefix")
+  run("configure conveyor" "${CMAKE_COMMAND}"
+      -S "${CONVEYOR_SOURCE_DIR}" -B "${conveyor_build}" ${common_args}
+      -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_EXAMPLES=OFF -DCONVEYOR_BUILD_BENCH=OFF
+      -DCONVEYOR_INSTALL=ON "-DCMAKE_INSTALL_PREFIX=${prefix}")
+  run("build conveyor" "${CMAKE_COMMAND}" --build "${conveyor_build}")
+  run("install conveyor" "${CMAKE_COMMAND}" --install "${conveyor_build}" --prefix "${prefix}")
+  foreach(f include/conveyor/conveyor.hpp
+            share/cmake/conveyor/conveyorConfig.cmake
+            share/cmake/conveyor/conveyorConfigVersion.cmake
+            share/cmake/conveyor/conveyorTargets.cmake
+            share/cmake/conveyor/conveyorDependencies.cmake)
+    if(NOT EXISTS "${prefix}/${f}")
+      message(FATAL_ERROR "[${MODE}] the install lacks ${f}")
+    endif()
+  endforeach()
+  list(APPEND consumer_args "-DCMAKE_PREFIX_PATH=${prefix}")
+  if(EXPECTED_VERSION)
+    list(APPEND consumer_args "-DCONVEYOR_EXPECTED_VERSION=${EXPECTED_VERSION}")
+  endif()
+endif()
+
+run("configure consumer" "${CMAKE_COMMAND}" ${consumer_args})
+run("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}")
+run("run consumer" "${consumer_build}/consumer")
+message(STATUS "[${MODE}] ok")
