@@ -360,8 +360,11 @@ public:
     /// Uniform in [0, n) (Lemire's multiply-shift; bias below 2^-32 for n < 2^32).
     std::uint64_t below(std::uint64_t n) noexcept
     {
-        return static_cast<std::uint64_t>((static_cast<unsigned __int128>((*this)()) * n) >> 64);
+        __extension__ using u128 = unsigned __int128; // GCC and Clang; quiet under -Wpedantic
+        return static_cast<std::uint64_t>((static_cast<u128>((*this)()) * n) >> 64);
     }
+    /// Uniform in (0, 1]: never 0, so that log() of it is finite.
+    double unit() noexcept { return static_cast<double>((*this)() >> 11) * 0x1p-53 + 0x1p-53; }
 
 private:
     std::uint64_t s_;
