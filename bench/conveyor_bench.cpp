@@ -1,7 +1,8 @@
 // conveyor_bench.cpp — conveyor-bench: file-reading benchmarks and their test data.
 //
 // Subcommands:
-//   gen-files      make a deterministic ImageNet-like file set (lognormal sizes, mean ~110 KB)
+//   gen-files      make a deterministic ImageNet-like file set (lognormal sizes, mean ~110 KB;
+//                  conveyor::bench::synthetic_files, the same set the examples use)
 //   drop-cache     drop a file set from the page cache (posix_fadvise DONTNEED per file)
 //   files          read every file once per repeat with one engine: uring (conveyor's
 //                  file source), pread (a thread pool) or ifstream (the naive baseline)
@@ -11,6 +12,7 @@
 // go to standard error. Any read failure or byte-count mismatch exits non-zero.
 
 #include <conveyor/bench/bench.hpp>
+#include <conveyor/bench/synthetic.hpp>
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/source.hpp>
@@ -38,7 +40,6 @@
 #include <fstream>
 #include <latch>
 #include <mutex>
-#include <numbers>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -56,10 +57,8 @@ namespace asio = boost::asio;
 
 // ---- deterministic numbers -----------------------------------------------------------
 
-/** splitmix64 (Steele, Lea, Flood 2014): tiny, fast, and the same on every machine.
-    Sizes also go through std::log, std::cos and std::exp, which glibc computes to within
-    an ulp; a size could only differ between machines where a value lands within an ulp of
-    a whole byte, which for a 20,000-file set is never seen in practice. */
+/// splitmix64 (Steele, Lea, Flood 2014): the random-access index sequence, the same on
+/// every machine.
 struct splitmix64 {
     std::uint64_t s;
     std::uint64_t operator()() noexcept
@@ -69,27 +68,9 @@ struct splitmix64 {
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
         return z ^ (z >> 31);
     }
-    /// Uniform in (0, 1]: never 0, so that log() is finite.
-    double unit() noexcept { return static_cast<double>((*this)() >> 11) * 0x1p-53 + 0x1p-53; }
     /// Uniform in [0, n).
     std::uint64_t below(std::uint64_t n) noexcept { return (*this)() % n; }
 };
-
-/// A standard normal deviate (Box-Muller, one of the pair).
-double standard_normal(splitmix64& r)
-{
-    const double u1 = r.unit(), u2 = r.unit();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-/// The generator of file number `i` of a set made with `seed`: each file's size and bytes
-/// depend on (seed, i) only, so sets of different counts agree on the files they share.
-splitmix64 file_rng(std::uint64_t seed, std::uint64_t i)
-{
-    splitmix64 r{seed ^ (i * 0xd1342543de82ef95ULL)};
-    r();
-    return r;
-}
 
 // ---- small helpers --------------------------------------------------------------------
 
@@ -132,6 +113,9 @@ struct source_args {
 /// The file set, listed once before any timing, with every file's size known.
 struct file_set {
     cv::file::listing listing;
+    // The same listing, shared with conveyor's pipelines without a copy (set by load_files,
+    // after which `listing` is left empty).
+    std::shared_ptr<const cv::file::listing> shared_listing;
     std::vector<std::string> paths; // what to open: listing.full_path(i)
     std::vector<std::int64_t> sizes;
     std::uint64_t total_bytes = 0;
@@ -158,6 +142,8 @@ file_set load_files(const source_args& a)
         s.sizes.push_back(size);
         s.total_bytes += static_cast<std::uint64_t>(size);
     }
+    s.shared_listing = std::make_shared<const cv::file::listing>(std::move(s.listing));
+    s.listing = {};
     return s;
 }
 
@@ -232,102 +218,39 @@ const char* backend_name(const cv::runtime& rt, const std::atomic<bool>& fell_ba
 // ---- gen-files ------------------------------------------------------------------------
 
 struct gen_args {
-    std::string dir;
-    std::uint64_t count = 20000;
-    std::uint64_t seed = 1;
-    std::uint64_t classes = 100;
-    double mean_bytes = 110e3;
-    double sigma = 0.6;
+    cb::synthetic_files set;
     std::string index_out;
 };
 
-/// Mixed into the seed of a file's content so that it differs from its size's generator.
-constexpr std::uint64_t content_salt = 0x636f6e74656e7473ULL; // "contents"
-
-/// Size of file `i`: lognormal with the wanted mean (mu = ln(mean) - sigma^2 / 2),
-/// clamped to [1 KiB, 4 MiB].
-std::uint64_t file_size(const gen_args& a, std::uint64_t i)
-{
-    auto r = file_rng(a.seed, i);
-    const double mu = std::log(a.mean_bytes) - a.sigma * a.sigma / 2.0;
-    const double x = std::exp(mu + a.sigma * standard_normal(r));
-    return static_cast<std::uint64_t>(std::clamp(x, 1024.0, 4194304.0));
-}
-
-/// Relative path of file `i` (1-based): classes in turn, so a file's place does not
-/// depend on how many files the set has.
-std::string file_name(const gen_args& a, std::uint64_t i)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "n%08llu/img_%08llu.JPEG", static_cast<unsigned long long>((i - 1) % a.classes),
-                  static_cast<unsigned long long>(i));
-    return buf;
-}
-
 int cmd_gen_files(const gen_args& a)
 {
-    if (a.classes == 0) fail("--classes must be at least 1");
-    fs::create_directories(a.dir);
-    for (std::uint64_t c = 0; c < std::min(a.classes, a.count); ++c)
-        fs::create_directories(fs::path(a.dir) / fs::path(file_name(a, c + 1)).parent_path());
-
-    std::vector<std::uint64_t> words;
-    std::uint64_t total = 0, written = 0, written_bytes = 0;
-    cb::progress bar("gen-files", a.count);
+    cb::progress bar("gen-files", a.set.count);
     cb::stopwatch clock;
-    for (std::uint64_t i = 1; i <= a.count; ++i) {
-        const std::uint64_t size = file_size(a, i);
-        total += size;
-        const fs::path path = fs::path(a.dir) / file_name(a, i);
-        std::error_code ec;
-        if (fs::file_size(path, ec) == size && !ec) {
-            bar.update(i, total);
-            continue;
-        }
-        // Content: a generator of its own per file (not the one that drew the size),
-        // 8 bytes a step: incompressible, and ~1 ns a word.
-        auto r = file_rng(a.seed ^ content_salt, i);
-        words.resize((size + 7) / 8);
-        for (auto& w : words) w = r();
-        fd_guard f{::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-        if (f.fd < 0) fail(errno_text("cannot create", path.string(), errno));
-        const auto* p = reinterpret_cast<const char*>(words.data());
-        for (std::uint64_t off = 0; off < size;) {
-            const ssize_t n = ::write(f.fd, p + off, size - off);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                fail(errno_text("cannot write", path.string(), errno));
-            }
-            off += static_cast<std::uint64_t>(n);
-        }
-        ++written;
-        written_bytes += size;
-        bar.update(i, total);
-    }
+    const auto rep = cb::generate(a.set, [&bar](std::uint64_t done, std::uint64_t bytes) { bar.update(done, bytes); });
     bar.finish();
 
     if (!a.index_out.empty()) {
-        std::ofstream out(a.index_out);
-        out << "[";
-        for (std::uint64_t i = 1; i <= a.count; ++i) out << (i > 1 ? ",\n" : "\n") << '"' << file_name(a, i) << '"';
-        out << "\n]\n";
-        if (!out) fail("cannot write " + a.index_out);
+        cv::file::listing l;
+        l.entries.reserve(a.set.count);
+        for (std::uint64_t i = 1; i <= a.set.count; ++i) l.entries.push_back({a.set.name(i)});
+        cv::file::write_index(l, a.index_out);
     }
 
-    const double mean = a.count ? static_cast<double>(total) / static_cast<double>(a.count) : 0.0;
+    const double mean = rep.files ? static_cast<double>(rep.bytes) / static_cast<double>(rep.files) : 0.0;
+    const std::string dir = a.set.dir.string();
     std::fprintf(stderr, "gen-files: %llu files (%llu written, %llu already there) in %s, %.3f GB, mean %.1f KB, %.1f s\n",
-                 static_cast<unsigned long long>(a.count), static_cast<unsigned long long>(written),
-                 static_cast<unsigned long long>(a.count - written), a.dir.c_str(), static_cast<double>(total) / 1e9,
+                 static_cast<unsigned long long>(rep.files), static_cast<unsigned long long>(rep.written),
+                 static_cast<unsigned long long>(rep.files - rep.written), dir.c_str(), static_cast<double>(rep.bytes) / 1e9,
                  mean / 1e3, clock.seconds());
     cb::json_line()
         .add("bench", "gen-files")
-        .add("dir", a.dir)
-        .add("files", a.count)
-        .add("written", written)
-        .add("bytes", total)
-        .add("written_bytes", written_bytes)
+        .add("dir", dir)
+        .add("files", rep.files)
+        .add("written", rep.written)
+        .add("bytes", rep.bytes)
+        .add("written_bytes", rep.written_bytes)
         .add("mean_bytes", mean)
-        .add("seed", a.seed)
+        .add("seed", a.set.seed)
         .add("seconds", clock.seconds())
         .print();
     return 0;
@@ -446,7 +369,7 @@ class uring_reader {
 public:
     uring_reader(const file_set& s, const files_args& a)
         : rt_(bench_runtime_options(a.io_threads, fell_back_)), sizes_(&s.sizes),
-          pipe_(cv::file::files(s.listing, {.concurrency = a.concurrency,
+          pipe_(cv::file::files(s.shared_listing, {.concurrency = a.concurrency,
                                             .ordered = !a.unordered,
                                             .on_read = [this](const cv::blob&, std::chrono::nanoseconds d) { lat_.record(d); }})
                     .on(rt_))
@@ -493,6 +416,9 @@ int cmd_files(const files_args& a)
     if (a.engine == "uring") uring.emplace(s, a);
     const std::size_t concurrency = a.engine == "ifstream" ? 1 : a.concurrency;
 
+    // Everything the run needs besides the data itself (the listing, the paths) is loaded
+    // now: what the peak grows by from here is the read path's own memory.
+    const double rss_before_mb = static_cast<double>(cb::current_rss_bytes()) / 1e6;
     std::vector<double> fps, mbps, p50, p99, cpu_gb;
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         const double cached = a.cold ? drop_cache_and_say(s.paths) : 1.0;
@@ -521,6 +447,8 @@ int cmd_files(const files_args& a)
             .add("cpu_s", r.usage.cpu_s())
             .add("cpu_s_per_GB", gb > 0 ? r.usage.cpu_s() / gb : 0.0)
             .add("max_rss_MB", r.usage.max_rss_mb())
+            .add("rss_before_MB", rss_before_mb)
+            .add("rss_growth_MB", r.usage.max_rss_mb() - rss_before_mb)
             .add("minor_faults", r.usage.minor_faults)
             .print();
         fps.push_back(static_cast<double>(r.files) / r.seconds);
@@ -554,7 +482,7 @@ int cmd_random_access(const random_args& a)
     const file_set s = load_files(a.src);
     std::atomic<bool> fell_back{false};
     cv::runtime rt(bench_runtime_options(a.io_threads, fell_back));
-    cv::file::dataset ds(s.listing, rt);
+    cv::file::dataset ds(*s.shared_listing, rt);
     if (ds.size() != s.paths.size()) fail("dataset has " + std::to_string(ds.size()) + " items, listing " + std::to_string(s.paths.size()));
 
     splitmix64 r{a.seed};
@@ -644,12 +572,12 @@ int main(int argc, char** argv)
 
     gen_args gen;
     auto* g = app.add_subcommand("gen-files", "make a deterministic ImageNet-like file set (lognormal sizes, mean ~110 KB)");
-    g->add_option("--dir", gen.dir, "directory to fill")->required();
-    g->add_option("--count", gen.count, "number of files")->capture_default_str();
-    g->add_option("--seed", gen.seed, "seed of sizes and contents")->capture_default_str();
-    g->add_option("--classes", gen.classes, "class subdirectories")->capture_default_str();
-    g->add_option("--mean-bytes", gen.mean_bytes, "mean file size before clamping to [1 KiB, 4 MiB]")->capture_default_str();
-    g->add_option("--sigma", gen.sigma, "sigma of the lognormal size distribution")->capture_default_str();
+    g->add_option("--dir", gen.set.dir, "directory to fill")->required();
+    g->add_option("--count", gen.set.count, "number of files")->capture_default_str();
+    g->add_option("--seed", gen.set.seed, "seed of sizes and contents")->capture_default_str();
+    g->add_option("--classes", gen.set.classes, "class subdirectories")->check(CLI::PositiveNumber)->capture_default_str();
+    g->add_option("--mean-bytes", gen.set.mean_bytes, "mean file size before clamping to [1 KiB, 4 MiB]")->capture_default_str();
+    g->add_option("--sigma", gen.set.sigma, "sigma of the lognormal size distribution")->capture_default_str();
     g->add_option("--write-index", gen.index_out, "also write an index file (JSON array of relative paths) here");
 
     source_args drop;

@@ -3,9 +3,11 @@
 #define CONVEYOR_BENCH_TIMER_HPP
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 
 namespace conveyor::bench {
 
@@ -78,6 +80,17 @@ inline resource_usage usage_now() noexcept
     // Linux reports ru_maxrss in kibibytes.
     return {secs(ru.ru_utime), secs(ru.ru_stime), static_cast<std::int64_t>(ru.ru_maxrss) * 1024,
             static_cast<std::int64_t>(ru.ru_minflt), static_cast<std::int64_t>(ru.ru_majflt)};
+}
+
+/// The resident set size now, in bytes (from /proc/self/statm; 0 if unreadable).
+inline std::int64_t current_rss_bytes() noexcept
+{
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    long long pages = 0, resident = 0;
+    const int n = std::fscanf(f, "%lld %lld", &pages, &resident);
+    std::fclose(f);
+    return n == 2 ? resident * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
 } // namespace conveyor::bench

@@ -365,7 +365,14 @@ private:
             wake_senders(lk);
             return false;
         }
-        wake_senders(lk);
+        // Hysteresis: waking a sender for every slot freed makes producer and consumer
+        // threads wake each other in lockstep. Wake them once half the ring is free, or
+        // whenever the receiver has nothing more to take (it is about to wait, so anyone
+        // who could fill its next slot must be running: this keeps progress guaranteed).
+        const std::uint64_t hi = std::max(tail_, seq_hi_); // ordered senders do not move tail_
+        const std::uint64_t used = hi > head_ ? hi - head_ : 0;
+        const bool head_ready = slots_[head_ % cap_].has_value() || holes_[head_ % cap_];
+        if (!head_ready || used <= cap_ / 2) wake_senders(lk);
         // More items may be ready for other waiting receivers (parallel workers).
         if (!recv_waiters_.empty() && ready()) notify_receiver(lk);
         if (!lk.owns_lock()) lk.lock();

@@ -290,9 +290,10 @@ public:
     }
 
 private:
-    // How many items the consumer takes from the channel per lock: a few, so that a fast
-    // pipeline is not slowed by per-item locking, and memory stays near the channel's bound.
-    static constexpr std::size_t take_per_lock = 16;
+    // How many items the consumer takes from the channel per lock at most: enough that a
+    // fast pipeline is not slowed by per-item locking and wake-ups; taken items leave the
+    // channel, so at most this many more than its capacity are held.
+    static constexpr std::size_t take_per_lock = 64;
 
     void advance()
     {

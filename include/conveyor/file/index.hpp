@@ -39,7 +39,16 @@ struct listing {
     std::string full_path(std::size_t i) const
     {
         const auto& p = entries.at(i).path;
-        return root.empty() ? p : (root / p).string();
+        if (root.empty() || p.empty() || p.front() == '/') return p;
+        // Plain concatenation: std::filesystem's operator/ costs allocations per call, and
+        // this runs once per file read.
+        const std::string& r = root.native();
+        std::string out;
+        out.reserve(r.size() + 1 + p.size());
+        out += r;
+        if (!r.empty() && r.back() != '/') out += '/';
+        out += p;
+        return out;
     }
 };
 

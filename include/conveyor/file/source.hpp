@@ -148,12 +148,12 @@ inline asio::awaitable<read_result> read_file(const read_env& env, const listing
     }
     auto tok = asio::as_tuple(asio::use_awaitable);
     const entry& e = l.entries[i];
-    std::string path = l.full_path(i);
+    std::string origin = l.full_path(i);
     std::uint64_t size;
     if (e.size >= 0) {
         size = static_cast<std::uint64_t>(e.size);
     } else {
-        auto [ec, n] = co_await env.ring->async_file_size(path, env.group, tok);
+        auto [ec, n] = co_await env.ring->async_file_size(origin, env.group, tok);
         if (ec) co_return read_failed(ec);
         size = n;
     }
@@ -163,15 +163,15 @@ inline asio::awaitable<read_result> read_file(const read_env& env, const listing
     if (size < env.chunk_size) {
         // One more byte than expected, where the buffer has room: detects growth.
         const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(buf.capacity(), size + 1));
-        std::tie(ec, got) = co_await env.ring->async_read_small(std::move(path), buf.data(), want, env.group, tok);
+        std::tie(ec, got) = co_await env.ring->async_read_small(origin, buf.data(), want, env.group, tok);
     } else {
-        std::tie(ec, got) = co_await env.ring->async_read_large(std::move(path), buf.data(), size, env.chunk_size,
+        std::tie(ec, got) = co_await env.ring->async_read_large(origin, buf.data(), size, env.chunk_size,
                                                                 env.chunks_in_flight, env.group, tok);
     }
     if (!ec) ec = size_check(size, got, detail);
     if (ec) co_return read_failed(ec);
     buf.resize(got);
-    co_return read_result(std::error_code{}, blob{e.path, std::move(buf), l.full_path(i), e.label, i});
+    co_return read_result(std::error_code{}, blob{e.path, std::move(buf), std::move(origin), e.label, i});
 }
 
 // Shared state of one run of the file source.
@@ -221,7 +221,7 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
 
 } // namespace detail
 
-/** The local file source: reads every file of `files` whole, many at once.
+/** The local file source: reads every file of a listing whole, many at once.
 
     Reads are spread over the runtime's I/O threads, each with its own io_uring ring
     (`concurrency` reads in flight in total); a small file costs one linked
@@ -237,9 +237,9 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
               | conveyor::map(decode);
     @endcode
 */
-inline pipeline<blob> files(listing l, source_options o = {})
+inline pipeline<blob> files(std::shared_ptr<const listing> shared, source_options o = {})
 {
-    auto shared = std::make_shared<const listing>(std::move(l));
+    if (!shared) shared = std::make_shared<const listing>();
     if (o.concurrency == 0) o.concurrency = 1;
     return pipeline<blob>([shared, o](const std::shared_ptr<run_context>& ctx) {
         runtime& rt = ctx->rt();
@@ -273,6 +273,13 @@ inline pipeline<blob> files(listing l, source_options o = {})
         }
         return stream<blob>(ctx, out);
     });
+}
+
+/// Reads the files of `l` (moved or copied into the pipeline; pass a `shared_ptr` to share
+/// one large listing between pipelines without copies).
+inline pipeline<blob> files(listing l, source_options o = {})
+{
+    return files(std::make_shared<const listing>(std::move(l)), std::move(o));
 }
 
 /// Reads the given paths (see `from_paths`).
