@@ -7,6 +7,8 @@
 #include <conveyor/core/runtime.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -168,19 +170,28 @@ public:
         sink_ = std::move(ch);
     }
 
-    /// Runs `task` on `ex`, tracked: its exception fails the run (naming `stage`), and
-    /// `wait_idle()` waits for it.
+    /// Runs `task` on `ex`, tracked: its exception fails the run (naming `stage`),
+    /// `wait_idle()` waits for it, and `cancel()` delivers a terminal Asio cancellation to
+    /// whatever it is awaiting (a timer, a socket, a user's coroutine).
     template <class Executor>
     void spawn(const Executor& ex, asio::awaitable<void> task, std::string stage)
     {
+        // The signal lives as long as the run, never shorter than the task bound to it:
+        // destroying a signal while its operation runs is undefined.
+        auto sig = std::make_shared<asio::cancellation_signal>();
+        bool cancel_now;
         {
             std::lock_guard lk(mu_);
             ++active_;
+            signals_.push_back({asio::any_io_executor(ex), sig});
+            cancel_now = stopping_;
         }
-        asio::co_spawn(ex, std::move(task), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
-            if (e) self->fail(e, stage);
-            self->task_done();
-        });
+        asio::co_spawn(ex, std::move(task),
+                       asio::bind_cancellation_slot(sig->slot(), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
+                           if (e) self->fail(e, stage);
+                           self->task_done();
+                       }));
+        if (cancel_now) asio::post(ex, [sig] { sig->emit(asio::cancellation_type::terminal); });
     }
 
     /** Registers `fn` to run on `ex` when the run is cancelled (at once, if it already is).
@@ -220,6 +231,7 @@ public:
             std::lock_guard lk(mu_);
             if (stopping_) return;
             error_ = detail::with_context(std::move(e), stage, key);
+            stopping_ = true; // the first failure wins; cancel() below still runs once
             sink = sink_;
         }
         if (sink) sink->fail(error_);
@@ -231,10 +243,14 @@ public:
     {
         std::vector<std::shared_ptr<detail::channel_base>> channels;
         std::vector<cancel_hook> hooks;
+        std::vector<signal_entry> signals;
         std::shared_ptr<detail::channel_base> keep; // the sink keeps its error for the consumer
         {
             std::lock_guard lk(mu_);
+            if (stopping_ && cancel_sent_) return;
             stopping_ = true;
+            cancel_sent_ = true;
+            signals = signals_;
             channels = channels_;
             hooks = std::move(hooks_);
             hooks_.clear();
@@ -243,6 +259,9 @@ public:
         for (auto& c : channels)
             if (c != keep) c->cancel();
         for (auto& h : hooks) asio::post(h.ex, std::move(h.fn));
+        // A signal must be emitted on its task's executor. Copies: the list keeps them alive.
+        for (auto& s : signals)
+            asio::post(s.ex, [sig = s.signal] { sig->emit(asio::cancellation_type::terminal); });
     }
 
     /// True once the run failed or was cancelled.
@@ -291,6 +310,11 @@ private:
         if (auto* r = rt_.load()) r->log(line);
     }
 
+    struct signal_entry {
+        asio::any_io_executor ex;
+        std::shared_ptr<asio::cancellation_signal> signal;
+    };
+
     struct cancel_hook {
         std::uint64_t id;
         asio::any_io_executor ex;
@@ -316,6 +340,8 @@ private:
     std::shared_ptr<detail::channel_base> sink_;
     std::vector<std::shared_ptr<detail::channel_base>> channels_;
     std::vector<cancel_hook> hooks_;
+    std::vector<signal_entry> signals_;
+    bool cancel_sent_ = false;
     std::uint64_t next_hook_ = 0;
 };
 
