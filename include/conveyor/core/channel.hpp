@@ -114,7 +114,7 @@ public:
         for (;;) {
             {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_) co_return false;
+                if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (tail_ < head_ + cap_) {
                     slots_[tail_ % cap_].emplace(std::move(v));
                     ++tail_;
@@ -124,7 +124,7 @@ public:
             }
             co_await suspend_with([this](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || tail_ < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
                 send_waiters_.push_back({unordered, std::move(h)});
             });
         }
@@ -138,7 +138,7 @@ public:
         while (i < items.size()) {
             {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_) {
+                if (receiver_closed_ || cancelled_ || error_) {
                     items.clear();
                     co_return false;
                 }
@@ -153,7 +153,7 @@ public:
             }
             co_await suspend_with([this](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || tail_ < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
                 send_waiters_.push_back({unordered, std::move(h)});
             });
         }
@@ -168,7 +168,7 @@ public:
         for (;;) {
             {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_) co_return false;
+                if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (seq < head_ + cap_) {
                     slots_[seq % cap_].emplace(std::move(v));
                     seq_hi_ = std::max(seq_hi_, seq + 1);
@@ -178,7 +178,7 @@ public:
             }
             co_await suspend_with([this, seq](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || seq < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
                 send_waiters_.push_back({seq, std::move(h)});
             });
         }
@@ -191,7 +191,7 @@ public:
         for (;;) {
             {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_) co_return false;
+                if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (seq < head_ + cap_) {
                     holes_[seq % cap_] = 1;
                     seq_hi_ = std::max(seq_hi_, seq + 1);
@@ -201,17 +201,17 @@ public:
             }
             co_await suspend_with([this, seq](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || seq < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
                 send_waiters_.push_back({seq, std::move(h)});
             });
         }
     }
 
-    /// True once the receiver has stopped listening or the channel was cancelled.
+    /// True once the receiver has stopped listening or the channel was cancelled or failed.
     bool receiver_gone() const
     {
         std::lock_guard lk(mu_);
-        return receiver_closed_ || cancelled_;
+        return receiver_closed_ || cancelled_ || error_;
     }
 
     /// Ends the stream after the items sent so far (for ordered senders: after the highest
@@ -231,11 +231,18 @@ public:
         notify_receiver(lk, true);
     }
 
+    /// Ends the stream with an error: the receiver throws it; senders (also those waiting
+    /// for room) get false, since nobody will take what they send.
     void fail(std::exception_ptr e) noexcept override
     {
         std::unique_lock lk(mu_);
         if (!error_) error_ = std::move(e);
+        std::vector<wait_handler> senders;
+        for (auto& w : send_waiters_) senders.push_back(std::move(w.handler));
+        send_waiters_.clear();
         notify_receiver(lk, true);
+        if (lk.owns_lock()) lk.unlock();
+        for (auto& h : senders) wake(std::move(h));
     }
 
     // ---- consumer side ------------------------------------------------------------------

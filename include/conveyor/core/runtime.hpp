@@ -194,6 +194,7 @@ private:
         if (o.compute_threads == 0) o.compute_threads = cores;
         if (o.blocking_threads == 0) o.blocking_threads = 16;
         if (o.ring_entries == 0) o.ring_entries = 256;
+        o.ring_entries = std::max(o.ring_entries, 8u); // a linked open/read/close needs 3 at once
         if (o.ring_max_in_flight == 0) o.ring_max_in_flight = o.ring_entries;
         if (o.backend == io_backend::automatic) {
             if (const char* env = std::getenv("CONVEYOR_IO_BACKEND")) {

@@ -91,6 +91,9 @@ inline bool has_extension(const std::filesystem::path& p, const std::vector<std:
     });
 }
 
+/// Class ids above this are refused (no dataset has 16 million classes; a typo might).
+inline constexpr std::int64_t max_class_id = std::int64_t{1} << 24;
+
 /// Assigns labels from the first path component; drops entries with no class.
 inline void apply_labels(listing& l, const walk_options& o)
 {
@@ -98,6 +101,10 @@ inline void apply_labels(listing& l, const walk_options& o)
     if (!o.classes.empty()) {
         std::int64_t max_id = -1;
         for (const auto& c : o.classes) {
+            // Ids index a vector of names: bound them (a classes file is input, not trusted).
+            if (c.id < 0 || c.id >= max_class_id)
+                throw_file_error(make_error_code(errc::classes_file_invalid), c.dir,
+                                 "class id " + std::to_string(c.id) + " is outside [0, " + std::to_string(max_class_id) + ")");
             ids.emplace(c.dir, c.id);
             max_id = std::max(max_id, c.id);
         }
@@ -184,6 +191,9 @@ inline listing from_paths(const std::vector<std::string>& paths)
 namespace detail {
 inline boost::json::value parse_json_file(const std::filesystem::path& file, const char* what)
 {
+    std::error_code dir_ec;
+    if (std::filesystem::is_directory(file, dir_ec))
+        throw_file_error(make_error_code(errc::not_a_regular_file), file.string(), std::string(what) + " is a directory");
     std::ifstream in(file, std::ios::binary);
     if (!in) throw_file_error(std::error_code(errno ? errno : ENOENT, std::system_category()), file.string(),
                               std::string("cannot open ") + what);
@@ -229,10 +239,13 @@ inline listing read_index(const std::filesystem::path& index_file, const std::fi
         if (!arr[i].is_string())
             detail::throw_file_error(make_error_code(errc::index_entry_not_string), index_file.string(),
                                      "entry " + std::to_string(i) + " is " + boost::json::serialize(arr[i]));
-        std::string p(arr[i].get_string());
+        // Normalised ("./a/b", "x/../a/b" → "a/b"), so that labels come from the directory
+        // that is really read.
+        std::string p = std::filesystem::path(std::string(arr[i].get_string())).lexically_normal().generic_string();
         if (escapes_root(p))
             detail::throw_file_error(make_error_code(errc::path_escapes_root), index_file.string(),
-                                     "entry " + std::to_string(i) + " \"" + p + "\" leaves the root " + root.string());
+                                     "entry " + std::to_string(i) + " \"" + std::string(arr[i].get_string()) +
+                                         "\" leaves the root " + root.string());
         if (!detail::has_extension(p, o.extensions)) continue;
         l.entries.push_back({std::move(p), -1, -1});
     }
@@ -261,6 +274,10 @@ inline std::vector<class_info> read_classes(const std::filesystem::path& classes
         if (!id || !id->is_int64() || id->get_int64() < 0)
             detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(),
                                      "class \"" + std::string(key) + "\" has no non-negative integer \"id\"");
+        if (id->get_int64() >= detail::max_class_id)
+            detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(),
+                                     "class \"" + std::string(key) + "\" has id " + std::to_string(id->get_int64()) +
+                                         ", above the limit of " + std::to_string(detail::max_class_id));
         const auto* name = obj->if_contains("name");
         out.push_back({std::string(key), id->get_int64(), name && name->is_string() ? std::string(name->get_string()) : std::string(key)});
     }

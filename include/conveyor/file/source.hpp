@@ -109,7 +109,9 @@ inline std::error_code size_check(std::uint64_t expected, std::uint64_t got, std
 inline read_result pread_file(runtime& rt, const listing& l, std::size_t i, std::string& detail)
 {
     const std::string path = l.full_path(i);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO or device must not block the open (it is refused just below);
+    // for regular files the flag changes nothing.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return read_failed(std::error_code(errno, std::system_category()));
     struct closer {
         int fd;
@@ -120,8 +122,8 @@ inline read_result pread_file(runtime& rt, const listing& l, std::size_t i, std:
     if (!S_ISREG(st.st_mode)) return read_failed(make_error_code(errc::not_a_regular_file));
     const auto listed = l.entries[i].size;
     const std::uint64_t size = listed >= 0 ? static_cast<std::uint64_t>(listed) : static_cast<std::uint64_t>(st.st_size);
-    buffer buf = rt.buffers().acquire(size);
-    const std::uint64_t want = std::min<std::uint64_t>(buf.capacity(), size + 1); // one more byte: did it grow?
+    buffer buf = rt.buffers().acquire(size + 1); // room for one more byte: did it grow?
+    const std::uint64_t want = size + 1;
     std::uint64_t got = 0;
     while (got < want) {
         const ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(got));
@@ -157,15 +159,16 @@ inline asio::awaitable<read_result> read_file(const read_env& env, const listing
         if (ec) co_return read_failed(ec);
         size = n;
     }
-    buffer buf = env.rt->buffers().acquire(size);
+    // One byte more than expected is asked for (and room kept for it): a file that grew
+    // since it was listed is detected, not silently truncated.
+    buffer buf = env.rt->buffers().acquire(size + 1);
     std::error_code ec;
     std::uint64_t got = 0;
     if (size < env.chunk_size) {
-        // One more byte than expected, where the buffer has room: detects growth.
-        const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(buf.capacity(), size + 1));
-        std::tie(ec, got) = co_await env.ring->async_read_small(origin, buf.data(), want, env.group, tok);
+        std::tie(ec, got) = co_await env.ring->async_read_small(origin, buf.data(), static_cast<std::uint32_t>(size + 1),
+                                                                env.group, tok);
     } else {
-        std::tie(ec, got) = co_await env.ring->async_read_large(origin, buf.data(), size, env.chunk_size,
+        std::tie(ec, got) = co_await env.ring->async_read_large(origin, buf.data(), size + 1, env.chunk_size,
                                                                 env.chunks_in_flight, env.group, tok);
     }
     if (!ec) ec = size_check(size, got, detail);
@@ -206,7 +209,12 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
         if (ec) {
             if (ctx->stopping()) co_return;
             auto err = read_error(ec, l, i, detail);
-            if (o.errors == on_error::fail) throw err;
+            if (o.errors == on_error::fail) {
+                // Fail the run before this worker's exit can close the stream: closing first
+                // would let the consumer see a clean end and lose the error.
+                ctx->fail(std::make_exception_ptr(err), "files", l.entries[i].path);
+                co_return;
+            }
             ctx->note_skip(err.what());
             if (o.ordered && !co_await out->skip_at(i)) co_return;
             continue;
@@ -312,10 +320,7 @@ public:
         `blob` */
     [[nodiscard]] asio::awaitable<blob> get(std::size_t i)
     {
-        if (i >= files_->size())
-            throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
-                                  {.stage = "dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
-                                                                     std::to_string(files_->size()) + " files)"});
+        check_index(i);
         const int lane = conveyor::detail::current_lane;
         if (lane >= 0 && static_cast<std::size_t>(lane) < rt_.io_lanes() &&
             rt_.io_context(static_cast<std::size_t>(lane)).get_executor().running_in_this_thread())
@@ -327,11 +332,20 @@ public:
     /// Reads file `i`, blocking the calling thread (which must not be an I/O thread).
     blob read(std::size_t i)
     {
+        check_index(i);
         const std::size_t target = next_lane_++ % rt_.io_lanes();
         return asio::co_spawn(rt_.io_executor(target), read_here(target, i), asio::use_future).get();
     }
 
 private:
+    void check_index(std::size_t i) const
+    {
+        if (i >= files_->size())
+            throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
+                                  {.stage = "dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
+                                                                     std::to_string(files_->size()) + " files)"});
+    }
+
     asio::awaitable<blob> read_here(std::size_t lane, std::size_t i)
     {
         detail::read_env env{&rt_, detail::ring_for(rt_, lane), o_.chunk_size, o_.chunks_in_flight, 0};

@@ -96,12 +96,21 @@ public:
     /// `available()` is false and `unavailable_reason()` says why.
     uring(asio::io_context& ctx, uring_options opts) : ctx_(ctx), opts_(opts), efd_(ctx)
     {
+        // A linked open/read/close needs three entries at once; below that a chain would be
+        // split over two submissions and race.
+        opts_.entries = std::max(opts_.entries, 8u);
+        opts_.max_files = std::max(opts_.max_files, 1u);
         io_uring_params p{};
         // Not SINGLE_ISSUER: shutdown submits its cancel from whichever thread destroys the context.
-        p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
+        // CQSIZE: every file in flight can have three completions (open, read, close) waiting,
+        // plus chunk reads; a completion queue that small overflows into the kernel's list.
+        p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQSIZE;
+        p.cq_entries = std::max(2 * opts_.entries, 4 * opts_.max_files + opts_.entries);
         int r = io_uring_queue_init_params(opts_.entries, &ring_, &p);
         if (r == -EINVAL) { // older kernels lack some flags
             p = {};
+            p.flags = IORING_SETUP_CQSIZE;
+            p.cq_entries = std::max(2 * opts_.entries, 4 * opts_.max_files + opts_.entries);
             r = io_uring_queue_init_params(opts_.entries, &ring_, &p);
         }
         if (r < 0) {
@@ -230,7 +239,10 @@ private:
     {
         if (flush_scheduled_) return;
         flush_scheduled_ = true;
-        asio::post(ctx_, [this] {
+        // The ring may be destroyed before its context runs this (a ring used on its own,
+        // outside a runtime): the token says whether it still exists.
+        asio::post(ctx_, [this, alive = std::weak_ptr<void>(alive_)] {
+            if (alive.expired()) return;
             flush_scheduled_ = false;
             submit_now(true);
         });
@@ -264,6 +276,18 @@ private:
 
     void reap()
     {
+        reap_ring();
+        // Completions that did not fit wait in the kernel's overflow list and reach the ring
+        // only on an enter with GETEVENTS: without this flush, a quiet ring would never see them.
+        while (io_uring_cq_has_overflow(&ring_)) {
+            io_uring_get_events(&ring_);
+            if (!reap_ring()) break;
+        }
+    }
+
+    // Handles what is in the completion queue now; false if it was empty.
+    bool reap_ring()
+    {
         struct done {
             std::uint64_t user_data;
             int res;
@@ -276,7 +300,7 @@ private:
             batch.push_back({cqe->user_data, cqe->res});
             ++n;
         }
-        if (n == 0) return;
+        if (n == 0) return false;
         io_uring_cq_advance(&ring_, n);
         for (const auto& d : batch) {
             if (d.user_data == 0) continue; // a cancel or a standalone close
@@ -289,6 +313,7 @@ private:
                 if (!stopping_) op->finish(); // at shutdown the handler is destroyed, not resumed
             }
         }
+        return true;
     }
 
     static std::uint64_t tagged(detail::uring_op* op, unsigned tag) { return reinterpret_cast<std::uint64_t>(op) | tag; }
@@ -591,6 +616,7 @@ private:
     asio::posix::stream_descriptor efd_;
     bool flush_scheduled_ = false;
     bool stopping_ = false;
+    std::shared_ptr<int> alive_ = std::make_shared<int>(0); // see schedule_flush
     std::vector<int> free_slots_;
     std::deque<detail::uring_op*> backlog_;
     detail::uring_op* head_ = nullptr;

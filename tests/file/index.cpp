@@ -1,0 +1,480 @@
+// Tests of conveyor/file/error.hpp and conveyor/file/index.hpp: the error codes, directory
+// walks (ImageFolder labels included), index files and classes files.
+#include "support.hpp"
+
+#include <conveyor/file/error.hpp>
+#include <conveyor/file/index.hpp>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+namespace cv = conveyor;
+namespace cf = conveyor::file;
+namespace fs = std::filesystem;
+using ftest::temp_dir;
+using ftest::write_file;
+
+namespace {
+
+std::vector<std::string> paths_of(const cf::listing& l)
+{
+    std::vector<std::string> v;
+    for (const auto& e : l.entries) v.push_back(e.path);
+    return v;
+}
+
+std::vector<std::int64_t> labels_of(const cf::listing& l)
+{
+    std::vector<std::int64_t> v;
+    for (const auto& e : l.entries) v.push_back(e.label);
+    return v;
+}
+
+/// Checks that `e` has code `code`, and that what() names every one of `parts`.
+void check_error(const std::optional<cv::error>& e, std::error_code code, std::initializer_list<std::string> parts)
+{
+    REQUIRE(e.has_value());
+    CHECK_MESSAGE(ftest::same_code(e->code(), code), "code is " << e->code().category().name() << ":" << e->code().value() << " ("
+                                                << e->code().message() << "), what(): " << std::string(e->what()));
+    for (const auto& p : parts) CHECK_MESSAGE(std::string(e->what()).find(p) != std::string::npos, "what() = \"" << std::string(e->what()) << "\" does not name \"" << p << "\"");
+}
+
+fs::path write_index_text(const temp_dir& d, std::string_view text, const std::string& name = "index.json")
+{
+    const auto p = d / name;
+    write_file(p, text);
+    return p;
+}
+
+} // namespace
+
+// ==== error codes ==============================================================================
+
+TEST_CASE("every file error code has its exact message in the conveyor.file category")
+{
+    CHECK(std::string(cf::file_category().name()) == "conveyor.file");
+    const std::pair<cf::errc, const char*> expected[] = {
+        {cf::errc::not_a_regular_file, "not a regular file"},
+        {cf::errc::path_escapes_root, "path escapes the dataset root"},
+        {cf::errc::index_not_array, "index is not a JSON array"},
+        {cf::errc::index_entry_not_string, "index entry is not a string"},
+        {cf::errc::invalid_json, "invalid JSON"},
+        {cf::errc::classes_file_invalid, "classes file is not an object of {\"id\": N, \"name\": \"...\"} entries"},
+        {cf::errc::file_shrank, "file shrank while being read"},
+        {cf::errc::file_grew, "file grew while being read"},
+        {cf::errc::uring_unavailable, "io_uring is unavailable"},
+    };
+    int value = 1;
+    for (const auto& [e, msg] : expected) {
+        CAPTURE(value);
+        const std::error_code ec = e; // implicit: is_error_code_enum
+        CHECK(ec.value() == value++);
+        CHECK(&ec.category() == &cf::file_category());
+        CHECK(ec.message() == msg);
+        CHECK(cf::make_error_code(e) == ec);
+        CHECK(ec != std::error_code(ec.value(), std::generic_category())); // not confused with errno values
+    }
+    CHECK(cf::file_category().message(0) == "unknown conveyor.file error");
+    CHECK(cf::file_category().message(99) == "unknown conveyor.file error");
+}
+
+// ==== walk =====================================================================================
+
+TEST_CASE("walk lists every regular file below the root recursively, sorted, with sizes")
+{
+    temp_dir d;
+    temp_dir outside;
+    write_file(d / "z.txt", "zz");
+    write_file(d / "b/2.txt", "222");
+    write_file(d / "a/sub/3.txt", "");
+    write_file(d / "a/1.txt", "1");
+    write_file(d / "a.txt", "aaaa");
+    write_file(d / "a/sub/deeper/4.bin", std::string(5000, 'x'));
+    fs::create_directories(d / "empty/dir");
+    write_file(outside / "hidden/never.txt", "never");
+    fs::create_directory_symlink(outside / "hidden", d / "linked_dir"); // a symlinked directory: not followed
+
+    const auto l = cf::walk(d.path());
+    CHECK(l.root == d.path());
+    // Byte order: "a.txt" < "a/..." because '.' < '/'.
+    const std::vector<std::string> want = {"a.txt", "a/1.txt", "a/sub/3.txt", "a/sub/deeper/4.bin", "b/2.txt", "z.txt"};
+    CHECK(paths_of(l) == want);
+    const std::vector<std::int64_t> sizes = {4, 1, 0, 5000, 3, 2};
+    REQUIRE(l.size() == sizes.size());
+    for (std::size_t i = 0; i < l.size(); ++i) {
+        CAPTURE(l.entries[i].path);
+        CHECK(l.entries[i].size == sizes[i]);
+        CHECK(l.entries[i].label == -1);
+        CHECK(l.full_path(i) == (d.path() / want[i]).string());
+    }
+    CHECK(l.classes.empty());
+
+    // Deterministic: the same listing every time.
+    for (int run = 0; run < 3; ++run) {
+        const auto again = cf::walk(d.path());
+        CHECK(paths_of(again) == want);
+    }
+}
+
+TEST_CASE("walk of a root given with a trailing slash keys files the same way")
+{
+    temp_dir d;
+    write_file(d / "a/x.bin", "x");
+    write_file(d / "y.bin", "y");
+    const auto l = cf::walk(d.path().string() + "/");
+    CHECK(paths_of(l) == std::vector<std::string>{"a/x.bin", "y.bin"});
+}
+
+TEST_CASE("walk keeps only the wanted extensions, compared without regard to case")
+{
+    temp_dir d;
+    for (const char* name : {"x.jpg", "y.JPG", "z.Jpeg", "sub/q.jPg", "w.png", "noext", "v.jpg.bak", "jpg", "u.jpgx"})
+        write_file(d / name, name);
+    const auto l = cf::walk(d.path(), {.extensions = {".jpg", ".JPEG"}});
+    CHECK(paths_of(l) == std::vector<std::string>{"sub/q.jPg", "x.jpg", "y.JPG", "z.Jpeg"});
+    // No filter: everything.
+    CHECK(cf::walk(d.path()).size() == 9);
+}
+
+TEST_CASE("walk with labels: the first directory is the class, classes sorted to ids, root files dropped")
+{
+    temp_dir d;
+    write_file(d / "dog/a.jpg", "da");
+    write_file(d / "cat/2.jpg", "c2");
+    write_file(d / "cat/1.jpg", "c1");
+    write_file(d / "ant/sub/x.jpg", "ax"); // deeper: still class "ant"
+    write_file(d / "root.jpg", "dropped");
+    write_file(d / "readme.txt", "dropped too");
+
+    const auto l = cf::walk(d.path(), {.labels = true});
+    CHECK(l.classes == std::vector<std::string>{"ant", "cat", "dog"});
+    CHECK(paths_of(l) == std::vector<std::string>{"ant/sub/x.jpg", "cat/1.jpg", "cat/2.jpg", "dog/a.jpg"});
+    CHECK(labels_of(l) == std::vector<std::int64_t>{0, 1, 1, 2});
+    for (const auto& e : l.entries) CHECK(e.size == 2);
+}
+
+TEST_CASE("walk with labels takes class ids from a classes file when given")
+{
+    temp_dir d;
+    write_file(d / "dog/a.jpg", "da");
+    write_file(d / "cat/1.jpg", "c1");
+    write_file(d / "ant/x.jpg", "ax"); // not in the classes file: left out
+    write_file(d / "top.jpg", "t");
+    write_file(d / "classes.json", R"({"dog": {"id": 0, "name": "Dog"}, "cat": {"id": 5, "name": "Cat"}})");
+
+    const auto classes = cf::read_classes(d / "classes.json");
+    const auto l = cf::walk(d.path(), {.extensions = {".jpg"}, .labels = true, .classes = classes});
+    CHECK(paths_of(l) == std::vector<std::string>{"cat/1.jpg", "dog/a.jpg"});
+    CHECK(labels_of(l) == std::vector<std::int64_t>{5, 0});
+    REQUIRE(l.classes.size() == 6); // ids 0..5; unnamed ids are empty
+    CHECK(l.classes[0] == "dog");
+    CHECK(l.classes[5] == "cat");
+    for (std::size_t i = 1; i < 5; ++i) CHECK(l.classes[i].empty());
+}
+
+TEST_CASE("walk of a missing root or of a file throws, naming the path")
+{
+    temp_dir d;
+    {
+        const auto missing = d / "no/such/dir";
+        auto e = ftest::error_from([&] { (void)cf::walk(missing); });
+        check_error(e, std::make_error_code(std::errc::no_such_file_or_directory), {missing.string()});
+        if (e) CHECK(e->where() == missing.string());
+    }
+    {
+        const auto file = d / "plain.txt";
+        write_file(file, "x");
+        auto e = ftest::error_from([&] { (void)cf::walk(file); });
+        check_error(e, std::make_error_code(std::errc::not_a_directory), {file.string()});
+    }
+}
+
+// ==== escapes_root ==============================================================================
+
+TEST_CASE("escapes_root tells paths that stay below the root from those that leave it")
+{
+    for (const char* inside : {"a", "a/b", "./a", "a/..", "a/../b", "a/./b", "a//b", "...", "..a", "a..", "a/b/../../c", "", "."}) {
+        INFO("path: " << std::string(inside));
+        CHECK_FALSE(cf::escapes_root(inside));
+    }
+    for (const char* outside : {"..", "../", "../x", "a/../../x", "a/../..", "./../a", "a/./../../b", "/etc/passwd", "/", "//x", "a/b/../../../c"}) {
+        INFO("path: " << std::string(outside));
+        CHECK(cf::escapes_root(outside));
+    }
+}
+
+// ==== read_index / write_index =================================================================
+
+TEST_CASE("read_index reads a JSON array of relative paths, in its order")
+{
+    temp_dir d;
+    const auto idx = write_index_text(d, R"(["b/2.jpg", "a/1.JPG", "a/../c/3.png", "x.jpg", "sub/dir/y.jpeg"])");
+    const fs::path root = "/data/root";
+
+    const auto l = cf::read_index(idx, root);
+    CHECK(l.root == root);
+    // Paths are normalised ("a/../c/3.png" is read, and labelled, as "c/3.png").
+    CHECK(paths_of(l) == std::vector<std::string>{"b/2.jpg", "a/1.JPG", "c/3.png", "x.jpg", "sub/dir/y.jpeg"});
+    for (std::size_t i = 0; i < l.size(); ++i) {
+        CHECK(l.entries[i].size == -1); // unknown: stat'ed when read
+        CHECK(l.entries[i].label == -1);
+    }
+    CHECK(l.full_path(0) == "/data/root/b/2.jpg");
+
+    const auto jpg = cf::read_index(idx, root, {.extensions = {".jpg"}});
+    CHECK(paths_of(jpg) == std::vector<std::string>{"b/2.jpg", "a/1.JPG", "x.jpg"});
+
+    const auto labelled = cf::read_index(idx, root, {.extensions = {".jpg", ".jpeg"}, .labels = true});
+    CHECK(labelled.classes == std::vector<std::string>{"a", "b", "sub"});
+    CHECK(paths_of(labelled) == std::vector<std::string>{"b/2.jpg", "a/1.JPG", "sub/dir/y.jpeg"});
+    CHECK(labels_of(labelled) == std::vector<std::int64_t>{1, 0, 2});
+
+    CHECK(cf::read_index(write_index_text(d, "[]", "empty.json"), root).size() == 0);
+}
+
+TEST_CASE("read_index rejects bad index files with the right code, naming the file")
+{
+    temp_dir d;
+    const fs::path root = d / "root";
+
+    SUBCASE("not JSON")
+    {
+        const auto idx = write_index_text(d, R"(["a.jpg", )");
+        check_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }), cf::errc::invalid_json, {idx.string()});
+    }
+    SUBCASE("an empty file")
+    {
+        const auto idx = write_index_text(d, "");
+        check_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }), cf::errc::invalid_json, {idx.string()});
+    }
+    SUBCASE("an object instead of an array")
+    {
+        const auto idx = write_index_text(d, R"({"files": ["a.jpg"]})");
+        check_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }), cf::errc::index_not_array, {idx.string()});
+    }
+    SUBCASE("a number in the array")
+    {
+        const auto idx = write_index_text(d, R"(["a.jpg", "b.jpg", 42, "c.jpg"])");
+        auto e = ftest::error_from([&] { (void)cf::read_index(idx, root); });
+        check_error(e, cf::errc::index_entry_not_string, {idx.string(), "entry 2", "42"});
+    }
+    SUBCASE("null in the array")
+    {
+        const auto idx = write_index_text(d, R"([null])");
+        check_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }), cf::errc::index_entry_not_string,
+                    {idx.string(), "entry 0", "null"});
+    }
+    SUBCASE("paths that leave the root")
+    {
+        int k = 0;
+        for (const char* bad : {"../x", "a/../../x", "/etc/passwd"}) {
+            INFO("entry: " << std::string(bad));
+            boost::json::array arr{"ok/1.jpg", bad};
+            const auto idx = write_index_text(d, boost::json::serialize(arr), "escape" + std::to_string(k++) + ".json");
+            check_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }), cf::errc::path_escapes_root,
+                        {idx.string(), "entry 1", bad});
+        }
+    }
+    SUBCASE("a/../b stays inside and is accepted")
+    {
+        const auto idx = write_index_text(d, R"(["a/../b"])");
+        const auto l = cf::read_index(idx, root);
+        CHECK(paths_of(l) == std::vector<std::string>{"b"}); // normalised
+    }
+    SUBCASE("a missing index file")
+    {
+        const auto idx = d / "no-such-index.json";
+        check_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }),
+                    std::make_error_code(std::errc::no_such_file_or_directory), {idx.string()});
+    }
+}
+
+TEST_CASE("write_index writes a JSON array that read_index reads back identically")
+{
+    temp_dir d;
+    write_file(d / "data/b/2.bin", "2");
+    write_file(d / "data/a/1.bin", "1");
+    write_file(d / "data/a/with space & \"quote\".bin", "q");
+    write_file(d / "data/ünïcode.bin", "u");
+    const auto l = cf::walk(d / "data");
+    const auto idx = d / "index.json";
+    cf::write_index(l, idx);
+    CHECK_FALSE(fs::exists(idx.string() + ".tmp")); // written beside, then renamed into place
+
+    const auto text = ftest::read_whole(idx);
+    const auto v = boost::json::parse(text);
+    REQUIRE(v.is_array());
+    CHECK(v.as_array().size() == l.size());
+
+    const auto back = cf::read_index(idx, d / "data");
+    CHECK(paths_of(back) == paths_of(l));
+    CHECK(back.root == d / "data");
+
+    // Writing again replaces the file.
+    cf::listing one;
+    one.entries.push_back({"only.bin", 1, -1});
+    cf::write_index(one, idx);
+    CHECK(paths_of(cf::read_index(idx, d.path())) == std::vector<std::string>{"only.bin"});
+
+    // Where it cannot be written: an error naming the path.
+    const auto bad = d / "no/such/dir/index.json";
+    auto e = ftest::error_from([&] { cf::write_index(l, bad); });
+    REQUIRE(e);
+    CHECK(std::string(e->what()).find((d / "no/such/dir").string()) != std::string::npos);
+}
+
+// ==== classes files ============================================================================
+
+TEST_CASE("read_classes reads the seeds' classes format, sorted by id")
+{
+    temp_dir d;
+    const auto f = d / "classes.json";
+    write_file(f, R"({"n01443537": {"id": 1, "name": "goldfish"},
+                      "n01440764": {"id": 0, "name": "tench"},
+                      "n01484850": {"id": 2}})");
+    const auto c = cf::read_classes(f);
+    REQUIRE(c.size() == 3);
+    CHECK(c[0].dir == "n01440764");
+    CHECK(c[0].id == 0);
+    CHECK(c[0].name == "tench");
+    CHECK(c[1].dir == "n01443537");
+    CHECK(c[1].id == 1);
+    CHECK(c[1].name == "goldfish");
+    CHECK(c[2].dir == "n01484850");
+    CHECK(c[2].id == 2);
+    CHECK(c[2].name == "n01484850"); // no name: the directory's
+}
+
+TEST_CASE("write_classes and read_classes round-trip, in the seeds' format")
+{
+    temp_dir d;
+    write_file(d / "data/n01440764/a.JPEG", "a");
+    write_file(d / "data/n01443537/b.JPEG", "b");
+    write_file(d / "data/n01484850/c.JPEG", "c");
+    const auto l = cf::walk(d / "data", {.labels = true});
+    REQUIRE(l.classes.size() == 3);
+    const auto f = d / "classes.json";
+    cf::write_classes(l, f, {{"n01440764", "tench"}, {"n01443537", "goldfish"}});
+    CHECK_FALSE(fs::exists(f.string() + ".tmp"));
+
+    // Exactly the seeds' shape.
+    const auto v = boost::json::parse(ftest::read_whole(f));
+    const auto want = boost::json::parse(R"({"n01440764": {"id": 0, "name": "tench"},
+                                             "n01443537": {"id": 1, "name": "goldfish"},
+                                             "n01484850": {"id": 2, "name": "n01484850"}})");
+    CHECK(v == want);
+
+    const auto c = cf::read_classes(f);
+    REQUIRE(c.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(c[i].id == static_cast<std::int64_t>(i));
+        CHECK(c[i].dir == l.classes[i]);
+    }
+    CHECK(c[0].name == "tench");
+    CHECK(c[1].name == "goldfish");
+    CHECK(c[2].name == "n01484850");
+
+    // And the ids drive a walk to the same labels.
+    const auto again = cf::walk(d / "data", {.labels = true, .classes = c});
+    CHECK(labels_of(again) == labels_of(l));
+    CHECK(again.classes == l.classes);
+}
+
+TEST_CASE("malformed classes files are classes_file_invalid (or invalid_json), naming the file")
+{
+    temp_dir d;
+    const std::pair<const char*, std::error_code> cases[] = {
+        {R"(["n01440764"])", cf::errc::classes_file_invalid},
+        {R"("tench")", cf::errc::classes_file_invalid},
+        {R"({"a": 3})", cf::errc::classes_file_invalid},
+        {R"({"a": {"name": "x"}})", cf::errc::classes_file_invalid},
+        {R"({"a": {"id": -1, "name": "x"}})", cf::errc::classes_file_invalid},
+        {R"({"a": {"id": 1.5, "name": "x"}})", cf::errc::classes_file_invalid},
+        {R"({"a": {"id": "0", "name": "x"}})", cf::errc::classes_file_invalid},
+        {R"({"a": {"id": 0}, "b": null})", cf::errc::classes_file_invalid},
+        {R"({"a": {"id": 0},)", cf::errc::invalid_json},
+        {"", cf::errc::invalid_json},
+    };
+    int k = 0;
+    for (const auto& [text, code] : cases) {
+        INFO("classes file: " << std::string(text));
+        const auto f = d / ("classes" + std::to_string(k++) + ".json");
+        write_file(f, text);
+        check_error(ftest::error_from([&] { (void)cf::read_classes(f); }), code, {f.string()});
+    }
+    // The message names the class that is wrong.
+    const auto f = d / "named.json";
+    write_file(f, R"({"good": {"id": 0}, "n0bad": {"name": "no id"}})");
+    check_error(ftest::error_from([&] { (void)cf::read_classes(f); }), cf::errc::classes_file_invalid, {f.string(), "n0bad"});
+    // A missing classes file.
+    const auto missing = d / "missing.json";
+    check_error(ftest::error_from([&] { (void)cf::read_classes(missing); }),
+                std::make_error_code(std::errc::no_such_file_or_directory), {missing.string()});
+}
+
+// Regression test, fixed bug: read_classes accepts any non-negative int64 id, and apply_labels then sizes
+// listing::classes as max_id + 1 strings. A classes file with one absurd id (a typo, or a
+// hostile file) makes walk()/read_index() throw std::length_error (here) or try to allocate
+// terabytes (an id like 4e9: 128 GB of std::string), instead of a conveyor::error
+// `classes_file_invalid` naming the file. With id == INT64_MAX, `max_id + 1` is signed
+// overflow (undefined behaviour) before that.
+TEST_CASE("an absurd class id in a classes file is a classes_file_invalid error, not std::length_error")
+{
+    temp_dir d;
+    write_file(d / "data/a/x.jpg", "x");
+    const auto f = d / "classes.json";
+    write_file(f, R"({"a": {"id": 9223372036854775806, "name": "huge"}})");
+    std::exception_ptr caught;
+    try {
+        const auto c = cf::read_classes(f);
+        (void)cf::walk(d / "data", {.labels = true, .classes = c});
+    } catch (...) {
+        caught = std::current_exception();
+    }
+    REQUIRE_MESSAGE(caught, "an id of 2^63-2 was accepted");
+    try {
+        std::rethrow_exception(caught);
+    } catch (const cv::error& e) {
+        CHECK(e.code() == cf::errc::classes_file_invalid);
+        CHECK(std::string(e.what()).find(f.string()) != std::string::npos);
+    } catch (const std::exception& e) {
+        FAIL_CHECK("threw " << std::string(e.what()) << " instead of a conveyor::error naming " << f);
+    }
+}
+
+// Regression test, fixed bug: ImageFolder labels are taken from the first component of the path exactly as written
+// in the index, so "./cat/1.jpg" is put in a class named "." and "dog/../cat/2.jpg" (which
+// read_index accepts: it stays inside the root, and the file read is cat/2.jpg) is labelled
+// "dog". Both name files of class "cat"; labels should come from the normalised path.
+TEST_CASE("read_index with labels takes the class from the normalised path")
+{
+    temp_dir d;
+    const auto idx = write_index_text(d, R"(["cat/0.jpg", "./cat/1.jpg", "dog/../cat/2.jpg", "dog/3.jpg"])");
+    const auto l = cf::read_index(idx, d / "root", {.labels = true});
+    CHECK(l.classes == std::vector<std::string>{"cat", "dog"});
+    CHECK(labels_of(l) == std::vector<std::int64_t>{0, 0, 0, 1});
+}
+
+// Regression test, fixed bug (minor): parse_json_file opens the index or classes file with std::ifstream, which
+// "opens" a directory; reading it then fails and the empty text is reported as
+// errc::invalid_json ("index: incomplete JSON (invalid JSON)"), which sends the user looking
+// for a syntax error in a file that is a directory. Expected: EISDIR (or not_a_regular_file).
+TEST_CASE("an index or classes file that is a directory is not reported as invalid JSON")
+{
+    temp_dir d;
+    fs::create_directory(d / "index.json");
+    for (const bool classes : {false, true}) {
+        CAPTURE(classes);
+        auto e = ftest::error_from([&] {
+            if (classes) (void)cf::read_classes(d / "index.json");
+            else (void)cf::read_index(d / "index.json", d.path());
+        });
+        REQUIRE(e);
+        CHECK(std::string(e->what()).find((d / "index.json").string()) != std::string::npos);
+        CHECK_MESSAGE((e->code() == std::errc::is_a_directory || e->code() == cf::errc::not_a_regular_file),
+                      "code: " << e->code().message() << "; what(): " << std::string(e->what()));
+    }
+}
