@@ -257,6 +257,7 @@ public:
             {
                 std::unique_lock lk(mu_);
                 throw_if_failed();
+                if (receiver_closed_) co_return false; // another receiver closed it: the end for all
                 if (first_index) *first_index = delivered_;
                 if (take(lk, out, max)) co_return true;
                 if (head_ >= end_) co_return false;
@@ -285,6 +286,7 @@ public:
         std::unique_lock lk(mu_);
         for (;;) {
             throw_if_failed();
+            if (receiver_closed_) return false;
             if (take(lk, out, max)) return true;
             if (head_ >= end_) return false;
             blocking_waiting_ = true;
@@ -317,7 +319,8 @@ private:
 
     bool ready() const
     {
-        return error_ || cancelled_ || slots_[head_ % cap_].has_value() || holes_[head_ % cap_] || head_ >= end_;
+        return error_ || cancelled_ || receiver_closed_ || slots_[head_ % cap_].has_value() || holes_[head_ % cap_] ||
+               head_ >= end_;
     }
 
     void throw_if_failed()

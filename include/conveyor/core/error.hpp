@@ -20,7 +20,7 @@ enum class errc {
     cancelled = 1,
     /// A stage was configured with an invalid option (e.g. a batch size of zero).
     invalid_argument,
-    /// A stream was iterated after it had ended or after its range was moved from.
+    /// A range was read after it was moved from.
     stream_ended,
     /// A stage's user function threw; the nested exception says what it threw.
     stage_failed,
@@ -35,7 +35,7 @@ public:
         switch (static_cast<errc>(ev)) {
         case errc::cancelled: return "pipeline cancelled";
         case errc::invalid_argument: return "invalid argument";
-        case errc::stream_ended: return "stream already ended";
+        case errc::stream_ended: return "range was moved from";
         case errc::stage_failed: return "stage failed";
         }
         return "unknown conveyor.core error";
@@ -100,8 +100,11 @@ private:
         if (!c.stage.empty()) s += " stage '" + c.stage + "':";
         if (!c.where.empty()) s += " " + c.where + ":";
         // The key is worth saying unless the path already ends with it.
-        const bool key_in_where = c.where.size() >= c.key.size() &&
-                                  c.where.compare(c.where.size() - c.key.size(), c.key.size(), c.key) == 0;
+        // (As whole path components: "/data/11.jpg" does not end with the key "1.jpg".)
+        const bool key_in_where =
+            c.where.size() >= c.key.size() &&
+            c.where.compare(c.where.size() - c.key.size(), c.key.size(), c.key) == 0 &&
+            (c.where.size() == c.key.size() || c.where[c.where.size() - c.key.size() - 1] == '/');
         if (!c.key.empty() && !key_in_where) s += " item '" + c.key + "':";
         if (c.offset >= 0) s += " at byte " + std::to_string(c.offset) + ":";
         if (!c.detail.empty()) {

@@ -158,8 +158,13 @@ public:
     /// Builds the stages of a run (for stages that nest pipelines).
     stream<T> build(const std::shared_ptr<run_context>& ctx) const { return build_(ctx); }
 
-    /// Starts a run owned by this pipeline (ending any earlier one) and returns its iterator.
-    auto begin();
+    class iterator;
+
+    /** Starts a run owned by this pipeline (ending any earlier one) and returns its
+        iterator. The iterator is move-only, and when it is destroyed before the end (a
+        `break` out of a range-for), the run is stopped at once rather than left filling
+        its buffers until the pipeline goes away. */
+    iterator begin();
     std::default_sentinel_t end() const noexcept { return {}; }
 
     /// Appends a stage.
@@ -222,7 +227,12 @@ public:
         : ctx_(std::move(ctx)), sink_(std::move(sink))
     {
     }
-    range(range&&) noexcept = default;
+    range(range&& o) noexcept
+        : ctx_(std::move(o.ctx_)), sink_(std::move(o.sink_)), buffered_(std::move(o.buffered_)),
+          current_(std::move(o.current_)), started_(o.started_), moved_from_(std::exchange(o.moved_from_, true))
+    {
+        o.current_.reset();
+    }
     range& operator=(range&& o) noexcept
     {
         if (this != &o) {
@@ -231,7 +241,9 @@ public:
             sink_ = std::move(o.sink_);
             buffered_ = std::move(o.buffered_);
             current_ = std::move(o.current_);
+            o.current_.reset();
             started_ = o.started_;
+            moved_from_ = std::exchange(o.moved_from_, true);
         }
         return *this;
     }
@@ -261,6 +273,7 @@ public:
         `std::optional<T>`; throws the pipeline's error. */
     [[nodiscard]] asio::awaitable<std::optional<T>> async_next()
     {
+        if (moved_from_) throw error(make_error_code(errc::stream_ended), {});
         started_ = true;
         if (!buffered_.empty()) {
             std::optional<T> x(std::move(buffered_.front()));
@@ -297,6 +310,7 @@ private:
 
     void advance()
     {
+        if (moved_from_) throw error(make_error_code(errc::stream_ended), {});
         current_.reset();
         if (buffered_.empty()) {
             if (!sink_) return;
@@ -327,6 +341,7 @@ private:
     std::deque<T> buffered_;
     std::optional<T> current_;
     bool started_ = false;
+    bool moved_from_ = false;
 };
 
 template <class T>
@@ -341,12 +356,58 @@ range<T> pipeline<T>::run(std::uint64_t epoch)
     return range<T>(ctx, out.channel());
 }
 
+/// The iterator of a pipeline-owned run (see `pipeline::begin`).
 template <class T>
-auto pipeline<T>::begin()
+class pipeline<T>::iterator {
+public:
+    using value_type = T;
+    using difference_type = std::ptrdiff_t;
+    using iterator_concept = std::input_iterator_tag;
+
+    iterator() = default;
+    iterator(range<T>* r, typename range<T>::iterator it) : r_(r), it_(it) {}
+    iterator(iterator&& o) noexcept : r_(std::exchange(o.r_, nullptr)), it_(o.it_) {}
+    iterator& operator=(iterator&& o) noexcept
+    {
+        if (this != &o) {
+            stop_early();
+            r_ = std::exchange(o.r_, nullptr);
+            it_ = o.it_;
+        }
+        return *this;
+    }
+    iterator(const iterator&) = delete;
+    iterator& operator=(const iterator&) = delete;
+    ~iterator() { stop_early(); }
+
+    T& operator*() const { return *it_; }
+    T* operator->() const { return &*it_; }
+    iterator& operator++()
+    {
+        ++it_;
+        return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& i, std::default_sentinel_t s) noexcept { return i.it_ == s; }
+
+private:
+    void stop_early() noexcept
+    {
+        if (r_ && !(it_ == std::default_sentinel)) r_->stop();
+        r_ = nullptr;
+    }
+
+    range<T>* r_ = nullptr;
+    typename range<T>::iterator it_;
+};
+
+template <class T>
+typename pipeline<T>::iterator pipeline<T>::begin()
 {
     current_.reset(); // stop the previous run before starting the next
     current_ = std::make_unique<range<T>>(run());
-    return current_->begin();
+    auto it = current_->begin();
+    return iterator(current_.get(), it);
 }
 
 // ---- sources that are not I/O --------------------------------------------------------

@@ -39,6 +39,17 @@ std::string item_key(const T& x)
     else return {};
 }
 
+/// A system_error's `what()` as a detail: empty when it says no more than the code's
+/// message; else up to and including that message ("GET /b/k: Connection reset by peer"),
+/// without what Boost appends after it (" [system:104 at file:line]").
+inline std::string what_arg_of(std::string_view what, std::string_view message)
+{
+    const auto pos = message.empty() ? std::string_view::npos : what.find(message);
+    if (pos == 0) return {};
+    if (pos == std::string_view::npos) return std::string(what);
+    return std::string(what.substr(0, pos + message.size()));
+}
+
 /// Rethrows `e` as a `conveyor::error` that names `stage` and `key` (unless it already
 /// names a stage), keeping the original as the nested exception.
 inline std::exception_ptr with_context(std::exception_ptr e, std::string_view stage, std::string_view key)
@@ -58,11 +69,9 @@ inline std::exception_ptr with_context(std::exception_ptr e, std::string_view st
         if (!x.stage().empty()) return e;
         return make(x.code(), x.ctx());
     } catch (const boost::system::system_error& x) {
-        return make(static_cast<std::error_code>(x.code()), {});
+        return make(static_cast<std::error_code>(x.code()), {.detail = what_arg_of(x.what(), x.code().message())});
     } catch (const std::system_error& x) {
-        error::context c;
-        if (std::string_view(x.what()) != x.code().message()) c.detail = x.what();
-        return make(x.code(), std::move(c));
+        return make(x.code(), {.detail = what_arg_of(x.what(), x.code().message())});
     } catch (const std::exception& x) {
         return make(make_error_code(errc::stage_failed), {.detail = x.what()});
     } catch (...) {

@@ -86,15 +86,24 @@ private:
                                   std::vector<U> put;
                                   while (co_await in.next_batch(got, 256)) {
                                       for (auto& x : got) {
+                                          // The key is taken before the item moves into `f` (free
+                                          // for items without one), so errors can name it.
+                                          std::string key = detail::item_key(x);
                                           if (o.errors == on_error::fail) {
-                                              put.push_back((*f)(std::move(x)));
+                                              try {
+                                                  put.push_back((*f)(std::move(x)));
+                                              } catch (...) {
+                                                  ctx->fail(std::current_exception(), o.name, key);
+                                                  co_return;
+                                              }
                                               continue;
                                           }
-                                          std::string key = detail::item_key(x);
                                           try {
                                               put.push_back((*f)(std::move(x)));
                                           } catch (const std::exception& e) {
                                               ctx->note_skip(o.name + ": " + (key.empty() ? "" : key + ": ") + e.what());
+                                          } catch (...) {
+                                              ctx->note_skip(o.name + ": " + (key.empty() ? "" : key + ": ") + "unknown exception");
                                           }
                                       }
                                       got.clear();
@@ -412,9 +421,10 @@ public:
                                       for (auto& x : got) {
                                           pool.push_back(std::move(x));
                                           ++arrived;
-                                          // Emit once full; between `initial` and full, on every
-                                          // other arrival, so the pool keeps growing to `buffer`.
-                                          const bool emit = pool.size() > o.buffer ||
+                                          // Emit (a random one of the `buffer` held, so a buffer of
+                                          // one keeps the order) once full; between `initial` and
+                                          // full, on every other arrival, so the pool keeps growing.
+                                          const bool emit = pool.size() >= o.buffer ||
                                                             (pool.size() >= o.initial && (arrived & 1) == 0);
                                           if (!emit) continue;
                                           const auto k = rng.below(pool.size());
