@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../support/common.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -28,6 +30,8 @@
 
 namespace test {
 
+using namespace conveyor_test; // finishes_within, eventually, log_capture, run_probe, mix
+
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
@@ -38,52 +42,7 @@ inline constexpr std::chrono::seconds generous{30};
 /// enough that the suite stays usable while the bug is open.
 inline constexpr std::chrono::seconds known_hang{5};
 
-/** Runs `f` on a thread of its own and waits at most `limit` for it.
 
-    Returns true when `f` finished (its exception, if any, is rethrown here). Returns false
-    when it did not: `rescue` is then called to unstick it (e.g. cancel the run by hand) and
-    `f`'s outcome is ignored. If there is no rescue, or `f` is still stuck after it, the
-    process ends with a message: a stuck thread holding the test's state cannot be left
-    behind, and hanging until ctest's timeout says less. */
-template <class F>
-bool finishes_within(std::chrono::seconds limit, const char* what, F f, const std::function<void()>& rescue = {})
-{
-    std::packaged_task<void()> task(std::move(f));
-    auto done = task.get_future();
-    std::thread runner(std::move(task));
-    if (done.wait_for(limit) == std::future_status::ready) {
-        runner.join();
-        done.get();
-        return true;
-    }
-    if (rescue) {
-        rescue();
-        if (done.wait_for(limit) == std::future_status::ready) {
-            runner.join();
-            try {
-                done.get();
-            } catch (...) {
-            }
-            return false;
-        }
-    }
-    std::fprintf(stderr, "\nFATAL: '%s' did not finish within %llds%s; ending the test run\n", what,
-                 static_cast<long long>(limit.count()), rescue ? " even after the rescue" : "");
-    std::fflush(stderr);
-    std::_Exit(3);
-}
-
-/// Polls `pred` until it is true or `limit` passes; returns its last value.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::seconds limit = generous)
-{
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > deadline) return pred();
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
-}
 
 /// Reads a pipeline to its end (on a helper thread, bounded) and returns what it produced.
 template <class T>
@@ -107,72 +66,7 @@ std::vector<T> collect(conveyor::range<T>& r, const char* what = "reading a run"
     return out;
 }
 
-/// Collects the lines a runtime logs.
-class log_capture {
-public:
-    std::function<void(std::string_view)> sink() const
-    {
-        return [s = s_](std::string_view line) {
-            std::lock_guard lk(s->mu);
-            s->lines.emplace_back(line);
-        };
-    }
-    std::vector<std::string> lines() const
-    {
-        std::lock_guard lk(s_->mu);
-        return s_->lines;
-    }
 
-private:
-    struct state {
-        std::mutex mu;
-        std::vector<std::string> lines;
-    };
-    std::shared_ptr<state> s_ = std::make_shared<state>();
-};
-
-/** An identity stage that remembers the run it was built into and the stream it passes
-    on (the sink, when it is the last stage): tests use it to watch a run, and to rescue one
-    that a bug left stuck. Holds only weak references. */
-class run_probe {
-public:
-    template <class T>
-    conveyor::stream<T> operator()(const std::shared_ptr<conveyor::run_context>& ctx, conveyor::stream<T> in) const
-    {
-        std::lock_guard lk(s_->mu);
-        s_->ctx = ctx;
-        s_->out = in.channel();
-        return in;
-    }
-    std::shared_ptr<conveyor::run_context> run() const
-    {
-        std::lock_guard lk(s_->mu);
-        return s_->ctx.lock();
-    }
-    /// Cancels the whole run (what destroying its range does).
-    void cancel_run() const
-    {
-        if (auto c = run()) c->cancel();
-    }
-    /// Cancels the stream this probe passed on, even where the run would keep it.
-    void cancel_stream() const
-    {
-        std::shared_ptr<conveyor::detail::channel_base> ch;
-        {
-            std::lock_guard lk(s_->mu);
-            ch = s_->out.lock();
-        }
-        if (ch) ch->cancel();
-    }
-
-private:
-    struct state {
-        std::mutex mu;
-        std::weak_ptr<conveyor::run_context> ctx;
-        std::weak_ptr<conveyor::detail::channel_base> out;
-    };
-    std::shared_ptr<state> s_ = std::make_shared<state>();
-};
 
 /// The threads of a runtime's I/O lanes.
 inline std::vector<std::thread::id> lane_threads(conveyor::runtime& rt)
@@ -214,14 +108,6 @@ struct tracked {
     int value;
 };
 
-/// A 64-bit mix of `x` (SplitMix64's finaliser), for deterministic pseudo-random delays.
-inline std::uint64_t mix(std::uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 
 } // namespace test
 

@@ -11,6 +11,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../support/common.hpp"
+
 #include <liburing.h>
 
 #include <boost/asio/post.hpp>
@@ -43,6 +45,8 @@
 #include <vector>
 
 namespace ftest {
+
+using namespace conveyor_test; // finishes_within, eventually, log_capture, run_probe, mix
 
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
@@ -83,14 +87,6 @@ private:
     fs::path path_;
 };
 
-/// A 64-bit mix of `x` (SplitMix64's finaliser): deterministic pseudo-random content.
-inline std::uint64_t mix(std::uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
 
 /// `size` bytes that depend on `seed` and on each byte's position, so that a chunk put in
 /// the wrong place, a byte missing or one file's bytes delivered for another all show.
@@ -175,75 +171,7 @@ inline const std::vector<backend_case>& backends()
 /// True when CONVEYOR_IO_BACKEND would override `automatic` (tests about `automatic` skip).
 inline bool backend_overridden_by_environment() { return std::getenv("CONVEYOR_IO_BACKEND") != nullptr; }
 
-/// Collects the lines a runtime logs.
-class log_capture {
-public:
-    std::function<void(std::string_view)> sink() const
-    {
-        return [s = s_](std::string_view line) {
-            std::lock_guard lk(s->mu);
-            s->lines.emplace_back(line);
-        };
-    }
-    std::vector<std::string> lines() const
-    {
-        std::lock_guard lk(s_->mu);
-        return s_->lines;
-    }
-    /// Lines that contain every one of `parts`.
-    std::vector<std::string> matching(std::initializer_list<std::string_view> parts) const
-    {
-        std::vector<std::string> out;
-        for (const auto& l : lines()) {
-            bool all = true;
-            for (auto p : parts) all = all && l.find(p) != std::string::npos;
-            if (all) out.push_back(l);
-        }
-        return out;
-    }
 
-private:
-    struct state {
-        std::mutex mu;
-        std::vector<std::string> lines;
-    };
-    std::shared_ptr<state> s_ = std::make_shared<state>();
-};
-
-/** Runs `f` on a thread of its own and waits at most `limit` for it.
-
-    Returns true when `f` finished (its exception, if any, is rethrown here). When it did
-    not, the test fails with a message naming `what`; `rescue` is then called to unstick it
-    (e.g. cancel the run's channel by hand) and false is returned. If there is no rescue or
-    `f` is still stuck after it, the process ends with a message: a stuck thread holding the
-    test's state cannot be left behind, and hanging until ctest's timeout says less. */
-template <class F>
-bool finishes_within(std::chrono::seconds limit, const char* what, F f, const std::function<void()>& rescue = {})
-{
-    std::packaged_task<void()> task(std::move(f));
-    auto done = task.get_future();
-    std::thread runner(std::move(task));
-    if (done.wait_for(limit) == std::future_status::ready) {
-        runner.join();
-        done.get();
-        return true;
-    }
-    if (rescue) {
-        rescue();
-        if (done.wait_for(limit) == std::future_status::ready) {
-            runner.join();
-            try {
-                done.get();
-            } catch (...) {
-            }
-            return false;
-        }
-    }
-    std::fprintf(stderr, "\nFATAL: '%s' did not finish within %llds%s; ending the test run\n", what,
-                 static_cast<long long>(limit.count()), rescue ? " even after the rescue" : "");
-    std::fflush(stderr);
-    std::_Exit(3);
-}
 
 /// Like `finishes_within`, but a hang is a test failure (with a message) as well.
 template <class F>
@@ -253,55 +181,7 @@ void must_finish(const char* what, F f, std::chrono::seconds limit = generous, c
     CHECK_MESSAGE(ok, what << " did not finish within " << limit.count() << "s (hang)");
 }
 
-/// Polls `pred` until it is true or `limit` passes; returns its last value.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::seconds limit = generous)
-{
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > deadline) return pred();
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
-}
 
-/** An identity stage that remembers the run it was built into and the stream it passes
-    on: tests use it to watch a run, and to rescue one that a bug left stuck. Holds only
-    weak references. */
-class run_probe {
-public:
-    template <class T>
-    conveyor::stream<T> operator()(const std::shared_ptr<conveyor::run_context>& ctx, conveyor::stream<T> in) const
-    {
-        std::lock_guard lk(s_->mu);
-        s_->ctx = ctx;
-        s_->out = in.channel();
-        return in;
-    }
-    std::shared_ptr<conveyor::run_context> run() const
-    {
-        std::lock_guard lk(s_->mu);
-        return s_->ctx.lock();
-    }
-    /// Cancels the stream this probe passed on, even where the run would keep it.
-    void cancel_stream() const
-    {
-        std::shared_ptr<conveyor::detail::channel_base> ch;
-        {
-            std::lock_guard lk(s_->mu);
-            ch = s_->out.lock();
-        }
-        if (ch) ch->cancel();
-    }
-
-private:
-    struct state {
-        std::mutex mu;
-        std::weak_ptr<conveyor::run_context> ctx;
-        std::weak_ptr<conveyor::detail::channel_base> out;
-    };
-    std::shared_ptr<state> s_ = std::make_shared<state>();
-};
 
 /// What a run delivered, or the exception it ended with.
 struct outcome {
