@@ -24,23 +24,11 @@
 namespace asio = boost::asio;
 namespace cv = conveyor;
 using namespace std::chrono_literals;
+using test::count_calls;
+using test::iota;
 
 namespace {
 
-std::vector<int> iota(int n, int from = 0)
-{
-    std::vector<int> v(static_cast<std::size_t>(n));
-    std::iota(v.begin(), v.end(), from);
-    return v;
-}
-
-auto count_calls(std::shared_ptr<std::atomic<std::uint64_t>> calls)
-{
-    return [calls](std::uint64_t i) {
-        ++*calls;
-        return static_cast<int>(i);
-    };
-}
 
 std::string what_of(std::exception_ptr e)
 {

@@ -17,24 +17,12 @@
 namespace asio = boost::asio;
 namespace cv = conveyor;
 using namespace std::chrono_literals;
+using test::count_calls;
+using test::iota;
 using test::sample;
 
 namespace {
 
-std::vector<int> iota(int n, int from = 0)
-{
-    std::vector<int> v(static_cast<std::size_t>(n));
-    std::iota(v.begin(), v.end(), from);
-    return v;
-}
-
-auto count_calls(std::shared_ptr<std::atomic<std::uint64_t>> calls)
-{
-    return [calls](std::uint64_t i) {
-        ++*calls;
-        return static_cast<int>(i);
-    };
-}
 
 /// Runs `read` (which iterates a pipeline) and returns what it threw, or null.
 template <class F>

@@ -22,6 +22,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -67,6 +68,23 @@ std::vector<T> collect(conveyor::range<T>& r, const char* what = "reading a run"
 }
 
 
+
+/// 0, 1, ..., n-1 (shifted by `from`).
+inline std::vector<int> iota(int n, int from = 0)
+{
+    std::vector<int> v(static_cast<std::size_t>(n));
+    std::iota(v.begin(), v.end(), from);
+    return v;
+}
+
+/// A `generate` function that counts its calls in `calls`.
+inline auto count_calls(std::shared_ptr<std::atomic<std::uint64_t>> calls)
+{
+    return [calls](std::uint64_t i) {
+        ++*calls;
+        return static_cast<int>(i);
+    };
+}
 
 /// The threads of a runtime's I/O lanes.
 inline std::vector<std::thread::id> lane_threads(conveyor::runtime& rt)
