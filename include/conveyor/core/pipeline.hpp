@@ -282,7 +282,7 @@ public:
         }
         if (!sink_) co_return std::nullopt;
         auto x = co_await sink_->receive();
-        if (!x) finish();
+        if (!x) finish(false); // a coroutine must not block its thread waiting for the tasks
         co_return x;
     }
 
@@ -328,10 +328,11 @@ private:
         buffered_.pop_front();
     }
 
-    void finish()
+    // The stream ended: report, and (on a plain thread) wait until every task is done.
+    void finish(bool wait = true)
     {
         if (!ctx_) return;
-        ctx_->wait_idle();
+        if (wait) ctx_->wait_idle();
         ctx_->report();
         sink_.reset();
     }

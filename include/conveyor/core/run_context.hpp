@@ -104,8 +104,10 @@ auto offload(Executor ex, F f) -> asio::awaitable<std::invoke_result_t<F&>>
                 } catch (...) {
                     ep = std::current_exception();
                 }
-                asio::post(back, [h = std::move(h), ep, r = std::move(r)]() mutable {
-                    std::move(h)(std::tuple<std::exception_ptr, std::optional<value>>(ep, std::move(r)));
+                // Moved, not copied: the exception is released where it is consumed, not
+                // raced between the pool thread and the awaiting one.
+                asio::post(back, [h = std::move(h), ep = std::move(ep), r = std::move(r)]() mutable {
+                    std::move(h)(std::tuple<std::exception_ptr, std::optional<value>>(std::move(ep), std::move(r)));
                 });
             });
         },
