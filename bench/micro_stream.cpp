@@ -99,87 +99,42 @@ auto source(std::int64_t n)
 
 constexpr auto inc = [](int x) { return x + 1; };
 
-// (a) generate alone, drained by range-for on the calling thread.
-void generate(benchmark::State& state)
+// Times `drain_with(make(n))` per item: every benchmark below is this loop with another
+// pipeline or another way of draining it.
+template <class Make, class Drain>
+void per_item(benchmark::State& state, Make make, Drain drain_with)
 {
     const auto n = state.range(0);
     const auto before = cb::usage_now();
     for (auto _ : state) {
-        auto p = source(n);
-        benchmark::DoNotOptimize(drain(p));
+        auto p = make(n);
+        benchmark::DoNotOptimize(drain_with(p));
     }
     set_per_item(state, n, before);
 }
 
-// (b) generate | map(x + 1)
-void generate_map1(benchmark::State& state)
-{
-    const auto n = state.range(0);
-    const auto before = cb::usage_now();
-    for (auto _ : state) {
-        auto p = source(n) | cv::map(inc);
-        benchmark::DoNotOptimize(drain(p));
-    }
-    set_per_item(state, n, before);
-}
+auto alone = [](std::int64_t n) { return source(n); };
+auto one_map = [](std::int64_t n) { return source(n) | cv::map(inc); };
+auto four_maps = [](std::int64_t n) { return source(n) | cv::map(inc) | cv::map(inc) | cv::map(inc) | cv::map(inc); };
+auto by_range_for = [](auto& p) { return drain(p); };
+auto on_lane = [](auto& p) { return drain_on_lane(p); };
 
-// (c) generate | map | map | map | map
-void generate_map4(benchmark::State& state)
-{
-    const auto n = state.range(0);
-    const auto before = cb::usage_now();
-    for (auto _ : state) {
-        auto p = source(n) | cv::map(inc) | cv::map(inc) | cv::map(inc) | cv::map(inc);
-        benchmark::DoNotOptimize(drain(p));
-    }
-    set_per_item(state, n, before);
-}
+// (a) (b) (c): generate alone, with one map(x + 1), with four; drained by range-for on the
+// calling thread.
+void generate(benchmark::State& state) { per_item(state, alone, by_range_for); }
+void generate_map1(benchmark::State& state) { per_item(state, one_map, by_range_for); }
+void generate_map4(benchmark::State& state) { per_item(state, four_maps, by_range_for); }
 
 // (a') (b') (c'): the same pipelines drained by a coroutine on the stages' own I/O thread.
-void generate_on_lane(benchmark::State& state)
-{
-    const auto n = state.range(0);
-    const auto before = cb::usage_now();
-    for (auto _ : state) {
-        auto p = source(n);
-        benchmark::DoNotOptimize(drain_on_lane(p));
-    }
-    set_per_item(state, n, before);
-}
-
-void generate_map1_on_lane(benchmark::State& state)
-{
-    const auto n = state.range(0);
-    const auto before = cb::usage_now();
-    for (auto _ : state) {
-        auto p = source(n) | cv::map(inc);
-        benchmark::DoNotOptimize(drain_on_lane(p));
-    }
-    set_per_item(state, n, before);
-}
-
-void generate_map4_on_lane(benchmark::State& state)
-{
-    const auto n = state.range(0);
-    const auto before = cb::usage_now();
-    for (auto _ : state) {
-        auto p = source(n) | cv::map(inc) | cv::map(inc) | cv::map(inc) | cv::map(inc);
-        benchmark::DoNotOptimize(drain_on_lane(p));
-    }
-    set_per_item(state, n, before);
-}
+void generate_on_lane(benchmark::State& state) { per_item(state, alone, on_lane); }
+void generate_map1_on_lane(benchmark::State& state) { per_item(state, one_map, on_lane); }
+void generate_map4_on_lane(benchmark::State& state) { per_item(state, four_maps, on_lane); }
 
 // (d) generate | map(x + 1, concurrency 4): the parallel map's per-item path (one
 //     receive and one ordered send per item), for comparison with the batched inline map.
 void generate_map_parallel4(benchmark::State& state)
 {
-    const auto n = state.range(0);
-    const auto before = cb::usage_now();
-    for (auto _ : state) {
-        auto p = source(n) | cv::map(inc, {.concurrency = 4});
-        benchmark::DoNotOptimize(drain(p));
-    }
-    set_per_item(state, n, before);
+    per_item(state, [](std::int64_t n) { return source(n) | cv::map(inc, {.concurrency = 4}); }, by_range_for);
 }
 
 // The channel alone: a producer coroutine sends batches of 64 with send_all, a consumer
