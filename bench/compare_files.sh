@@ -17,14 +17,8 @@ if [[ $# -ne 1 ]]; then
     exit 2
 fi
 dir=$1
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bench_bin=${CONVEYOR_BENCH:-}
-if [[ -z $bench_bin ]]; then
-    for b in "$here/../build/bench/bench/conveyor-bench" "$here/../build/default/bench/conveyor-bench" \
-             "$here/../build/bench/conveyor-bench"; do
-        if [[ -x $b ]]; then bench_bin=$b; break; fi
-    done
-fi
+# shellcheck source-path=SCRIPTDIR source=find_bench.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_bench.sh"
 [[ -n $bench_bin && -x $bench_bin ]] || { echo "$0: conveyor-bench not found; build it or set CONVEYOR_BENCH" >&2; exit 2; }
 
 warm_repeat=${WARM_REPEAT:-3}

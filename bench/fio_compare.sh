@@ -34,14 +34,8 @@ if [[ $bs == *-* ]]; then bs_option=--bsrange; fi
 [[ -d $dir ]] || { echo "$0: $dir is not a directory" >&2; exit 2; }
 command -v fio >/dev/null || { echo "$0: fio not found (apt-get install fio)" >&2; exit 2; }
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-bench_bin=${CONVEYOR_BENCH:-}
-if [[ -z $bench_bin ]]; then
-    for b in "$here/../build/bench/bench/conveyor-bench" "$here/../build/default/bench/conveyor-bench" \
-             "$here/../build/bench/conveyor-bench"; do
-        if [[ -x $b ]]; then bench_bin=$b; break; fi
-    done
-fi
+# shellcheck source-path=SCRIPTDIR source=find_bench.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find_bench.sh"
 
 drop_cache() {
     if [[ -n $bench_bin ]]; then

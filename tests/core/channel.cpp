@@ -23,6 +23,8 @@
 namespace asio = boost::asio;
 using conveyor::detail::channel;
 using namespace std::chrono_literals;
+using test::code_of;
+using test::what_of;
 
 namespace {
 
@@ -90,26 +92,6 @@ asio::awaitable<void> receive_all(channel<int>& ch, std::vector<int>* got, std::
 asio::awaitable<void> receive_one(channel<int>& ch, std::optional<int>* got)
 {
     *got = co_await ch.receive();
-}
-
-std::string message_of(std::exception_ptr e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        return x.what();
-    }
-}
-
-std::error_code code_of(std::exception_ptr e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::system_error& x) {
-        return x.code();
-    } catch (...) {
-        return {};
-    }
 }
 
 } // namespace
@@ -234,15 +216,15 @@ TEST_CASE("with_context names the stage and item and keeps the original as the n
         const auto enoent = std::make_error_code(std::errc::no_such_file_or_directory);
         auto e = with_context(std::make_exception_ptr(std::system_error(enoent, "/data/a.jpg")), "files", "a.jpg");
         CHECK(code_of(e) == enoent);
-        CHECK(message_of(e) == "conveyor: stage 'files': item 'a.jpg': /data/a.jpg: " + enoent.message());
+        CHECK(what_of(e) == "conveyor: stage 'files': item 'a.jpg': /data/a.jpg: " + enoent.message());
         auto plain = with_context(std::make_exception_ptr(std::system_error(enoent)), "files", "");
-        CHECK(message_of(plain) == "conveyor: stage 'files': " + enoent.message());
+        CHECK(what_of(plain) == "conveyor: stage 'files': " + enoent.message());
     }
     SUBCASE("a Boost system_error keeps its code")
     {
         auto e = with_context(std::make_exception_ptr(boost::system::system_error(asio::error::connection_reset)), "http", "obj");
         CHECK(code_of(e).value() == ECONNRESET);
-        CHECK(message_of(e) == "conveyor: stage 'http': item 'obj': " + std::make_error_code(std::errc::connection_reset).message());
+        CHECK(what_of(e) == "conveyor: stage 'http': item 'obj': " + std::make_error_code(std::errc::connection_reset).message());
     }
     SUBCASE("an error that already names a stage is passed on untouched")
     {
@@ -266,7 +248,7 @@ TEST_CASE("with_context names the stage and item and keeps the original as the n
     SUBCASE("something that is not an exception is still reported")
     {
         auto e = with_context(std::make_exception_ptr(42), "map", "k");
-        CHECK(message_of(e) == "conveyor: stage 'map': item 'k': unknown exception");
+        CHECK(what_of(e) == "conveyor: stage 'map': item 'k': unknown exception");
     }
 }
 
@@ -278,7 +260,7 @@ TEST_CASE("with_context keeps the text of a Boost system_error too")
     auto e = conveyor::detail::with_context(
         std::make_exception_ptr(boost::system::system_error(asio::error::connection_reset, "GET /bucket/key")), "s3", "key");
     CHECK(code_of(e).value() == ECONNRESET);
-    const auto what = message_of(e);
+    const auto what = what_of(e);
     CAPTURE(what);
     CHECK(what.find("GET /bucket/key") != std::string::npos);
 }
@@ -916,9 +898,9 @@ TEST_CASE("fail makes the receiver throw the error, before any queued item")
     settle(io);
     REQUIRE(cons.done);
     REQUIRE(cons.error);
-    CHECK(message_of(cons.error) == "disk on fire");
+    CHECK(what_of(cons.error) == "disk on fire");
     REQUIRE(waiting.done); // a waiting receiver is woken
-    CHECK(message_of(waiting.error) == "empty failed");
+    CHECK(what_of(waiting.error) == "empty failed");
 }
 
 // Regression test, fixed bug (doubtful contract, root of the pipeline hang in stages.cpp): `fail()` "ends the
@@ -1001,7 +983,7 @@ TEST_CASE("a blocked plain-thread receiver wakes on cancel and on fail")
         test::finishes_within(test::generous, "the blocked receiver to wake", [&] { consumer.join(); });
         REQUIRE(caught);
         if (cancel) CHECK(code_of(caught) == conveyor::errc::cancelled);
-        else CHECK(message_of(caught) == "io error");
+        else CHECK(what_of(caught) == "io error");
     }
 }
 

@@ -26,31 +26,11 @@ namespace cv = conveyor;
 using namespace std::chrono_literals;
 using test::count_calls;
 using test::iota;
+using test::code_of;
+using test::what_of;
 
 namespace {
 
-
-std::string what_of(std::exception_ptr e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        return x.what();
-    } catch (...) {
-        return "(not a std::exception)";
-    }
-}
-
-std::error_code code_of(std::exception_ptr e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::system_error& x) {
-        return x.code();
-    } catch (...) {
-        return {};
-    }
-}
 
 void settle(asio::io_context& io)
 {

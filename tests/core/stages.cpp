@@ -19,6 +19,7 @@ namespace cv = conveyor;
 using namespace std::chrono_literals;
 using test::count_calls;
 using test::iota;
+using test::what_of;
 using test::sample;
 
 namespace {
@@ -79,17 +80,6 @@ auto held_in_flight(std::shared_ptr<flight> st)
         --st->now;
         co_return x;
     };
-}
-
-std::string what_of(std::exception_ptr e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        return x.what();
-    } catch (...) {
-        return "(not a std::exception)";
-    }
 }
 
 } // namespace

@@ -18,6 +18,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <exception>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -158,6 +160,30 @@ inline std::uint64_t mix(std::uint64_t x)
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
+}
+
+/// The `what()` of the exception `e` holds.
+inline std::string what_of(std::exception_ptr e)
+{
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        return x.what();
+    } catch (...) {
+        return "(not a std::exception)";
+    }
+}
+
+/// The code of the `std::system_error` (or `conveyor::error`) `e` holds; none otherwise.
+inline std::error_code code_of(std::exception_ptr e)
+{
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::system_error& x) {
+        return x.code();
+    } catch (...) {
+        return {};
+    }
 }
 
 } // namespace conveyor_test
