@@ -7,10 +7,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  liburing-dev libboost1.81-dev libboost-json1.81-dev libssl-dev libturbojpeg0-dev
+  liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev
   doctest-dev libcli11-dev libbenchmark-dev
   fio golang-1.19-src
+  python3-botocore openssl curl
 )
+# The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 if [[ "${CONVEYOR_SKIP_DEPS:-0}" == 1 ]]; then
   echo "install-deps: CONVEYOR_SKIP_DEPS=1, not checking system packages"

@@ -1,0 +1,1 @@
+// placeholder: replaced by the test file for s3/config
