@@ -1,0 +1,140 @@
+// conveyor/s3/error.hpp — error codes of the S3 module, and S3's own error replies.
+#ifndef CONVEYOR_S3_ERROR_HPP
+#define CONVEYOR_S3_ERROR_HPP
+
+#include <conveyor/core/error.hpp>
+
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+namespace conveyor::s3 {
+
+/// Error codes of the S3 module: what an S3 reply meant. Transport failures (refused,
+/// reset, timeouts, truncated bodies) keep their own codes (system, Asio, `http::errc`).
+enum class errc {
+    /// 403: the credentials were refused (AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId...).
+    access_denied = 1,
+    /// 404 NoSuchKey (or a 404 to HEAD): the object does not exist.
+    no_such_key,
+    /// 404 NoSuchBucket: the bucket does not exist.
+    no_such_bucket,
+    /// Any other 4xx: the request was refused as it stands and is not retried.
+    request_refused,
+    /// 5xx (500 InternalError, 502, 504) that persisted through every attempt.
+    server_error,
+    /// 503 SlowDown (or 429) that persisted through every attempt.
+    throttled,
+    /// A reply conveyor cannot make sense of (malformed XML, a missing header, a size that
+    /// contradicts itself).
+    bad_reply,
+    /// The object changed while it was read in parts (its ETag no longer matched).
+    object_changed,
+    /// An upload's part could not be sent; the multipart upload was aborted.
+    upload_aborted,
+};
+
+namespace detail {
+class s3_category_impl final : public std::error_category {
+public:
+    const char* name() const noexcept override { return "conveyor.s3"; }
+    std::string message(int ev) const override
+    {
+        switch (static_cast<errc>(ev)) {
+        case errc::access_denied: return "access denied";
+        case errc::no_such_key: return "no such key";
+        case errc::no_such_bucket: return "no such bucket";
+        case errc::request_refused: return "request refused by the server";
+        case errc::server_error: return "server error";
+        case errc::throttled: return "throttled by the server (slow down)";
+        case errc::bad_reply: return "malformed reply from the server";
+        case errc::object_changed: return "object changed while being read";
+        case errc::upload_aborted: return "multipart upload aborted";
+        }
+        return "unknown conveyor.s3 error";
+    }
+};
+} // namespace detail
+
+/// The category of `conveyor::s3::errc`.
+inline const std::error_category& s3_category() noexcept
+{
+    static const detail::s3_category_impl cat;
+    return cat;
+}
+
+/// Makes a `std::error_code` from an S3 error value.
+inline std::error_code make_error_code(errc e) noexcept
+{
+    return {static_cast<int>(e), s3_category()};
+}
+
+/** An S3 error reply: the HTTP status and what the XML body said.
+
+    @code
+    <Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message>
+           <Resource>/bucket/key</Resource><RequestId>4442587FB7D0A2F9</RequestId></Error>
+    @endcode
+*/
+struct reply_error {
+    unsigned status = 0;
+    std::string code;        ///< S3's code, e.g. "NoSuchKey"; empty when the body had none
+    std::string message;     ///< S3's message
+    std::string request_id;  ///< from the body, else the x-amz-request-id header
+    std::string resource;
+
+    /// "HTTP 404 NoSuchKey: The specified key does not exist. (request id 4442587FB7D0A2F9)"
+    std::string describe() const
+    {
+        std::string s = "HTTP " + std::to_string(status);
+        if (!code.empty()) s += " " + code;
+        if (!message.empty()) s += ": " + message;
+        if (!request_id.empty()) s += " (request id " + request_id + ")";
+        return s;
+    }
+
+    /// The `errc` this reply stands for.
+    std::error_code to_error_code() const
+    {
+        if (status == 403 || status == 401) return make_error_code(errc::access_denied);
+        if (status == 404) return make_error_code(code == "NoSuchBucket" ? errc::no_such_bucket : errc::no_such_key);
+        if (status == 412 && code == "PreconditionFailed") return make_error_code(errc::object_changed);
+        if (status == 503 || status == 429 || code == "SlowDown") return make_error_code(errc::throttled);
+        if (status >= 500) return make_error_code(errc::server_error);
+        return make_error_code(errc::request_refused);
+    }
+
+    /// Whether S3's advice is to try again: 500, 502, 503, 504, 429, and the 400s that
+    /// only say the connection was slow (RequestTimeout) or the clock was off by a retry.
+    bool retryable() const noexcept
+    {
+        if (status == 500 || status == 502 || status == 503 || status == 504 || status == 429) return true;
+        return code == "RequestTimeout" || code == "SlowDown" || code == "InternalError";
+    }
+};
+
+/** The exception for a failed S3 request: a `conveyor::error` (code, stage "s3", the
+    object's `s3://bucket/key` as `where()`, a detail for people) that also carries the
+    server's reply, when there was one, and how many attempts were made. */
+class request_error : public conveyor::error {
+public:
+    request_error(std::error_code ec, context ctx, reply_error reply, unsigned attempts)
+        : conveyor::error(ec, std::move(ctx)), reply_(std::move(reply)), attempts_(attempts)
+    {
+    }
+    /// The server's reply; `status == 0` when the request failed below HTTP (refused, reset, timed out).
+    const reply_error& reply() const noexcept { return reply_; }
+    unsigned attempts() const noexcept { return attempts_; }
+
+private:
+    reply_error reply_;
+    unsigned attempts_ = 0;
+};
+
+} // namespace conveyor::s3
+
+template <>
+struct std::is_error_code_enum<conveyor::s3::errc> : std::true_type {};
+
+#endif
