@@ -7,9 +7,13 @@
 //   files          read every file once per repeat with one engine: uring (conveyor's
 //                  file source), pread (a thread pool) or ifstream (the naive baseline)
 //   random-access  random dataset::get(i) calls at 1, 4, 16 and 64 in flight
+//   s3-get, s3-put S3 GETs through conveyor's S3 source, uploads through its sink
+//                  (in s3_bench.cpp)
 //
 // Results go to standard output, one JSON object per line; progress and human summaries
 // go to standard error. Any read failure or byte-count mismatch exits non-zero.
+
+#include "s3_bench.hpp"
 
 #include <conveyor/bench/bench.hpp>
 #include <conveyor/bench/synthetic.hpp>
@@ -567,7 +571,7 @@ int cmd_random_access(const random_args& a)
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"conveyor-bench: file-reading benchmarks for conveyor (JSON lines on stdout, summaries on stderr)"};
+    CLI::App app{"conveyor-bench: file and S3 benchmarks for conveyor (JSON lines on stdout, summaries on stderr)"};
     app.require_subcommand(1);
 
     gen_args gen;
@@ -605,6 +609,8 @@ int main(int argc, char** argv)
     r->add_flag("--cold", ra.cold, "drop the files from the page cache before each in-flight count");
     r->add_option("--io-threads", ra.io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();
 
+    auto run_s3 = add_s3_subcommands(app);
+
     CLI11_PARSE(app, argc, argv);
 
     try {
@@ -621,6 +627,7 @@ int main(int argc, char** argv)
             return cmd_files(fa);
         }
         if (*r) return cmd_random_access(ra);
+        if (int rc = run_s3(); rc >= 0) return rc;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "conveyor-bench: error: %s\n", e.what());
         return 1;

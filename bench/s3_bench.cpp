@@ -1,0 +1,237 @@
+// s3_bench.cpp — conveyor-bench's S3 subcommands (a translation unit of its own: Beast and
+// OpenSSL compile slowly, and the file benchmarks do not need them).
+//
+//   s3-get   GET every object of a prefix or an index through conveyor's S3 source
+//   s3-put   upload a directory's files as objects through the upload sink
+//
+// One JSON object per line on standard output; a human summary on standard error.
+
+#include "s3_bench.hpp"
+
+#include <conveyor/bench/bench.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/file/index.hpp>
+#include <conveyor/file/source.hpp>
+#include <conveyor/s3/client.hpp>
+#include <conveyor/s3/source.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+namespace cv = conveyor;
+namespace cb = conveyor::bench;
+namespace s3 = conveyor::s3;
+
+struct s3_args {
+    std::string endpoint;
+    std::string bucket;
+    std::string region;
+    std::string prefix;
+    std::string index;
+    std::string dir;
+    std::size_t concurrency = 64;
+    std::size_t limit = 0;
+    std::uint64_t part_size = 8u << 20;
+    unsigned parts_in_flight = 8;
+    unsigned attempts = 10;
+    std::size_t io_threads = 0;
+    std::size_t repeat = 1;
+    bool ordered = false;
+    bool anonymous = false;
+};
+
+s3::config_options config_of(const s3_args& a)
+{
+    s3::config_options o;
+    o.endpoint_url = a.endpoint;
+    o.region = a.region;
+    o.anonymous = a.anonymous;
+    if (!a.endpoint.empty()) o.style = s3::addressing::path;
+    return o;
+}
+
+s3::client_options client_options_of(const s3_args& a)
+{
+    s3::client_options o;
+    o.http.max_connections = std::max<std::size_t>({a.concurrency, a.parts_in_flight, 1});
+    o.retry.max_attempts = std::max(1u, a.attempts);
+    o.part_size = a.part_size;
+    o.parts_in_flight = std::max(1u, a.parts_in_flight);
+    return o;
+}
+
+int cmd_s3_get(const s3_args& a)
+{
+    cv::runtime rt({.io_threads = a.io_threads});
+    s3::client c(rt, config_of(a), client_options_of(a));
+    std::fprintf(stderr, "s3-get: %s\n", c.cfg().describe().c_str());
+
+    s3::object_list list;
+    if (!a.index.empty()) {
+        list = a.index.starts_with("s3://") ? s3::read_index(c, a.index, a.prefix) : s3::read_index(a.bucket, a.index, a.prefix);
+        if (list.bucket.empty()) list.bucket = a.bucket;
+    } else {
+        cb::stopwatch t;
+        list = s3::list_objects(c, a.bucket, a.prefix);
+        std::fprintf(stderr, "s3-get: listed %zu objects under s3://%s/%s in %.2f s\n", list.size(), a.bucket.c_str(), a.prefix.c_str(),
+                     t.seconds());
+    }
+    if (a.limit && list.objects.size() > a.limit) list.objects.resize(a.limit);
+    if (list.empty()) throw std::runtime_error("no objects to read (empty listing or index)");
+    auto shared = std::make_shared<const s3::object_list>(std::move(list));
+
+    int rc = 0;
+    for (std::size_t rep = 0; rep < a.repeat; ++rep) {
+        cb::concurrent_histogram lat;
+        auto pipe = s3::objects(c, shared,
+                                {.concurrency = a.concurrency,
+                                 .ordered = a.ordered,
+                                 .errors = cv::on_error::skip,
+                                 .capacity = std::max<std::size_t>(a.concurrency, 64),
+                                 .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }})
+                        .on(rt);
+        const auto stats0 = c.stats();
+        const auto before = cb::usage_now();
+        cb::stopwatch clock;
+        cb::progress progress("s3-get", shared->size());
+        std::uint64_t objects = 0, bytes = 0;
+        auto run = pipe.run();
+        for (auto& b : run) {
+            ++objects;
+            bytes += b.data.size();
+            progress.update(objects, bytes);
+        }
+        const double secs = clock.seconds();
+        const auto usage = cb::usage_now() - before;
+        progress.finish();
+        const auto stats = c.stats();
+        const auto h = lat.merged();
+        const std::uint64_t errors = run.stats().skipped;
+        const std::uint64_t gets = stats.requests - stats0.requests;
+        cb::json_line()
+            .add("bench", "s3-get")
+            .add("engine", "conveyor")
+            .add("endpoint", c.cfg().endpoint.url())
+            .add("bucket", shared->bucket)
+            .add("concurrency", a.concurrency)
+            .add("part_size", a.part_size)
+            .add("io_threads", rt.io_lanes())
+            .add("repeat", rep)
+            .add("objects", objects)
+            .add("bytes", bytes)
+            .add("seconds", secs)
+            .add("objects_per_s", static_cast<double>(objects) / secs)
+            .add("MB_per_s", static_cast<double>(bytes) / 1e6 / secs)
+            .add("p50_ms", h.percentile(50) / 1e6)
+            .add("p99_ms", h.percentile(99) / 1e6)
+            .add("max_ms", static_cast<double>(h.max()) / 1e6)
+            .add("requests", gets)
+            .add("retries", stats.retries - stats0.retries)
+            .add("errors", errors)
+            .add("cpu_s", usage.cpu_s())
+            .add("cpu_us_per_get", gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0)
+            .print();
+        std::fprintf(stderr,
+                     "s3-get: %llu objects, %.1f MB in %.2f s: %.0f objects/s, %.1f MB/s | latency p50 %.1f ms p99 %.1f ms max %.1f ms | "
+                     "%llu requests, %llu retries, %llu errors | CPU %.2f s (%.1f us per GET)\n",
+                     static_cast<unsigned long long>(objects), static_cast<double>(bytes) / 1e6, secs, static_cast<double>(objects) / secs,
+                     static_cast<double>(bytes) / 1e6 / secs, h.percentile(50) / 1e6, h.percentile(99) / 1e6,
+                     static_cast<double>(h.max()) / 1e6, static_cast<unsigned long long>(gets),
+                     static_cast<unsigned long long>(stats.retries - stats0.retries), static_cast<unsigned long long>(errors), usage.cpu_s(),
+                     gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0);
+        if (errors) rc = 1;
+    }
+    return rc;
+}
+
+int cmd_s3_put(const s3_args& a)
+{
+    cv::runtime rt({.io_threads = a.io_threads});
+    s3::client c(rt, config_of(a), client_options_of(a));
+    std::fprintf(stderr, "s3-put: %s\n", c.cfg().describe().c_str());
+    auto listing = std::make_shared<const cv::file::listing>(cv::file::walk(a.dir));
+    if (listing->entries.empty()) throw std::runtime_error("no files under " + a.dir);
+    std::uint64_t total = 0;
+    for (const auto& e : listing->entries) total += static_cast<std::uint64_t>(std::max<std::int64_t>(e.size, 0));
+    const auto before = cb::usage_now();
+    cb::stopwatch clock;
+    cb::progress progress("s3-put", listing->size());
+    std::uint64_t objects = 0, bytes = 0;
+    auto stored = (cv::file::files(listing, {.concurrency = 16}) |
+                   s3::upload(c, a.bucket, {.prefix = a.prefix, .concurrency = a.concurrency}))
+                      .on(rt);
+    for (const auto& r : stored) {
+        ++objects;
+        bytes += r.bytes;
+        progress.update(objects, bytes);
+    }
+    const double secs = clock.seconds();
+    const auto usage = cb::usage_now() - before;
+    progress.finish();
+    cb::json_line()
+        .add("bench", "s3-put")
+        .add("engine", "conveyor")
+        .add("endpoint", c.cfg().endpoint.url())
+        .add("bucket", a.bucket)
+        .add("concurrency", a.concurrency)
+        .add("objects", objects)
+        .add("bytes", bytes)
+        .add("seconds", secs)
+        .add("objects_per_s", static_cast<double>(objects) / secs)
+        .add("MB_per_s", static_cast<double>(bytes) / 1e6 / secs)
+        .add("retries", c.stats().retries)
+        .add("errors", 0)
+        .add("cpu_s", usage.cpu_s())
+        .print();
+    std::fprintf(stderr, "s3-put: %llu objects, %.1f MB in %.2f s: %.0f objects/s, %.1f MB/s, %llu retries\n",
+                 static_cast<unsigned long long>(objects), static_cast<double>(bytes) / 1e6, secs, static_cast<double>(objects) / secs,
+                 static_cast<double>(bytes) / 1e6 / secs, static_cast<unsigned long long>(c.stats().retries));
+    return objects == listing->size() && bytes == total ? 0 : 1;
+}
+
+void add_common(CLI::App& sub, s3_args& a)
+{
+    sub.add_option("--endpoint", a.endpoint, "S3 endpoint URL, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, the profile, or AWS)");
+    sub.add_option("--bucket", a.bucket, "bucket")->required();
+    sub.add_option("--region", a.region, "region (default: AWS_REGION, the profile, or us-east-1)");
+    sub.add_option("--concurrency", a.concurrency, "requests in flight")->check(CLI::PositiveNumber)->capture_default_str();
+    sub.add_option("--io-threads", a.io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();
+    sub.add_option("--attempts", a.attempts, "attempts per request before giving up")->capture_default_str();
+    sub.add_flag("--anonymous", a.anonymous, "send unsigned requests (public buckets)");
+}
+
+} // namespace
+
+std::function<int()> add_s3_subcommands(CLI::App& app)
+{
+    auto get = std::make_shared<s3_args>();
+    auto put = std::make_shared<s3_args>();
+    auto* g = app.add_subcommand("s3-get", "GET every object of a prefix or an index through conveyor's S3 source");
+    add_common(*g, *get);
+    auto* p = g->add_option("--prefix", get->prefix, "list and read every object under this prefix (with --index: put before each key)");
+    auto* i = g->add_option("--index", get->index, "index: a JSON array of keys, a local file or s3://bucket/key");
+    (void)p;
+    (void)i;
+    g->add_option("--limit", get->limit, "read only the first N objects (0: all)")->capture_default_str();
+    g->add_option("--part-size", get->part_size, "objects larger than this come in parallel ranged parts (0: never)")->capture_default_str();
+    g->add_option("--parts-in-flight", get->parts_in_flight, "ranged parts of one object in flight")->capture_default_str();
+    g->add_option("--repeat", get->repeat, "passes over the objects")->check(CLI::PositiveNumber)->capture_default_str();
+    g->add_flag("--ordered", get->ordered, "deliver in list order (default: completion order)");
+
+    auto* u = app.add_subcommand("s3-put", "upload a directory's files (recursively) as objects");
+    add_common(*u, *put);
+    u->add_option("--dir", put->dir, "directory to upload")->required()->check(CLI::ExistingDirectory);
+    u->add_option("--prefix", put->prefix, "put before each relative path to make the key");
+
+    return [g, u, get, put]() -> int {
+        if (*g) return cmd_s3_get(*get);
+        if (*u) return cmd_s3_put(*put);
+        return -1;
+    };
+}

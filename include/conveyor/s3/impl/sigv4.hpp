@@ -1,0 +1,667 @@
+// conveyor/s3/impl/sigv4.hpp — definitions for conveyor/s3/sigv4.hpp.
+#ifndef CONVEYOR_S3_IMPL_SIGV4_HPP
+#define CONVEYOR_S3_IMPL_SIGV4_HPP
+
+#include <conveyor/core/error.hpp>
+
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/container/small_vector.hpp>
+#include <boost/url/encode.hpp>
+#include <boost/url/grammar/hexdig_chars.hpp>
+#include <boost/url/grammar/string_token.hpp>
+#include <boost/url/pct_string_view.hpp>
+#include <boost/url/rfc/unreserved_chars.hpp>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <utility>
+
+namespace conveyor::s3 {
+namespace detail {
+
+/// Throws the signer's `conveyor::error`. `why` must never hold a secret.
+[[noreturn]] inline void throw_signer_error(std::errc code, std::string why)
+{
+    throw conveyor::error(std::make_error_code(code), {.stage = "s3 signer", .detail = std::move(why)});
+}
+
+/// Throws for a failed OpenSSL call, with OpenSSL's reason (which holds no key material).
+[[noreturn]] inline void throw_openssl_error(const char* what)
+{
+    char reason[256] = "no reason given";
+    if (const unsigned long e = ERR_peek_last_error(); e != 0) ERR_error_string_n(e, reason, sizeof reason);
+    ERR_clear_error();
+    throw_signer_error(std::errc::operation_not_supported, std::string(what) + " failed in OpenSSL (" + reason + ")");
+}
+
+// OpenSSL 3 looks algorithms up by name on every implicit use (EVP_sha256(), HMAC()); that
+// lookup costs more than hashing a canonical request. Both are fetched once and held for
+// the life of the process.
+inline const EVP_MD* sha256_md()
+{
+    static EVP_MD* const md = [] {
+        EVP_MD* m = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+        if (m == nullptr) throw_openssl_error("fetching SHA-256");
+        return m;
+    }();
+    return md;
+}
+
+inline EVP_MAC* hmac_mac()
+{
+    static EVP_MAC* const mac = [] {
+        EVP_MAC* m = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+        if (m == nullptr) throw_openssl_error("fetching HMAC");
+        return m;
+    }();
+    return mac;
+}
+
+inline void mac_ctx_deleter::operator()(EVP_MAC_CTX* ctx) const noexcept { EVP_MAC_CTX_free(ctx); }
+
+using mac_ctx_ptr = std::unique_ptr<EVP_MAC_CTX, mac_ctx_deleter>;
+
+/// A new HMAC-SHA256 context keyed with `key`.
+inline mac_ctx_ptr make_hmac(const void* key, std::size_t size)
+{
+    mac_ctx_ptr ctx(EVP_MAC_CTX_new(hmac_mac()));
+    if (!ctx) throw_openssl_error("creating an HMAC context");
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, const_cast<char*>("SHA256"), 0),
+        OSSL_PARAM_construct_end(),
+    };
+    if (EVP_MAC_init(ctx.get(), static_cast<const unsigned char*>(key), size, params) != 1)
+        throw_openssl_error("keying HMAC-SHA256");
+    return ctx;
+}
+
+/// Feeds `data` to `ctx` and writes the 32-byte MAC to `out`.
+inline void finish_hmac(EVP_MAC_CTX* ctx, std::string_view data, unsigned char* out)
+{
+    std::size_t n = 0;
+    if (EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(data.data()), data.size()) != 1 ||
+        EVP_MAC_final(ctx, out, &n, 32) != 1 || n != 32)
+        throw_openssl_error("computing HMAC-SHA256");
+}
+
+/// out = HMAC-SHA256(key, data).
+inline void hmac_sha256(const void* key, std::size_t key_size, std::string_view data, unsigned char* out)
+{
+    auto ctx = make_hmac(key, key_size);
+    finish_hmac(ctx.get(), data, out);
+}
+
+/// out = SHA-256(data).
+inline void sha256(const void* data, std::size_t size, unsigned char* out)
+{
+    unsigned int n = 0;
+    if (EVP_Digest(data, size, out, &n, sha256_md(), nullptr) != 1 || n != 32) throw_openssl_error("computing SHA-256");
+}
+
+/// Writes `size` bytes as 2 * `size` lowercase hex digits.
+inline void to_hex(const unsigned char* in, std::size_t size, char* out) noexcept
+{
+    constexpr char digits[] = "0123456789abcdef";
+    for (std::size_t i = 0; i < size; ++i) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 0xf];
+    }
+}
+
+inline char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+inline bool ascii_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/// Case-insensitive (ASCII) ordering of header names: the order of their lower-case forms.
+inline bool iless(std::string_view a, std::string_view b) noexcept
+{
+    const std::size_t n = std::min(a.size(), b.size());
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto x = static_cast<unsigned char>(ascii_lower(a[i]));
+        const auto y = static_cast<unsigned char>(ascii_lower(b[i]));
+        if (x != y) return x < y;
+    }
+    return a.size() < b.size();
+}
+
+inline void append_lower(std::string& out, std::string_view s)
+{
+    for (char c : s) out += ascii_lower(c);
+}
+
+/// Appends `s` percent-encoded the SigV4 way: all but RFC 3986's unreserved characters,
+/// upper-case hex.
+inline void append_encoded(std::string& out, std::string_view s)
+{
+    const auto& unreserved = boost::urls::unreserved_chars;
+    const std::size_t n = boost::urls::encoded_size(s, unreserved);
+    const std::size_t at = out.size();
+    out.resize(at + n);
+    boost::urls::encode(out.data() + at, n, s, unreserved);
+}
+
+/// Appends `s`, whose escapes are all valid, decoded and encoded again the SigV4 way.
+inline void append_reencoded_valid(std::string& out, std::string_view s, std::string& scratch)
+{
+    if (s.find('%') == std::string_view::npos) return append_encoded(out, s);
+    const auto pct = boost::urls::make_pct_string_view(s);
+    if (!pct) return append_encoded(out, s); // not reached: the caller split at bad escapes
+    scratch.clear();
+    pct->decode({}, boost::urls::string_token::assign_to(scratch));
+    append_encoded(out, scratch);
+}
+
+/// Appends the canonical form of one path segment or query component: its escapes
+/// decoded, then encoded the SigV4 way. A '%' that does not start an escape is a
+/// literal '%'.
+inline void append_reencoded(std::string& out, std::string_view s, std::string& scratch)
+{
+    const auto& hex = boost::urls::grammar::hexdig_chars;
+    std::size_t from = 0;
+    for (std::size_t i = s.find('%'); i != std::string_view::npos; i = s.find('%', i + 1)) {
+        if (i + 2 < s.size() && hex(s[i + 1]) && hex(s[i + 2])) continue;
+        append_reencoded_valid(out, s.substr(from, i - from), scratch);
+        out += "%25";
+        from = i + 1;
+    }
+    append_reencoded_valid(out, s.substr(from), scratch);
+}
+
+/// Appends the canonical URI of `path`.
+inline void append_canonical_uri(std::string& out, std::string_view path, bool normalize, std::string& scratch)
+{
+    if (path.empty()) {
+        out += '/';
+        return;
+    }
+    if (!normalize) {
+        // Every slash stays where it is; only each segment's encoding is made canonical.
+        std::size_t from = 0;
+        for (;;) {
+            const std::size_t slash = path.find('/', from);
+            append_reencoded(out, path.substr(from, slash - from), scratch);
+            if (slash == std::string_view::npos) break;
+            out += '/';
+            from = slash + 1;
+        }
+        return;
+    }
+    // RFC 3986's remove_dot_segments, with empty segments dropped too (AWS's rule, as
+    // botocore and aws-c-auth apply it); then every segment is encoded once more.
+    boost::container::small_vector<std::string_view, 16> kept;
+    for (std::size_t from = 0; from <= path.size();) {
+        std::size_t slash = path.find('/', from);
+        if (slash == std::string_view::npos) slash = path.size();
+        const auto seg = path.substr(from, slash - from);
+        if (seg == "..") {
+            if (!kept.empty()) kept.pop_back();
+        } else if (!seg.empty() && seg != ".") {
+            kept.push_back(seg);
+        }
+        from = slash + 1;
+    }
+    const std::size_t start = out.size();
+    if (path.front() == '/') out += '/';
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+        if (i != 0) out += '/';
+        append_encoded(out, kept[i]);
+    }
+    if (path.back() == '/' && !kept.empty()) out += '/';
+    if (out.size() == start) out += '/';
+}
+
+/// Appends the canonical query of `query`.
+inline void append_canonical_query(std::string& out, std::string_view query, std::string& scratch)
+{
+    if (query.empty()) return;
+    // Each parameter is canonicalised into `encoded` ("name" then "value", back to back);
+    // the parameters are then sorted by (name, value) and written out.
+    struct param {
+        std::size_t at, name_size, value_size;
+    };
+    boost::container::small_vector<param, 16> params;
+    std::string encoded;
+    encoded.reserve(query.size() + query.size() / 2);
+    for (std::size_t from = 0; from <= query.size();) {
+        std::size_t amp = query.find('&', from);
+        if (amp == std::string_view::npos) amp = query.size();
+        const auto piece = query.substr(from, amp - from);
+        from = amp + 1;
+        if (piece.empty()) continue;
+        const std::size_t eq = piece.find('=');
+        param p{encoded.size(), 0, 0};
+        append_reencoded(encoded, piece.substr(0, eq), scratch);
+        p.name_size = encoded.size() - p.at;
+        if (eq != std::string_view::npos) append_reencoded(encoded, piece.substr(eq + 1), scratch);
+        p.value_size = encoded.size() - p.at - p.name_size;
+        params.push_back(p);
+    }
+    const std::string_view all = encoded;
+    auto name = [&](const param& p) { return all.substr(p.at, p.name_size); };
+    auto value = [&](const param& p) { return all.substr(p.at + p.name_size, p.value_size); };
+    std::sort(params.begin(), params.end(), [&](const param& a, const param& b) {
+        const int c = name(a).compare(name(b));
+        return c != 0 ? c < 0 : value(a) < value(b);
+    });
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        if (i != 0) out += '&';
+        out += name(params[i]);
+        out += '=';
+        out += value(params[i]);
+    }
+}
+
+/// `headers`' addresses, sorted by lower-case name, then by position (so that values of a
+/// repeated name keep their order).
+inline auto sorted_headers(std::span<const sigv4::header> headers)
+{
+    boost::container::small_vector<const sigv4::header*, 16> sorted;
+    sorted.reserve(headers.size());
+    for (const auto& h : headers) sorted.push_back(&h);
+    std::sort(sorted.begin(), sorted.end(), [](const sigv4::header* a, const sigv4::header* b) {
+        if (iless(a->name, b->name)) return true;
+        if (iless(b->name, a->name)) return false;
+        return a < b;
+    });
+    return sorted;
+}
+
+inline bool same_name(std::string_view a, std::string_view b) noexcept { return boost::beast::iequals(a, b); }
+
+/// Appends a header value trimmed, with each inner run of white space made one space.
+inline void append_canonical_value(std::string& out, std::string_view v)
+{
+    bool pending_space = false;
+    bool any = false;
+    for (char c : v) {
+        if (ascii_space(c)) {
+            pending_space = any;
+            continue;
+        }
+        if (pending_space) out += ' ';
+        pending_space = false;
+        any = true;
+        out += c;
+    }
+}
+
+/// Whether `s3::signer` signs a header of this name.
+inline bool s3_signs(std::string_view name) noexcept
+{
+    return same_name(name, "host") || same_name(name, "range") || same_name(name, "content-type") ||
+           same_name(name, "content-md5") || (name.size() > 6 && same_name(name.substr(0, 6), "x-amz-"));
+}
+
+} // namespace detail
+
+inline std::string sha256_hex(std::span<const std::byte> data)
+{
+    unsigned char digest[32];
+    detail::sha256(data.data(), data.size(), digest);
+    std::string hex(64, '\0');
+    detail::to_hex(digest, 32, hex.data());
+    return hex;
+}
+
+inline std::string sha256_hex(std::string_view data) { return sha256_hex(std::as_bytes(std::span(data.data(), data.size()))); }
+
+namespace sigv4 {
+
+inline timestamp::timestamp(std::chrono::system_clock::time_point t) noexcept
+{
+    using namespace std::chrono;
+    const auto secs = floor<seconds>(t);
+    day_ = floor<days>(secs);
+    const year_month_day ymd{day_};
+    const hh_mm_ss hms{secs - day_};
+    auto put = [this](std::size_t at, unsigned v, std::size_t width) {
+        for (std::size_t i = width; i-- > 0; v /= 10) text_[at + i] = static_cast<char>('0' + v % 10);
+    };
+    put(0, static_cast<unsigned>(static_cast<int>(ymd.year())) % 10000, 4);
+    put(4, static_cast<unsigned>(ymd.month()), 2);
+    put(6, static_cast<unsigned>(ymd.day()), 2);
+    text_[8] = 'T';
+    put(9, static_cast<unsigned>(hms.hours().count()), 2);
+    put(11, static_cast<unsigned>(hms.minutes().count()), 2);
+    put(13, static_cast<unsigned>(hms.seconds().count()), 2);
+    text_[15] = 'Z';
+}
+
+inline std::string credential_scope(std::string_view date, std::string_view region, std::string_view service)
+{
+    std::string s;
+    s.reserve(date.size() + region.size() + service.size() + 16);
+    s += date;
+    s += '/';
+    s += region;
+    s += '/';
+    s += service;
+    s += "/aws4_request";
+    return s;
+}
+
+inline signing_key::signing_key(std::string_view secret_access_key, std::string_view date, std::string_view region,
+                                std::string_view service)
+    : scope_(credential_scope(date, region, service))
+{
+    std::string k0;
+    k0.reserve(4 + secret_access_key.size());
+    k0 += "AWS4";
+    k0 += secret_access_key;
+    unsigned char k_date[32], k_region[32], k_service[32];
+    struct wipe {
+        std::string& k0;
+        unsigned char* a;
+        unsigned char* b;
+        unsigned char* c;
+        ~wipe()
+        {
+            OPENSSL_cleanse(k0.data(), k0.size());
+            OPENSSL_cleanse(a, 32);
+            OPENSSL_cleanse(b, 32);
+            OPENSSL_cleanse(c, 32);
+        }
+    } wiped_on_exit{k0, k_date, k_region, k_service};
+    detail::hmac_sha256(k0.data(), k0.size(), date, k_date);
+    detail::hmac_sha256(k_date, 32, region, k_region);
+    detail::hmac_sha256(k_region, 32, service, k_service);
+    detail::hmac_sha256(k_service, 32, "aws4_request", key_.data());
+    keyed_ = detail::make_hmac(key_.data(), key_.size());
+}
+
+inline signing_key::~signing_key() { OPENSSL_cleanse(key_.data(), key_.size()); }
+
+inline void signing_key::sign(std::string_view string_to_sign, std::span<char, 64> out) const
+{
+    // A copy of the keyed context: the shared one is only read, so threads may sign at once.
+    detail::mac_ctx_ptr ctx(EVP_MAC_CTX_dup(keyed_.get()));
+    if (!ctx) detail::throw_openssl_error("copying an HMAC context");
+    unsigned char mac[32];
+    detail::finish_hmac(ctx.get(), string_to_sign, mac);
+    detail::to_hex(mac, 32, out.data());
+}
+
+inline std::string signing_key::sign(std::string_view string_to_sign) const
+{
+    std::string hex(64, '\0');
+    sign(string_to_sign, std::span<char, 64>(hex.data(), 64));
+    return hex;
+}
+
+inline std::string signed_header_names(std::span<const header> headers)
+{
+    std::string out;
+    std::string_view last;
+    for (const header* h : detail::sorted_headers(headers)) {
+        if (!last.empty() && detail::same_name(last, h->name)) continue;
+        if (!out.empty()) out += ';';
+        detail::append_lower(out, h->name);
+        last = h->name;
+    }
+    return out;
+}
+
+inline void write_canonical_request(const request& r, std::string& text, std::string& signed_headers)
+{
+    std::string scratch;
+    text += r.method;
+    text += '\n';
+    detail::append_canonical_uri(text, r.path, r.normalize_path, scratch);
+    text += '\n';
+    detail::append_canonical_query(text, r.query, scratch);
+    text += '\n';
+    const auto sorted = detail::sorted_headers(r.headers);
+    const std::size_t first_signed = signed_headers.size();
+    for (std::size_t i = 0; i < sorted.size();) {
+        const std::string_view name = sorted[i]->name;
+        detail::append_lower(text, name);
+        text += ':';
+        if (signed_headers.size() != first_signed) signed_headers += ';';
+        detail::append_lower(signed_headers, name);
+        detail::append_canonical_value(text, sorted[i]->value);
+        for (++i; i < sorted.size() && detail::same_name(sorted[i]->name, name); ++i) {
+            text += ',';
+            detail::append_canonical_value(text, sorted[i]->value);
+        }
+        text += '\n';
+    }
+    text += '\n';
+    text += std::string_view(signed_headers).substr(first_signed);
+    text += '\n';
+    text += r.payload_hash;
+}
+
+inline canonical_request make_canonical_request(const request& r)
+{
+    canonical_request c;
+    c.text.reserve(256 + r.path.size() + r.query.size() + 64 * r.headers.size());
+    write_canonical_request(r, c.text, c.signed_headers);
+    return c;
+}
+
+inline std::string canonical_uri(std::string_view path, bool normalize_path)
+{
+    std::string out, scratch;
+    detail::append_canonical_uri(out, path, normalize_path, scratch);
+    return out;
+}
+
+inline std::string canonical_query(std::string_view query)
+{
+    std::string out, scratch;
+    detail::append_canonical_query(out, query, scratch);
+    return out;
+}
+
+inline std::string string_to_sign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request)
+{
+    unsigned char digest[32];
+    detail::sha256(canonical_request.data(), canonical_request.size(), digest);
+    std::string s;
+    s.reserve(algorithm.size() + amz_date.size() + scope.size() + 3 + 64);
+    s += algorithm;
+    s += '\n';
+    s += amz_date;
+    s += '\n';
+    s += scope;
+    s += '\n';
+    const std::size_t at = s.size();
+    s.resize(at + 64);
+    detail::to_hex(digest, 32, s.data() + at);
+    return s;
+}
+
+inline std::string authorization(std::string_view access_key_id, std::string_view scope, std::string_view signed_headers,
+                                 std::string_view signature)
+{
+    std::string a;
+    a.reserve(algorithm.size() + access_key_id.size() + scope.size() + signed_headers.size() + signature.size() + 48);
+    a += algorithm;
+    a += " Credential=";
+    a += access_key_id;
+    a += '/';
+    a += scope;
+    a += ", SignedHeaders=";
+    a += signed_headers;
+    a += ", Signature=";
+    a += signature;
+    return a;
+}
+
+inline std::string presign_parameters(std::string_view access_key_id, std::string_view scope, std::string_view amz_date,
+                                      std::chrono::seconds expires, std::string_view signed_headers,
+                                      std::string_view session_token)
+{
+    std::string q;
+    q.reserve(160 + access_key_id.size() + scope.size() + 3 * session_token.size() + signed_headers.size());
+    q += "X-Amz-Algorithm=";
+    q += algorithm;
+    q += "&X-Amz-Credential=";
+    detail::append_encoded(q, access_key_id);
+    q += "%2F";
+    detail::append_encoded(q, scope);
+    q += "&X-Amz-Date=";
+    detail::append_encoded(q, amz_date);
+    q += "&X-Amz-Expires=";
+    q += std::to_string(expires.count());
+    if (!session_token.empty()) {
+        q += "&X-Amz-Security-Token=";
+        detail::append_encoded(q, session_token);
+    }
+    q += "&X-Amz-SignedHeaders=";
+    detail::append_encoded(q, signed_headers);
+    return q;
+}
+
+} // namespace sigv4
+
+struct signer::key_cache {
+    std::mutex mu;
+    // The keys of the two latest days seen (see the class's description).
+    std::array<std::shared_ptr<const sigv4::signing_key>, 2> keys;
+};
+
+inline signer::signer(credentials c, std::string region, std::string service)
+    : creds_(std::move(c)), region_(std::move(region)), service_(std::move(service)),
+      normalize_path_(!std::string_view(service_).starts_with("s3")), cache_(std::make_shared<key_cache>())
+{
+    // Both go into the credential scope, where '/' or white space would change its meaning.
+    auto check = [](std::string_view what, std::string_view v) {
+        if (v.empty()) detail::throw_signer_error(std::errc::invalid_argument, std::string(what) + " is empty");
+        for (char c : v)
+            if (c == '/' || static_cast<unsigned char>(c) <= ' ' || c == '\x7f')
+                detail::throw_signer_error(std::errc::invalid_argument,
+                                           std::string(what) + " '" + std::string(v) + "' is not a valid name");
+    };
+    check("region", region_);
+    check("service", service_);
+}
+
+inline std::shared_ptr<const sigv4::signing_key> signer::key_for_day(const sigv4::timestamp& ts) const
+{
+    const std::string_view date = ts.date();
+    {
+        std::lock_guard lk(cache_->mu);
+        for (const auto& k : cache_->keys)
+            if (k && k->date() == date) return k;
+    }
+    // Derived outside the lock: four HMACs, which other threads need not wait for.
+    auto fresh = std::make_shared<const sigv4::signing_key>(creds_.secret_access_key, date, region_, service_);
+    std::lock_guard lk(cache_->mu);
+    auto& keys = cache_->keys;
+    for (const auto& k : keys)
+        if (k && k->date() == date) return k; // another thread got there first: one key per day
+    auto& oldest = !keys[0] ? keys[0] : !keys[1] ? keys[1] : keys[0]->date() < keys[1]->date() ? keys[0] : keys[1];
+    if (!oldest || oldest->date() < date) oldest = fresh;
+    return fresh;
+}
+
+inline std::shared_ptr<const sigv4::signing_key> signer::key_for(std::chrono::system_clock::time_point t) const
+{
+    return key_for_day(sigv4::timestamp(t));
+}
+
+inline void signer::sign(boost::beast::http::verb method, std::string_view target, boost::beast::http::fields& headers,
+                         std::string_view payload_hash, std::chrono::system_clock::time_point now) const
+{
+    namespace http = boost::beast::http;
+    if (creds_.anonymous()) return;
+    if (headers.find(http::field::host) == headers.end())
+        detail::throw_signer_error(std::errc::invalid_argument,
+                                   "the request to '" + std::string(target) + "' has no Host header; set it before signing");
+
+    const sigv4::timestamp ts(now);
+    const auto key = key_for_day(ts);
+
+    headers.erase(http::field::authorization);
+    headers.set("X-Amz-Date", ts.amz_date());
+    headers.set("X-Amz-Content-Sha256", payload_hash);
+    if (!creds_.session_token.empty()) headers.set("X-Amz-Security-Token", creds_.session_token);
+    else headers.erase("X-Amz-Security-Token");
+
+    boost::container::small_vector<sigv4::header, 12> signed_fields;
+    for (const auto& f : headers) {
+        const std::string_view name = f.name_string();
+        if (detail::s3_signs(name)) signed_fields.push_back({name, f.value()});
+    }
+
+    const auto q = target.find('?');
+    const sigv4::request r{
+        .method = http::to_string(method),
+        .path = target.substr(0, q),
+        .query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
+        .headers = signed_fields,
+        .payload_hash = payload_hash,
+        .normalize_path = normalize_path_,
+    };
+    std::string text, names;
+    text.reserve(320 + target.size() + creds_.session_token.size());
+    names.reserve(96);
+    sigv4::write_canonical_request(r, text, names);
+
+    char signature[64];
+    key->sign(sigv4::string_to_sign(ts.amz_date(), key->scope(), text), signature);
+    headers.set(http::field::authorization,
+                sigv4::authorization(creds_.access_key_id, key->scope(), names, std::string_view(signature, 64)));
+}
+
+inline std::string signer::presign(boost::beast::http::verb method, std::string_view target, std::string_view host,
+                                   std::chrono::seconds expires, std::chrono::system_clock::time_point now) const
+{
+    if (expires < std::chrono::seconds(1) || expires > sigv4::max_presign_expiry)
+        detail::throw_signer_error(std::errc::invalid_argument,
+                                   "a presigned URL must expire after 1 second to 7 days, not " +
+                                       std::to_string(expires.count()) + " seconds");
+    if (creds_.anonymous()) return std::string(target);
+
+    const sigv4::timestamp ts(now);
+    const auto key = key_for_day(ts);
+
+    const auto q = target.find('?');
+    const std::string_view path = target.substr(0, q);
+    std::string query;
+    if (q != std::string_view::npos && q + 1 < target.size()) {
+        query = target.substr(q + 1);
+        query += '&';
+    }
+    query += sigv4::presign_parameters(creds_.access_key_id, key->scope(), ts.amz_date(), expires, "host",
+                                       creds_.session_token);
+
+    const sigv4::header host_header{"host", host};
+    const sigv4::request r{
+        .method = boost::beast::http::to_string(method),
+        .path = path,
+        .query = query,
+        .headers = std::span(&host_header, 1),
+        .payload_hash = unsigned_payload,
+        .normalize_path = normalize_path_,
+    };
+    std::string text, names;
+    text.reserve(320 + 2 * query.size() + path.size());
+    sigv4::write_canonical_request(r, text, names);
+
+    char signature[64];
+    key->sign(sigv4::string_to_sign(ts.amz_date(), key->scope(), text), signature);
+
+    std::string out;
+    out.reserve(path.size() + query.size() + 18 + 64 + 1);
+    out += path;
+    out += '?';
+    out += query;
+    out += "&X-Amz-Signature=";
+    out += std::string_view(signature, 64);
+    return out;
+}
+
+} // namespace conveyor::s3
+
+#endif

@@ -1,0 +1,1107 @@
+#!/usr/bin/python3
+"""A SigV4-verifying reverse proxy for conveyor's S3 integration tests.
+
+It sits in front of an S3-compatible test server that does not check signatures (s3rver) and
+recomputes every request's AWS Signature Version 4 with AWS's own signer (botocore's
+S3SigV4Auth / S3SigV4QueryAuth, Debian's python3-botocore). Any difference is answered the
+way S3 answers it (403 SignatureDoesNotMatch with S3's XML error body); accepted requests are
+forwarded to the server and its answer streamed back. It can also inject faults (error
+statuses, connection resets, truncated bodies, delays) for retry tests, and counts requests.
+
+Run it with /usr/bin/python3 (python3-botocore is installed for Debian's python only). See
+README.md in this directory for the admin API; with_s3_server.sh starts it.
+"""
+
+import argparse
+import base64
+import calendar
+import datetime
+import email.utils
+import hashlib
+import hmac
+import http.client
+import http.server
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from xml.sax.saxutils import escape as xml_escape
+
+try:
+    from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth, SIGV4_TIMESTAMP, UNSIGNED_PAYLOAD
+    from botocore.awsrequest import AWSRequest
+    from botocore.compat import HTTPHeaders
+    from botocore.credentials import Credentials
+except ImportError as exc:  # pragma: no cover - environment problem
+    sys.stderr.write(
+        "sigv4_proxy: cannot import botocore (%s). Install Debian's python3-botocore "
+        "(scripts/install-deps.sh) and run this with /usr/bin/python3.\n" % exc)
+    sys.exit(2)
+
+ADMIN_PREFIX = "/__conveyor"
+MAX_SKEW_S = 15 * 60
+MAX_PRESIGN_EXPIRES_S = 7 * 24 * 3600
+HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+    "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+}
+# Query parameters that carry a presigned URL's authentication (not forwarded upstream).
+PRESIGN_PARAMS = {
+    "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+    "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
+}
+SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+AMZ_DATE_RE = re.compile(r"^\d{8}T\d{6}Z$")
+UPSTREAM_IDLE_S = 2.0  # Node's keep-alive timeout is 5 s; reconnect well before it.
+
+DEFAULT_FAULT_CODES = {
+    400: ("BadRequest", "Bad Request"),
+    403: ("AccessDenied", "Access Denied"),
+    404: ("NoSuchKey", "The specified key does not exist."),
+    409: ("OperationAborted", "A conflicting conditional operation is currently in progress."),
+    429: ("SlowDown", "Please reduce your request rate."),
+    500: ("InternalError", "We encountered an internal error. Please try again."),
+    501: ("NotImplemented", "A header you provided implies functionality that is not implemented."),
+    502: ("BadGateway", "Bad Gateway"),
+    503: ("SlowDown", "Please reduce your request rate."),
+    504: ("GatewayTimeout", "Gateway Timeout"),
+}
+
+
+class S3Error(Exception):
+    """An error answered to the client in S3's XML format."""
+
+    def __init__(self, status, code, message, **extra):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra  # further <Name>value</Name> elements, as S3 adds them
+        self.log_detail = None
+
+
+class BadFraming(Exception):
+    """The request's body framing cannot be parsed; the connection must be closed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Signature verification with botocore
+
+
+class _ExactHeadersMixin:
+    """Canonicalises exactly the headers the client listed in SignedHeaders.
+
+    botocore's own headers_to_sign() drops a few headers it never signs itself (user-agent,
+    expect, x-amzn-trace-id) and adds host when missing; a client may legitimately sign those,
+    so the request handed to the signer here holds only the client's signed headers and this
+    returns all of them (duplicates kept, joined with ',' by canonical_headers()).
+    """
+
+    def headers_to_sign(self, request):
+        header_map = HTTPHeaders()
+        for name, value in request.headers.items():
+            header_map[name.lower()] = value
+        return header_map
+
+
+class HeaderVerifier(_ExactHeadersMixin, S3SigV4Auth):
+    pass
+
+
+class QueryVerifier(_ExactHeadersMixin, S3SigV4QueryAuth):
+    pass
+
+
+def _as_utf8(value):
+    """http.server decodes header bytes as latin-1; SigV4 hashes the UTF-8 bytes."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
+def _parse_http_date(value):
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return None
+    return email.utils.mktime_tz(parsed)
+
+
+def _amz_date_to_epoch(value):
+    if not value or not AMZ_DATE_RE.match(value):
+        return None
+    try:
+        return calendar.timegm(time.strptime(value, SIGV4_TIMESTAMP))
+    except ValueError:
+        return None
+
+
+def _split_target(raw_target):
+    path, sep, query = raw_target.partition("?")
+    return path, query if sep else None
+
+
+class Identity:
+    def __init__(self, access_key, secret_key, session_token=None):
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.session_token = session_token
+
+
+class Verifier:
+    def __init__(self, identities, region):
+        self.identities = {i.access_key: i for i in identities}
+        self.region = region
+
+    # The returned dict tells the forwarder what to do; S3Error is raised on any failure.
+    def verify(self, method, raw_target, headers, body, now=None):
+        now = time.time() if now is None else now
+        path, query = _split_target(raw_target)
+        query_pairs = [] if query is None else query.split("&")
+        query_names = {urllib.parse.unquote(p.partition("=")[0]) for p in query_pairs}
+        auth_header = headers.get("authorization")
+        if auth_header is not None and "X-Amz-Algorithm" in query_names:
+            raise S3Error(400, "InvalidArgument",
+                          "Only one auth mechanism allowed; only the X-Amz-Algorithm query "
+                          "parameter, Signature query string parameter or the Authorization "
+                          "header should be specified",
+                          ArgumentName="Authorization", ArgumentValue=auth_header)
+        if auth_header is not None:
+            return self._verify_header(method, raw_target, headers, body, auth_header, now)
+        if "X-Amz-Algorithm" in query_names:
+            return self._verify_query(method, path, query_pairs, headers, body, now)
+        if "Signature" in query_names or "AWSAccessKeyId" in query_names:
+            raise S3Error(400, "InvalidRequest",
+                          "The authorization mechanism you have provided is not supported. "
+                          "Please use AWS4-HMAC-SHA256.")
+        return None  # anonymous
+
+    def _identity(self, access_key):
+        ident = self.identities.get(access_key)
+        if ident is None:
+            raise S3Error(403, "InvalidAccessKeyId",
+                          "The AWS Access Key Id you provided does not exist in our records.",
+                          AWSAccessKeyId=access_key)
+        return ident
+
+    def _check_scope(self, credential, amz_date, malformed_code, malformed_status):
+        parts = credential.split("/")
+        if len(parts) != 5:
+            raise S3Error(malformed_status, malformed_code,
+                          "Error parsing the X-Amz-Credential parameter; the Credential is "
+                          "mal-formed; expecting \"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request\".")
+        access_key, date, region, service, terminator = parts
+        ident = self._identity(access_key)
+        if region != self.region:
+            raise S3Error(malformed_status, malformed_code,
+                          "The authorization header is malformed; the region '%s' is wrong; "
+                          "expecting '%s'" % (region, self.region), Region=self.region)
+        if service != "s3":
+            raise S3Error(malformed_status, malformed_code,
+                          "The authorization header is malformed; incorrect service \"%s\". "
+                          "This endpoint belongs to \"s3\"." % service)
+        if terminator != "aws4_request":
+            raise S3Error(malformed_status, malformed_code,
+                          "The authorization header is malformed; incorrect terminal \"%s\". "
+                          "This endpoint uses \"aws4_request\"." % terminator)
+        if date != amz_date[:8]:
+            raise S3Error(malformed_status, malformed_code,
+                          "The authorization header is malformed; Invalid credential date "
+                          "\"%s\". This date is not the same as X-Amz-Date: \"%s\"."
+                          % (date, amz_date[:8]))
+        return ident
+
+    @staticmethod
+    def _signed_header_names(signed_headers, present, where):
+        names = signed_headers.split(";") if signed_headers else []
+        if not names or any(n != n.strip().lower() or not n for n in names):
+            raise S3Error(403, "SignatureDoesNotMatch",
+                          "SignedHeaders must be a ';'-separated list of lowercase header "
+                          "names (%s): %r" % (where, signed_headers))
+        if names != sorted(set(names)):
+            raise S3Error(403, "SignatureDoesNotMatch",
+                          "SignedHeaders must be sorted and without duplicates (%s): %r"
+                          % (where, signed_headers))
+        if "host" not in names:
+            raise S3Error(403, "AccessDenied",
+                          "The host header must be signed (SignedHeaders %r)." % signed_headers)
+        missing = [n for n in names if n not in present]
+        if missing:
+            raise S3Error(403, "SignatureDoesNotMatch",
+                          "Signed header(s) %s not present in the request." % ", ".join(missing))
+        unsigned_amz = sorted(n for n in present if n.startswith("x-amz-") and n not in names)
+        if unsigned_amz:
+            raise S3Error(403, "AccessDenied",
+                          "There were headers present in the request which were not signed",
+                          HeadersNotSigned=", ".join(unsigned_amz))
+        return names
+
+    @staticmethod
+    def _build_request(method, url, headers, names, body):
+        request = AWSRequest(method=method, url=url, data=body)
+        for name in names:
+            for value in headers.get_all(name) or []:
+                request.headers[name] = _as_utf8(value)
+        return request
+
+    def _compare(self, signer, request, provided, access_key):
+        canonical = signer.canonical_request(request)
+        string_to_sign = signer.string_to_sign(request, canonical)
+        expected = signer.signature(string_to_sign, request)
+        if not hmac.compare_digest(expected, provided.lower()) or provided != provided.lower():
+            err = S3Error(403, "SignatureDoesNotMatch",
+                          "The request signature we calculated does not match the signature "
+                          "you provided. Check your key and signing method.",
+                          AWSAccessKeyId=access_key,
+                          StringToSign=string_to_sign,
+                          SignatureProvided=provided,
+                          StringToSignBytes=" ".join("%02x" % b for b in string_to_sign.encode()),
+                          CanonicalRequest=canonical,
+                          CanonicalRequestBytes=" ".join("%02x" % b for b in canonical.encode()))
+            err.log_detail = "canonical_request=%r" % canonical
+            raise err
+
+    def _check_token(self, ident, token):
+        if ident.session_token is None and token is None:
+            return
+        if ident.session_token is None or token != ident.session_token:
+            raise S3Error(403, "InvalidToken",
+                          "The provided token is malformed or otherwise invalid.")
+
+    def _verify_header(self, method, raw_target, headers, body, auth_header, now):
+        algorithm, _, rest = auth_header.strip().partition(" ")
+        if algorithm != "AWS4-HMAC-SHA256":
+            if algorithm == "AWS":
+                raise S3Error(400, "InvalidRequest",
+                              "The authorization mechanism you have provided is not supported. "
+                              "Please use AWS4-HMAC-SHA256.")
+            raise S3Error(400, "InvalidArgument", "Unsupported Authorization Type",
+                          ArgumentName="Authorization", ArgumentValue=auth_header)
+        fields = {}
+        for component in rest.split(","):
+            key, eq, value = component.strip().partition("=")
+            if not eq or key in fields:
+                fields = None
+                break
+            fields[key] = value
+        if fields is None or set(fields) != {"Credential", "SignedHeaders", "Signature"}:
+            raise S3Error(400, "AuthorizationHeaderMalformed",
+                          "The authorization header is malformed; the authorization header "
+                          "requires three components: Credential, SignedHeaders, and Signature.")
+        access_key = fields["Credential"].split("/")[0]
+        self._identity(access_key)  # unknown key first, as S3 does
+
+        amz_date = headers.get("x-amz-date")
+        if amz_date is not None:
+            epoch = _amz_date_to_epoch(amz_date)
+            timestamp = amz_date
+        else:
+            date = headers.get("date")
+            epoch = _parse_http_date(date) if date else None
+            timestamp = (time.strftime(SIGV4_TIMESTAMP, time.gmtime(epoch))
+                         if epoch is not None else None)
+        if epoch is None:
+            raise S3Error(403, "AccessDenied",
+                          "AWS authentication requires a valid Date or x-amz-date header")
+        if abs(now - epoch) > MAX_SKEW_S:
+            raise S3Error(403, "RequestTimeTooSkewed",
+                          "The difference between the request time and the current time is "
+                          "too large.", RequestTime=amz_date or headers.get("date"),
+                          ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                          MaxAllowedSkewMilliseconds=str(MAX_SKEW_S * 1000))
+        ident = self._check_scope(fields["Credential"], timestamp,
+                                  "AuthorizationHeaderMalformed", 400)
+
+        content_sha = headers.get("x-amz-content-sha256")
+        if content_sha is None:
+            raise S3Error(400, "InvalidRequest",
+                          "Missing required header for this request: x-amz-content-sha256")
+        if content_sha.startswith("STREAMING-"):
+            raise S3Error(501, "NotImplemented",
+                          "x-amz-content-sha256 %s (aws-chunked uploads) is not supported by "
+                          "this test proxy." % content_sha)
+        if content_sha != UNSIGNED_PAYLOAD and not SHA256_RE.match(content_sha):
+            raise S3Error(400, "InvalidArgument",
+                          "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+                          "STREAMING-AWS4-HMAC-SHA256-PAYLOAD, or a valid sha256 value.",
+                          ArgumentName="x-amz-content-sha256", ArgumentValue=content_sha)
+
+        present = {k.lower() for k in headers.keys()}
+        names = self._signed_header_names(fields["SignedHeaders"], present, "Authorization")
+        if "x-amz-content-sha256" not in names:
+            raise S3Error(403, "AccessDenied",
+                          "There were headers present in the request which were not signed",
+                          HeadersNotSigned="x-amz-content-sha256")
+        if amz_date is None and "date" not in names:
+            raise S3Error(403, "AccessDenied", "The date header (x-amz-date or date) must be signed.")
+
+        signer = HeaderVerifier(Credentials(ident.access_key, ident.secret_key),
+                                "s3", self.region)
+        request = self._build_request(method, "http://proxy" + raw_target, headers, names, body)
+        request.context["timestamp"] = timestamp
+        self._compare(signer, request, fields["Signature"], access_key)
+        self._check_token(ident, headers.get("x-amz-security-token"))
+
+        if content_sha != UNSIGNED_PAYLOAD:
+            actual = hashlib.sha256(body).hexdigest()
+            if actual != content_sha.lower():
+                raise S3Error(400, "XAmzContentSHA256Mismatch",
+                              "The provided 'x-amz-content-sha256' header does not match what "
+                              "was computed.", ClientComputedContentSHA256=content_sha,
+                              S3ComputedContentSHA256=actual)
+        return {"mode": "header", "access_key": access_key, "content_sha256": content_sha}
+
+    def _verify_query(self, method, path, query_pairs, headers, body, now):
+        params = {}
+        for pair in query_pairs:
+            key, _, value = pair.partition("=")
+            key = urllib.parse.unquote(key)
+            if key in PRESIGN_PARAMS:
+                params[key] = urllib.parse.unquote(value)
+        if params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
+            raise S3Error(400, "AuthorizationQueryParametersError",
+                          "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"")
+        required = ["X-Amz-Credential", "X-Amz-Signature", "X-Amz-Date", "X-Amz-SignedHeaders",
+                    "X-Amz-Expires"]
+        if any(r not in params for r in required):
+            raise S3Error(400, "AuthorizationQueryParametersError",
+                          "Query-string authentication version 4 requires the X-Amz-Algorithm, "
+                          "X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, "
+                          "and X-Amz-Expires parameters.")
+        access_key = params["X-Amz-Credential"].split("/")[0]
+        self._identity(access_key)
+        amz_date = params["X-Amz-Date"]
+        epoch = _amz_date_to_epoch(amz_date)
+        if epoch is None:
+            raise S3Error(400, "AuthorizationQueryParametersError",
+                          "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"")
+        try:
+            expires = int(params["X-Amz-Expires"])
+        except ValueError:
+            expires = -1
+        if expires < 1 or expires > MAX_PRESIGN_EXPIRES_S:
+            raise S3Error(400, "AuthorizationQueryParametersError",
+                          "X-Amz-Expires must be between 1 and 604800 seconds")
+        ident = self._check_scope(params["X-Amz-Credential"], amz_date,
+                                  "AuthorizationQueryParametersError", 400)
+        if epoch - now > MAX_SKEW_S:
+            raise S3Error(403, "AccessDenied", "Request is not valid yet",
+                          XAmzDate=amz_date)
+        if now > epoch + expires:
+            raise S3Error(403, "AccessDenied", "Request has expired",
+                          XAmzExpires=str(expires),
+                          Expires=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch + expires)),
+                          ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+        present = {k.lower() for k in headers.keys()}
+        names = self._signed_header_names(params["X-Amz-SignedHeaders"], present,
+                                          "X-Amz-SignedHeaders")
+        # The canonical query string is every parameter as received except X-Amz-Signature.
+        kept = [p for p in query_pairs
+                if urllib.parse.unquote(p.partition("=")[0]) != "X-Amz-Signature"]
+        url = "http://proxy" + path + ("?" + "&".join(kept) if kept else "")
+        signer = QueryVerifier(Credentials(ident.access_key, ident.secret_key), "s3", self.region)
+        request = self._build_request(method, url, headers, names, body)
+        request.context["timestamp"] = amz_date
+        self._compare(signer, request, params["X-Amz-Signature"], access_key)
+        self._check_token(ident, params.get("X-Amz-Security-Token"))
+        content_sha = headers.get("x-amz-content-sha256")
+        if content_sha and "x-amz-content-sha256" in names and content_sha != UNSIGNED_PAYLOAD:
+            actual = hashlib.sha256(body).hexdigest()
+            if actual != content_sha.lower():
+                raise S3Error(400, "XAmzContentSHA256Mismatch",
+                              "The provided 'x-amz-content-sha256' header does not match what "
+                              "was computed.", ClientComputedContentSHA256=content_sha,
+                              S3ComputedContentSHA256=actual)
+        return {"mode": "query", "access_key": access_key, "content_sha256": UNSIGNED_PAYLOAD}
+
+
+# --------------------------------------------------------------------------------------------
+# Faults and statistics
+
+
+class Fault:
+    _ids = itertools.count(1)
+
+    def __init__(self, spec):
+        if not isinstance(spec, dict):
+            raise ValueError("a fault is a JSON object")
+        unknown = set(spec) - {"key", "method", "kind", "status", "code", "message", "count",
+                               "delay_ms"}
+        if unknown:
+            raise ValueError("unknown fault field(s): %s" % ", ".join(sorted(unknown)))
+        self.key = spec.get("key", "")
+        if not isinstance(self.key, str):
+            raise ValueError("key must be a string")
+        self.method = spec.get("method")
+        if self.method is not None:
+            if not isinstance(self.method, str):
+                raise ValueError("method must be a string")
+            self.method = self.method.upper()
+        self.kind = spec.get("kind", "status")
+        if self.kind not in ("status", "reset", "truncate", "delay"):
+            raise ValueError("kind must be one of status, reset, truncate, delay")
+        self.status = int(spec.get("status", 503))
+        if not 400 <= self.status <= 599:
+            raise ValueError("status must be 400..599")
+        default_code, default_message = DEFAULT_FAULT_CODES.get(
+            self.status, ("InternalError", "We encountered an internal error. Please try again."))
+        self.code = str(spec.get("code", default_code))
+        self.message = str(spec.get("message", default_message))
+        self.count = int(spec.get("count", 1))
+        if self.count < 1:
+            raise ValueError("count must be >= 1")
+        self.delay_ms = int(spec.get("delay_ms", 1000 if self.kind == "delay" else 0))
+        if self.delay_ms < 0:
+            raise ValueError("delay_ms must be >= 0")
+        self.id = next(Fault._ids)
+        self.injected = 0
+
+    def matches(self, method, raw_path):
+        if self.method is not None and self.method != method:
+            return False
+        return self.key in raw_path or self.key in urllib.parse.unquote(raw_path)
+
+    def describe(self):
+        return {"id": self.id, "key": self.key, "method": self.method, "kind": self.kind,
+                "status": self.status, "code": self.code, "count": self.count,
+                "delay_ms": self.delay_ms, "injected": self.injected}
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.faults = []
+        self.verified = 0
+        self.rejected = 0
+        self.anonymous = 0
+        self.faults_injected = 0
+        self.upstream_errors = 0
+        self.by_method = {}
+        self.rejected_by_code = {}
+        self.by_path = {}  # (method, raw path) -> count
+        self._request_ids = itertools.count(1)
+
+    def request_id(self):
+        return "%016X" % ((next(self._request_ids) << 40) ^ (uuid.uuid4().int & ((1 << 40) - 1)))
+
+    def count_request(self, method, raw_path):
+        with self.lock:
+            self.by_method[method] = self.by_method.get(method, 0) + 1
+            key = (method, raw_path)
+            self.by_path[key] = self.by_path.get(key, 0) + 1
+
+    def count_result(self, result, code=None):
+        with self.lock:
+            if result == "verified":
+                self.verified += 1
+            elif result == "anonymous":
+                self.anonymous += 1
+            elif result == "rejected":
+                self.rejected += 1
+                self.rejected_by_code[code] = self.rejected_by_code.get(code, 0) + 1
+
+    def take_fault(self, method, raw_path):
+        with self.lock:
+            for fault in self.faults:
+                if fault.count > 0 and fault.matches(method, raw_path):
+                    fault.count -= 1
+                    fault.injected += 1
+                    self.faults_injected += 1
+                    if fault.count == 0:
+                        self.faults.remove(fault)
+                    return fault
+        return None
+
+    def path_count(self, path, method=None):
+        with self.lock:
+            total = 0
+            for (m, p), n in self.by_path.items():
+                if method is not None and m != method:
+                    continue
+                if p == path or urllib.parse.unquote(p) == path:
+                    total += n
+            return total
+
+    def stats(self):
+        with self.lock:
+            return {"verified": self.verified, "rejected": self.rejected,
+                    "anonymous": self.anonymous, "faults_injected": self.faults_injected,
+                    "upstream_errors": self.upstream_errors,
+                    "requests_by_method": dict(self.by_method),
+                    "rejected_by_code": dict(self.rejected_by_code),
+                    "faults_armed": [f.describe() for f in self.faults]}
+
+    def summary(self):
+        s = self.stats()
+        methods = " ".join("%s=%d" % kv for kv in sorted(s["requests_by_method"].items()))
+        return ("sigv4-proxy summary: %d requests verified, %d rejected, %d anonymous, "
+                "%d faults injected, %d upstream errors (%s)"
+                % (s["verified"], s["rejected"], s["anonymous"], s["faults_injected"],
+                   s["upstream_errors"], methods or "no requests"))
+
+
+# --------------------------------------------------------------------------------------------
+# The HTTP side
+
+
+class Logger:
+    def __init__(self, stream):
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def line(self, text):
+        stamp = datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        with self.lock:
+            self.stream.write("%s %s\n" % (stamp, text))
+            self.stream.flush()
+
+
+def error_xml(code, message, request_id, extra=None, resource=None):
+    parts = ['<?xml version="1.0" encoding="UTF-8"?>\n<Error>',
+             "<Code>%s</Code>" % xml_escape(code),
+             "<Message>%s</Message>" % xml_escape(message)]
+    for name, value in (extra or {}).items():
+        parts.append("<%s>%s</%s>" % (name, xml_escape(str(value)), name))
+    if resource is not None:
+        parts.append("<Resource>%s</Resource>" % xml_escape(resource))
+    parts.append("<RequestId>%s</RequestId>" % request_id)
+    parts.append("<HostId>%s</HostId></Error>" % base64.b64encode(os.urandom(24)).decode())
+    return "".join(parts).encode("utf-8")
+
+
+class ProxyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address, config):
+        self.config = config
+        self.state = State()
+        self.verifier = Verifier(config.identities, config.region)
+        self.log = config.logger
+        super().__init__(address, ProxyHandler)
+
+
+class ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "conveyor-sigv4-proxy"
+    sys_version = ""
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.upstream = None
+        self.upstream_used = 0.0
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self._close_upstream()
+
+    def log_message(self, fmt, *args):  # http.server's own messages (parse errors)
+        self.server.log.line("%s %s" % (self.client_address[0], fmt % args))
+
+    # Every method goes through one handler.
+    def do_GET(self):
+        self._handle()
+
+    do_HEAD = do_PUT = do_POST = do_DELETE = do_OPTIONS = do_PATCH = do_GET
+
+    # ---- request reading
+
+    def _raw_target(self):
+        words = self.requestline.split()
+        target = words[1] if len(words) >= 2 else self.path
+        if target.startswith(("http://", "https://")):  # absolute-form
+            rest = target.split("://", 1)[1]
+            slash = rest.find("/")
+            target = rest[slash:] if slash >= 0 else "/"
+        return target
+
+    def _read_exact(self, n):
+        chunks = []
+        while n > 0:
+            chunk = self.rfile.read(min(n, 1 << 20))
+            if not chunk:
+                raise BadFraming("connection closed in the middle of the request body")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _read_body(self):
+        te = self.headers.get_all("transfer-encoding") or []
+        if te:
+            codings = [c.strip().lower() for v in te for c in v.split(",") if c.strip()]
+            if codings != ["chunked"]:
+                raise BadFraming("unsupported Transfer-Encoding %r" % ", ".join(te))
+            body = bytearray()
+            while True:
+                line = self.rfile.readline(65537)
+                if not line.endswith(b"\n"):
+                    raise BadFraming("bad chunk header")
+                try:
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise BadFraming("bad chunk size %r" % line[:40])
+                if size == 0:
+                    break
+                body += self._read_exact(size)
+                if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                    raise BadFraming("chunk not followed by CRLF")
+            while True:  # trailers
+                line = self.rfile.readline(65537)
+                if line in (b"\r\n", b"\n"):
+                    break
+                if not line:
+                    raise BadFraming("connection closed in chunked trailers")
+            return bytes(body)
+        lengths = self.headers.get_all("content-length") or []
+        if not lengths:
+            return b""
+        if len(set(v.strip() for v in lengths)) != 1 or not lengths[0].strip().isdigit():
+            raise BadFraming("bad Content-Length %r" % lengths)
+        return self._read_exact(int(lengths[0].strip()))
+
+    # ---- responses
+
+    def _send_error_response(self, err, request_id, resource, method):
+        body = error_xml(err.code, err.message, request_id, err.extra, resource)
+        self.send_response_only(err.status)
+        self.send_header("x-amz-request-id", request_id)
+        self.send_header("x-amz-id-2", base64.b64encode(os.urandom(24)).decode())
+        self.send_header("Date", self.date_time_string())
+        self.send_header("Server", "conveyor-sigv4-proxy")
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, status, obj):
+        body = (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
+        self.send_response_only(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Date", self.date_time_string())
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _reset_connection(self):
+        """Closes the client connection abruptly: SO_LINGER 0 makes close() send a RST."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        for f in (self.wfile, self.rfile):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.connection.close()
+        except OSError:
+            pass
+
+    # ---- upstream
+
+    def _close_upstream(self):
+        if self.upstream is not None:
+            try:
+                self.upstream.close()
+            except OSError:
+                pass
+            self.upstream = None
+
+    def _upstream_request(self, method, target, headers, body):
+        cfg = self.server.config
+        for attempt in (1, 2):
+            reused = self.upstream is not None
+            if reused and time.monotonic() - self.upstream_used > UPSTREAM_IDLE_S:
+                self._close_upstream()
+                reused = False
+            if self.upstream is None:
+                self.upstream = http.client.HTTPConnection(cfg.upstream_host, cfg.upstream_port,
+                                                           timeout=cfg.upstream_timeout)
+            conn = self.upstream
+            try:
+                conn.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+                for name, value in headers:
+                    conn.putheader(name, value)
+                conn.endheaders(body)
+                response = conn.getresponse()
+                return response
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                    http.client.BadStatusLine):
+                self._close_upstream()
+                if not reused or attempt == 2:
+                    raise
+            except Exception:
+                self._close_upstream()
+                raise
+        raise AssertionError("unreachable")
+
+    def _upstream_headers(self, auth, host):
+        """The client's headers for s3rver: hop-by-hop and auth headers dropped, body framing
+        replaced (the body was read in full), and a well-formed V4 Authorization for s3rver's
+        own account (s3rver checks only the key id of V4 requests, which is why this proxy
+        exists)."""
+        drop = HOP_BY_HOP | {"content-length", "expect", "host"}
+        connection_tokens = {t.strip().lower() for v in (self.headers.get_all("connection") or [])
+                             for t in v.split(",")}
+        drop |= connection_tokens
+        if auth is not None:
+            drop |= {"authorization", "x-amz-security-token", "x-amz-date", "x-amz-content-sha256"}
+        out = [("Host", host)]
+        for name, value in self.headers.items():
+            if name.lower() not in drop:
+                out.append((name, value))
+        if auth is not None:
+            now = time.strftime(SIGV4_TIMESTAMP, time.gmtime())
+            cfg = self.server.config
+            out.append(("X-Amz-Date", now))
+            out.append(("X-Amz-Content-SHA256", auth["content_sha256"]))
+            out.append(("Authorization",
+                        "AWS4-HMAC-SHA256 Credential=%s/%s/%s/s3/aws4_request, "
+                        "SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=%s"
+                        % (cfg.upstream_access_key, now[:8], cfg.region, "0" * 64)))
+        return out
+
+    def _forward(self, method, raw_target, body, auth, vhost_bucket, fault, request_id):
+        """Forwards to the upstream server and streams its answer back. Returns the status."""
+        cfg = self.server.config
+        path, query = _split_target(raw_target)
+        if auth is not None and auth["mode"] == "query":
+            kept = [p for p in query.split("&")
+                    if urllib.parse.unquote(p.partition("=")[0]) not in PRESIGN_PARAMS]
+            query = "&".join(kept) if kept else None
+        if vhost_bucket is not None:
+            path = "/" + vhost_bucket + path
+            host = "%s:%d" % (cfg.upstream_host, cfg.upstream_port)
+        else:
+            host = self.headers.get("host") or "%s:%d" % (cfg.upstream_host, cfg.upstream_port)
+        target = path + ("?" + query if query is not None else "")
+        headers = self._upstream_headers(auth, host)
+        send_body = body if (body or method in ("PUT", "POST", "PATCH")) else None
+        try:
+            response = self._upstream_request(method, target, headers, send_body)
+        except (OSError, http.client.HTTPException) as exc:
+            with self.server.state.lock:
+                self.server.state.upstream_errors += 1
+            err = S3Error(502, "ProxyUpstreamError",
+                          "The test proxy could not reach the S3 server: %s" % exc)
+            self._send_error_response(err, request_id, path, method)
+            return 502, "upstream error %s" % exc
+
+        no_body = method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
+        out_headers = []
+        length = None
+        for name, value in response.getheaders():
+            lname = name.lower()
+            if lname in HOP_BY_HOP:
+                continue
+            if lname == "content-length":
+                length = value
+            out_headers.append((name, value))
+        if not any(n.lower() == "x-amz-request-id" for n, _ in out_headers):
+            out_headers.append(("x-amz-request-id", request_id))
+
+        truncate = fault is not None and fault.kind == "truncate"
+        if truncate:
+            data = b"" if no_body else response.read()
+            if response.will_close:
+                self._close_upstream()
+            if not data:
+                self._reset_connection()
+                return response.status, "fault truncate (empty body: reset)"
+            self.send_response_only(response.status, response.reason)
+            for name, value in out_headers:
+                if name.lower() != "content-length":
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return response.status, "fault truncate (%d of %d bytes)" % (len(data) // 2, len(data))
+
+        chunked = False
+        if not no_body and length is None:
+            if self.request_version == "HTTP/1.0":
+                self.close_connection = True
+            else:
+                chunked = True
+        self.send_response_only(response.status, response.reason)
+        for name, value in out_headers:
+            self.send_header(name, value)
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if not no_body:
+            while True:
+                chunk = response.read(256 * 1024)
+                if not chunk:
+                    break
+                if chunked:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                else:
+                    self.wfile.write(chunk)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        else:
+            response.read()
+        if response.will_close:
+            self._close_upstream()
+        else:
+            self.upstream_used = time.monotonic()
+        return response.status, None
+
+    # ---- admin API
+
+    def _admin(self, method, raw_target, body):
+        path, query = _split_target(raw_target)
+        params = urllib.parse.parse_qs(query or "", keep_blank_values=True)
+        state = self.server.state
+        sub = path[len(ADMIN_PREFIX):].rstrip("/")
+        if sub == "/faults":
+            if method == "POST":
+                try:
+                    spec = json.loads(body.decode("utf-8") or "null")
+                    specs = spec if isinstance(spec, list) else [spec]
+                    faults = [Fault(s) for s in specs]
+                except (ValueError, TypeError) as exc:
+                    return self._send_json(400, {"error": str(exc)})
+                with state.lock:
+                    state.faults.extend(faults)
+                return self._send_json(200, {"armed": [f.describe() for f in faults]})
+            if method == "DELETE":
+                with state.lock:
+                    n = len(state.faults)
+                    state.faults.clear()
+                return self._send_json(200, {"cleared": n})
+            if method == "GET":
+                with state.lock:
+                    return self._send_json(200, {"faults": [f.describe() for f in state.faults]})
+        elif sub == "/stats":
+            if method == "GET":
+                if "path" in params:
+                    m = params.get("method", [None])[0]
+                    return self._send_json(200, {"count": state.path_count(params["path"][0],
+                                                                           m and m.upper())})
+                return self._send_json(200, state.stats())
+            if method == "DELETE":
+                with state.lock:
+                    state.by_path.clear()
+                return self._send_json(200, {"cleared": True})
+        elif sub == "/health" and method in ("GET", "HEAD"):
+            return self._send_json(200, {"ok": True})
+        return self._send_json(404, {"error": "unknown admin request %s %s" % (method, path)})
+
+    # ---- the request
+
+    def _bucket_of(self, raw_path):
+        """(bucket, vhost_bucket): vhost_bucket is set for <bucket>.<vhost suffix> hosts."""
+        host = (self.headers.get("host") or "").strip().lower()
+        if host.startswith("["):
+            hostname = host.split("]")[0] + "]"
+        else:
+            hostname = host.rsplit(":", 1)[0] if ":" in host else host
+        for suffix in self.server.config.vhost_suffixes:
+            if hostname.endswith("." + suffix) and len(hostname) > len(suffix) + 1:
+                bucket = hostname[:-len(suffix) - 1]
+                return bucket, bucket
+        segment = raw_path.lstrip("/").split("/", 1)[0]
+        return urllib.parse.unquote(segment), None
+
+    def _handle(self):
+        started = time.monotonic()
+        state = self.server.state
+        method = self.command
+        raw_target = self._raw_target()
+        raw_path, _ = _split_target(raw_target)
+        request_id = state.request_id()
+        try:
+            body = self._read_body()
+        except BadFraming as exc:
+            self.close_connection = True
+            err = S3Error(400, "BadRequest", "Cannot read the request body: %s" % exc)
+            self._send_error_response(err, request_id, raw_path, method)
+            self.server.log.line("%s %s -> 400 bad framing: %s"
+                                 % (method, raw_target, exc))
+            return
+
+        if raw_path == ADMIN_PREFIX or raw_path.startswith(ADMIN_PREFIX + "/"):
+            self._admin(method, raw_target, body)
+            return
+
+        state.count_request(method, raw_path)
+        result = "?"
+        status = 0
+        detail = None
+        try:
+            if any(ord(c) <= 0x20 or ord(c) >= 0x7f for c in raw_target):
+                raise S3Error(400, "InvalidURI", "Couldn't parse the specified URI.",
+                              URI=raw_target)
+            bucket, vhost_bucket = self._bucket_of(raw_path)
+            auth = self.server.verifier.verify(method, raw_target, self.headers, body)
+            if auth is None:
+                if bucket in self.server.config.public_buckets and method in ("GET", "HEAD"):
+                    result = "anonymous"
+                else:
+                    raise S3Error(403, "AccessDenied", "Access Denied")
+            else:
+                result = "verified (%s)" % auth["access_key"]
+            state.count_result("anonymous" if auth is None else "verified")
+
+            fault = state.take_fault(method, raw_path)
+            if fault is not None:
+                if fault.delay_ms:
+                    time.sleep(fault.delay_ms / 1000.0)
+                if fault.kind == "status":
+                    err = S3Error(fault.status, fault.code, fault.message)
+                    self._send_error_response(err, request_id, raw_path, method)
+                    status, detail = fault.status, "fault status %s" % fault.code
+                elif fault.kind == "reset":
+                    self._reset_connection()
+                    status, detail = 0, "fault reset"
+                else:
+                    status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,
+                                                   fault, request_id)
+                    if fault.kind == "delay":
+                        detail = "fault delay %d ms" % fault.delay_ms
+            else:
+                status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,
+                                               None, request_id)
+        except S3Error as err:
+            state.count_result("rejected", err.code)
+            result = "rejected %s" % err.code
+            status = err.status
+            detail = err.log_detail or err.message
+            self._send_error_response(err, request_id, raw_path, method)
+        except (ConnectionError, BrokenPipeError, socket.timeout) as exc:
+            self.close_connection = True
+            detail = "client connection error: %r" % exc
+        elapsed = (time.monotonic() - started) * 1000
+        self.server.log.line("%s %s -> %s %s%s (%.1f ms, %d bytes in)"
+                             % (method, raw_target, status or "-", result,
+                                " [%s]" % detail if detail else "", elapsed, len(body)))
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class Config:
+    pass
+
+
+def load_identities(path):
+    with open(path, "r", encoding="utf-8") as f:
+        data = json.load(f)
+    if isinstance(data, dict):
+        data = [data]
+    identities = []
+    for item in data:
+        identities.append(Identity(item["access_key"], item["secret_key"],
+                                   item.get("session_token")))
+    return identities
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=0, help="port (0: pick a free one)")
+    parser.add_argument("--port-file", help="write the port actually bound here")
+    parser.add_argument("--upstream", required=True, help="HOST:PORT of the S3 server")
+    parser.add_argument("--upstream-access-key", default="S3RVER",
+                        help="access key id the upstream server knows (s3rver: S3RVER)")
+    parser.add_argument("--upstream-timeout", type=float, default=120.0)
+    parser.add_argument("--credentials", required=True,
+                        help="JSON file: [{\"access_key\", \"secret_key\", \"session_token\"?}]")
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--public-bucket", action="append", default=[],
+                        help="bucket whose GET/HEAD need no signature (repeatable)")
+    parser.add_argument("--vhost-suffix", action="append", default=None,
+                        help="Host suffix for virtual-hosted addressing (default: localhost)")
+    parser.add_argument("--log", help="log file (default: stderr)")
+    parser.add_argument("--watch-parent", action="store_true",
+                        help="exit when the parent process goes away")
+    parser.add_argument("--upstream-pgid", type=int,
+                        help="process group to SIGTERM when exiting because the parent died")
+    args = parser.parse_args(argv)
+
+    log_stream = open(args.log, "a", encoding="utf-8") if args.log else sys.stderr
+    cfg = Config()
+    cfg.logger = Logger(log_stream)
+    cfg.identities = load_identities(args.credentials)
+    cfg.region = args.region
+    host, _, port = args.upstream.rpartition(":")
+    cfg.upstream_host, cfg.upstream_port = host, int(port)
+    cfg.upstream_access_key = args.upstream_access_key
+    cfg.upstream_timeout = args.upstream_timeout
+    cfg.public_buckets = set(args.public_bucket)
+    cfg.vhost_suffixes = [s.lower() for s in (args.vhost_suffix or ["localhost"])]
+
+    server = ProxyServer((args.listen, args.port), cfg)
+    port = server.server_address[1]
+    cfg.logger.line("sigv4-proxy listening on %s:%d, upstream %s, region %s, %d credential(s), "
+                    "public bucket(s): %s" % (args.listen, port, args.upstream, cfg.region,
+                                              len(cfg.identities),
+                                              ", ".join(sorted(cfg.public_buckets)) or "none"))
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % port)
+        os.replace(tmp, args.port_file)
+
+    stopping = threading.Event()
+
+    def stop(reason):
+        if not stopping.is_set():
+            stopping.set()
+            cfg.logger.line("sigv4-proxy stopping: %s" % reason)
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, lambda *_: stop("SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *_: stop("SIGINT"))
+
+    if args.watch_parent:
+        parent = os.getppid()
+
+        def watch():
+            while not stopping.is_set():
+                if os.getppid() != parent:
+                    if args.upstream_pgid:
+                        try:
+                            os.killpg(args.upstream_pgid, signal.SIGTERM)
+                        except OSError:
+                            pass
+                    stop("parent process %d went away" % parent)
+                    return
+                time.sleep(0.5)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        cfg.logger.line(server.state.summary())
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
