@@ -134,7 +134,7 @@ def main():
         "bytes": totals["bytes"],
         "seconds": round(seconds, 4),
         "objects_per_s": round(n / seconds, 1),
-        "MB_per_s": round(totals["bytes"] / seconds / 1e6, 1),
+        "MB_per_s": round(totals["bytes"] / seconds / 1e6, 2),
         "p50_ms": round(percentile(latencies, 50) * 1e3, 3),
         "p99_ms": round(percentile(latencies, 99) * 1e3, 3),
         "max_ms": round(latencies[-1] * 1e3, 3),

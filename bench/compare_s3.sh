@@ -96,11 +96,15 @@ index=$work_dir/index-$set_prefix.json
 one_key=one/$size.bin
 big_key=big/1GiB.bin
 
+load_start=$(cut -d' ' -f1 /proc/loadavg)
 tmp=$(mktemp -d)
 states=()
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
     local s
-    for s in "${states[@]}"; do "$here/nginx_bucket.sh" stop --state-dir "$s" || true; done
+    for s in "${states[@]}"; do
+        if [[ -f $s/nginx.pid ]]; then "$here/nginx_bucket.sh" stop --state-dir "$s" || true; fi
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -301,9 +305,9 @@ fi
 
 # ---- the table ----------------------------------------------------------------------------
 target_rc=0
-"$py" - "$records" "$delay_ms" "$concurrency" "$objects" "$size" "$workers" "$have_conveyor" "$why_no_conveyor" <<'PY' >&2 || target_rc=$?
-import json, statistics, sys
-path, delay_ms, conc, objects, size, workers, have_conveyor, why = sys.argv[1:]
+"$py" - "$records" "$delay_ms" "$concurrency" "$objects" "$size" "$workers" "$have_conveyor" "$why_no_conveyor" "$load_start" <<'PY' >&2 || target_rc=$?
+import json, os, statistics, sys
+path, delay_ms, conc, objects, size, workers, have_conveyor, why, load_start = sys.argv[1:]
 recs = [json.loads(l) for l in open(path) if l.strip()]
 titles = {"delay": f"1: {delay_ms} ms delay, {objects} objects", "one": f"2: no delay, one {int(size) // 1000} KB object",
           "big": "3: no delay, one 1 GiB object"}
@@ -321,7 +325,8 @@ def med(case, engine, key):
     return statistics.median(r["result"][key] for r in rs)
 
 print()
-print(f"nginx: {workers} worker process(es); machine: {__import__('os').cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[0]} before the table")
+print(f"nginx: {workers} worker process(es); machine: {os.cpu_count()} CPUs; 1-minute load average {load_start} at the start, "
+      f"{open('/proc/loadavg').read().split()[0]} at the end (this run adds about 2)")
 print(f"{'case':31} {'engine':8} {'conc':>4} {'runs':>4} {'objects/s':>10} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
       f"{'CPU us/GET':>10} {'nginx us/GET':>12} {'errors':>6}")
 for case in ("delay", "one", "big"):

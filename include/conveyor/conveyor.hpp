@@ -11,5 +11,15 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/file/uring.hpp>
+#include <conveyor/http/client.hpp>
+#include <conveyor/http/endpoint.hpp>
+#include <conveyor/http/error.hpp>
+#include <conveyor/s3/client.hpp>
+#include <conveyor/s3/config.hpp>
+#include <conveyor/s3/credentials.hpp>
+#include <conveyor/s3/error.hpp>
+#include <conveyor/s3/sigv4.hpp>
+#include <conveyor/s3/source.hpp>
+#include <conveyor/s3/xml.hpp>
 
 #endif

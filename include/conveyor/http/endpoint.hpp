@@ -46,8 +46,15 @@ struct endpoint {
 inline endpoint parse_endpoint(std::string_view url)
 {
     auto fail = [&](std::string why) -> endpoint {
+        // A URL may carry "user:secret@": never repeat that part.
+        std::string shown(url);
+        const auto scheme_end = shown.find("://");
+        const auto at = shown.find('@', scheme_end == std::string::npos ? 0 : scheme_end + 3);
+        const auto slash = shown.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
+        if (scheme_end != std::string::npos && at != std::string::npos && (slash == std::string::npos || at < slash))
+            shown.replace(scheme_end + 3, at - scheme_end - 3, "***");
         throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
-                              {.stage = "http", .where = std::string(url), .detail = std::move(why)});
+                              {.stage = "http", .key = {}, .where = std::move(shown), .offset = -1, .detail = std::move(why)});
     };
     auto r = boost::urls::parse_uri(url);
     if (!r) return fail("not a URL (" + r.error().message() + "); expected http://host[:port] or https://host[:port]");

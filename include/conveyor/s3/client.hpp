@@ -262,7 +262,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
             requests.fetch_add(1, std::memory_order_relaxed);
             if (attempt > 1) retries.fetch_add(1, std::memory_order_relaxed);
             auto [ec, resp] = co_await pool.send(req);
-            if (ec == asio::error::operation_aborted || ec == std::errc::operation_canceled)
+            if (ec == std::errc::operation_canceled)
                 throw boost::system::system_error(asio::error::operation_aborted);
             bool retry;
             reply_error reply;
@@ -518,7 +518,6 @@ struct client_state : std::enable_shared_from_this<client_state> {
         try {
             std::rethrow_exception(failed);
         } catch (const request_error& e) {
-            if (e.code() == asio::error::operation_aborted) throw;
             auto c = e.ctx();
             c.detail += "; the multipart upload was aborted";
             throw request_error(e.code(), std::move(c), e.reply(), e.attempts());

@@ -795,6 +795,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         target = path + ("?" + query if query is not None else "")
         headers = self._upstream_headers(auth, host)
         send_body = body if (body or method in ("PUT", "POST", "PATCH")) else None
+        if send_body is not None:
+            headers.append(("Content-Length", str(len(send_body))))
         try:
             response = self._upstream_request(method, target, headers, send_body)
         except (OSError, http.client.HTTPException) as exc:
@@ -851,11 +853,16 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
+        sent = 0
         if not no_body:
             while True:
-                chunk = response.read(256 * 1024)
+                try:
+                    chunk = response.read(256 * 1024)
+                except (OSError, http.client.HTTPException):
+                    chunk = b""
                 if not chunk:
                     break
+                sent += len(chunk)
                 if chunked:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 else:
@@ -864,10 +871,17 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(b"0\r\n\r\n")
         else:
             response.read()
-        if response.will_close:
+        if response.will_close or not response.isclosed():
             self._close_upstream()
         else:
             self.upstream_used = time.monotonic()
+        if not no_body and length is not None and length.isdigit() and sent != int(length):
+            # The server sent less than it announced: pass that on as a cut connection.
+            self.close_connection = True
+            self._close_upstream()
+            with self.server.state.lock:
+                self.server.state.upstream_errors += 1
+            return response.status, "upstream body cut short: %d of %s bytes" % (sent, length)
         return response.status, None
 
     # ---- admin API

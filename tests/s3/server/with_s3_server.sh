@@ -167,7 +167,8 @@ mkdir -p "$tmp/data"
 ) </dev/null >"$s3rver_log" 2>&1 &
 s3rver_pid=$!
 s3rver_port() { sed -n 's/^S3rver listening on 127\.0\.0\.1:\([0-9][0-9]*\)$/\1/p' "$s3rver_log"; }
-wait_for 60 "$s3rver_pid" s3rver test -n "$(s3rver_port)"
+s3rver_ready() { [[ -n $(s3rver_port) ]]; }
+wait_for 60 "$s3rver_pid" s3rver s3rver_ready
 upstream_port=$(s3rver_port)
 
 cat >"$tmp/credentials.json" <<EOF

@@ -345,6 +345,22 @@ struct json_credentials {
     std::string endpoint_url;
 };
 
+/// "a number", "an array"...: what a JSON value is, in words (never the value itself).
+inline std::string_view json_kind_name(boost::json::kind k) noexcept
+{
+    switch (k) {
+    case boost::json::kind::null: return "null";
+    case boost::json::kind::bool_: return "a boolean";
+    case boost::json::kind::int64:
+    case boost::json::kind::uint64:
+    case boost::json::kind::double_: return "a number";
+    case boost::json::kind::string: return "a string";
+    case boost::json::kind::array: return "an array";
+    case boost::json::kind::object: return "an object";
+    }
+    return "a JSON value";
+}
+
 inline json_credentials read_json_credentials(const std::string& path)
 {
     std::string text;
@@ -359,7 +375,7 @@ inline json_credentials read_json_credentials(const std::string& path)
     if (jec) throw_invalid(path, "not valid JSON at byte " + std::to_string(used) + ": " + jec.message());
     const boost::json::value v = p.release();
     const auto* obj = v.if_object();
-    if (!obj) throw_invalid(path, "the credentials file is a JSON " + std::string(boost::json::to_string(v.kind())) + ", not an object");
+    if (!obj) throw_invalid(path, "the credentials file holds " + std::string(json_kind_name(v.kind())) + ", not a JSON object");
 
     auto string_at = [&](std::string_view key, bool required) -> std::string {
         const auto* x = obj->if_contains(key);
@@ -368,8 +384,7 @@ inline json_credentials read_json_credentials(const std::string& path)
             return {};
         }
         if (!x->is_string())
-            throw_invalid(path, "\"" + std::string(key) + "\" is a " + std::string(boost::json::to_string(x->kind())) +
-                                    ", not a string");
+            throw_invalid(path, "\"" + std::string(key) + "\" is " + std::string(json_kind_name(x->kind())) + ", not a string");
         if (required && x->get_string().empty()) throw_invalid(path, "\"" + std::string(key) + "\" is empty");
         return std::string(x->get_string());
     };

@@ -135,7 +135,9 @@ inline bool iless(std::string_view a, std::string_view b) noexcept
 
 inline void append_lower(std::string& out, std::string_view s)
 {
-    for (char c : s) out += ascii_lower(c);
+    const std::size_t at = out.size();
+    out.resize(at + s.size());
+    std::transform(s.begin(), s.end(), out.begin() + static_cast<std::ptrdiff_t>(at), ascii_lower);
 }
 
 /// Appends `s` percent-encoded the SigV4 way: all but RFC 3986's unreserved characters,
@@ -280,17 +282,16 @@ inline bool same_name(std::string_view a, std::string_view b) noexcept { return 
 /// Appends a header value trimmed, with each inner run of white space made one space.
 inline void append_canonical_value(std::string& out, std::string_view v)
 {
-    bool pending_space = false;
-    bool any = false;
-    for (char c : v) {
-        if (ascii_space(c)) {
-            pending_space = any;
-            continue;
-        }
-        if (pending_space) out += ' ';
-        pending_space = false;
-        any = true;
-        out += c;
+    // Word by word: most values are one word, appended at once.
+    bool first = true;
+    for (std::size_t i = 0; i < v.size();) {
+        while (i < v.size() && ascii_space(v[i])) ++i;
+        const std::size_t word = i;
+        while (i < v.size() && !ascii_space(v[i])) ++i;
+        if (i == word) break;
+        if (!first) out += ' ';
+        out.append(v.data() + word, i - word);
+        first = false;
     }
 }
 

@@ -1,0 +1,216 @@
+// conveyor/http/client.hpp — HTTP/1.1 client: keep-alive pools per lane, TLS, timeouts,
+// bodies read straight into pooled buffers.
+#ifndef CONVEYOR_HTTP_CLIENT_HPP
+#define CONVEYOR_HTTP_CLIENT_HPP
+
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/http/endpoint.hpp>
+#include <conveyor/http/error.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace conveyor::http {
+
+namespace detail {
+struct lane_pool;
+struct lease;
+class connection;
+} // namespace detail
+
+/** How long a request may take. Zero means "no limit" for every field.
+
+    Each expiry has its own error code (`errc::connect_timeout`...), so a message says
+    which one struck. */
+struct timeouts {
+    /// Resolving the host (first use on a lane only), connecting and the TLS handshake.
+    std::chrono::milliseconds connect{10'000};
+    /// From the request being written until the response's header has arrived.
+    std::chrono::milliseconds first_byte{60'000};
+    /// Longest pause with no byte moving, while writing the request or reading the body.
+    std::chrono::milliseconds idle{30'000};
+    /// The whole request, waiting for a free connection included. 0: no limit.
+    std::chrono::milliseconds total{0};
+};
+
+/// Settings of a `client`.
+struct client_options {
+    /// Most connections to the endpoint, over all lanes. Each lane may open
+    /// ceil(max_connections / lanes) of them (at least one); further requests on a lane
+    /// wait, first come first served, for one of its connections.
+    std::size_t max_connections = 64;
+    /// Time limits of each request.
+    http::timeouts timeouts;
+    /// Verify the server's certificate chain and that it names the endpoint's host.
+    bool verify_tls = true;
+    /// A PEM file of trusted certificates. With `ca_path`, both are used; with neither,
+    /// the system's default verify paths.
+    std::string ca_file;
+    /// A directory of trusted certificates in OpenSSL's hashed layout (`c_rehash`).
+    std::string ca_path;
+    /// The `User-Agent` header sent unless the request has one ("" sends none).
+    std::string user_agent = "conveyor";
+};
+
+/** One HTTP request. The client reads its fields only while `send` runs: they must stay
+    valid until its awaitable completes. */
+struct request {
+    boost::beast::http::verb method = boost::beast::http::verb::get;
+    /// The encoded path [+ '?' + query], sent as is ("" sends "/").
+    std::string target;
+    /// Header fields. `Host` (from the endpoint) and `User-Agent` are added unless present;
+    /// `Content-Length` and `Transfer-Encoding` are the client's own and are not sent from
+    /// here.
+    boost::beast::http::fields headers;
+    /// The request body; `Content-Length` is set from it (also when it is empty, for
+    /// methods that carry a body: POST, PUT, PATCH).
+    std::span<const std::byte> body;
+    /// If non-empty, the response body is written here instead of into a pooled buffer
+    /// (e.g. to reassemble ranged parts of an object in place); a larger body fails with
+    /// `errc::body_too_large`.
+    std::span<std::byte> body_into;
+};
+
+/// One HTTP response: any status, 4xx and 5xx included, with its body read.
+struct response {
+    /// The status code, e.g. 200 or 404.
+    unsigned status = 0;
+    /// The header fields.
+    boost::beast::http::fields headers;
+    /// The body, in a buffer from the runtime's pool; empty when `request::body_into` was
+    /// used (the body is there) and for bodies of no bytes.
+    buffer body;
+    /// Body bytes received (also when they went to `request::body_into`).
+    std::size_t body_size = 0;
+    /// True when the request went over a kept-alive connection opened earlier.
+    bool reused_connection = false;
+};
+
+/** An HTTP/1.1 client for one endpoint (plain HTTP or HTTPS through OpenSSL).
+
+    Connections are kept alive and pooled per lane: each I/O thread of the runtime has its
+    own idle list and its own share of `max_connections`, touched only from that thread,
+    so no request takes a lock. A connection goes back to its pool only when its response
+    was read completely and the server allows keep-alive; any error, timeout or
+    cancellation closes it. When a request on a kept-alive connection fails before any
+    byte of a response arrives (the server closed the idle connection), it is sent again
+    at once on a new connection, once.
+
+    Response bodies are read into buffers from the runtime's pool (or into
+    `request::body_into`): for a Content-Length body, the bytes that came with the header
+    are copied and the rest is read from the socket straight into place. Chunked bodies
+    and bodies that end at the connection's close go through Beast's parser.
+
+    Host names are resolved asynchronously on first use on each lane and the addresses
+    kept for 30 seconds (new connections take them in turn); a host that is an IP address
+    is never resolved. Transport failures are returned as error codes, never thrown;
+    `is_transient` tells which of them a retry may cure.
+
+    @par Thread Safety
+    `send` may be called concurrently from coroutines running on any of the runtime's
+    I/O threads (each uses its own thread's pool). Called from any other thread it
+    completes at once with `std::errc::operation_not_permitted`: it does not hop threads,
+    because its caller's coroutine would then continue on a thread it did not choose.
+    `where`, `options` and `stats` are safe from any thread. The destructor must not run
+    while a request is in flight (a precondition); it closes the idle connections, on
+    their own threads.
+*/
+class client {
+public:
+    /** A client for `ep` whose connections live on `rt`'s I/O lanes; `rt` must outlive it.
+
+        Throws `conveyor::error` (`std::errc::invalid_argument`) when the TLS settings
+        cannot be used, e.g. a `ca_file` that cannot be read. Nothing is connected until
+        the first request. */
+    inline client(runtime& rt, endpoint ep, client_options o = {});
+    inline ~client();
+
+    client(const client&) = delete;
+    client& operator=(const client&) = delete;
+
+    /// The server this client talks to.
+    const endpoint& where() const noexcept { return ep_; }
+    /// The settings it was made with.
+    const client_options& options() const noexcept { return opts_; }
+
+    /** Sends `req` and reads the whole response.
+
+        Must be awaited by a coroutine running on one of the runtime's I/O threads; `req`
+        and the memory its spans point to must stay valid until it completes.
+
+        @par Completion Signature
+        `(std::error_code, response)`: on success the error is empty and the response
+        holds any status. On failure the response is empty and the error is one of
+        `errc` (timeouts, `body_truncated`, `body_too_large`, `stale_connection`), a
+        system error (e.g. `connection_refused`), a resolver, TLS or HTTP parsing error,
+        `asio::error::operation_aborted` when cancelled, or
+        `std::errc::operation_not_permitted` off the I/O threads.
+
+        @par Per-Operation Cancellation
+        Terminal cancellation of the awaiting coroutine (its Asio cancellation slot, as a
+        `run_context` or `awaitable_operators` deliver it) aborts the request wherever it
+        is (resolving excepted: the system resolver finishes its lookup first), closes its
+        connection, and completes with `operation_aborted`. The awaiting coroutine's
+        `throw_if_cancelled` setting is left as it found it.
+    */
+    inline asio::awaitable<std::pair<std::error_code, response>> send(const request& req);
+
+    /// Counts since the client was made.
+    struct counters {
+        std::uint64_t connections_opened; ///< connections established (TCP, and TLS if used)
+        std::uint64_t requests;           ///< calls of `send` that reached the pool
+        std::uint64_t reused;             ///< requests sent on a kept-alive connection
+        std::uint64_t stale_retries;      ///< requests sent again after a kept-alive connection was found closed
+    };
+    /// The counters (relaxed atomic reads: safe from any thread).
+    counters stats() const noexcept
+    {
+        return {opened_.load(std::memory_order_relaxed), requests_.load(std::memory_order_relaxed),
+                reused_.load(std::memory_order_relaxed), stale_retries_.load(std::memory_order_relaxed)};
+    }
+
+private:
+    using time_point = std::chrono::steady_clock::time_point;
+
+    inline asio::awaitable<std::pair<std::error_code, response>> perform(detail::lane_pool& pool, const request& req);
+    inline asio::awaitable<std::error_code> resolve(detail::lane_pool& pool);
+    inline asio::awaitable<std::error_code> connect(detail::lane_pool& pool, detail::connection& c, time_point total);
+    template <class Stream>
+    asio::awaitable<std::error_code> exchange(Stream& s, detail::connection& c, const request& req, response& resp,
+                                              bool reused, bool& stale, bool& keep, time_point total);
+    inline void write_head(std::string& out, const request& req) const;
+
+    runtime* rt_;
+    endpoint ep_;
+    client_options opts_;
+    std::string host_header_;
+    std::string port_;
+    bool host_is_address_ = false;
+    std::chrono::steady_clock::duration watch_step_{};
+    std::unique_ptr<asio::ssl::context> tls_;
+    std::vector<std::unique_ptr<detail::lane_pool>> lanes_;
+    std::atomic<std::uint64_t> opened_{0};
+    std::atomic<std::uint64_t> requests_{0};
+    std::atomic<std::uint64_t> reused_{0};
+    std::atomic<std::uint64_t> stale_retries_{0};
+};
+
+} // namespace conveyor::http
+
+#include <conveyor/http/impl/client.hpp>
+
+#endif
