@@ -356,11 +356,14 @@ struct client_state : std::enable_shared_from_this<client_state> {
         // The first part tells the size (Content-Range) and the ETag that the other parts
         // must match: an object replaced midway is an error, never a mix of two versions.
         http::response first;
+        bool empty_object = false;
         try {
             first = co_await get_range(bucket, key, 0, part - 1, {}, {});
         } catch (const request_error& e) {
             if (e.reply().status != 416) throw;
-            // 416: a range of an empty object. Ask for all of it.
+            empty_object = true;  // 416: no byte 0 to give, so the object is empty
+        }
+        if (empty_object) {
             op o{.method = boost::beast::http::verb::get, .name = "GetObject", .bucket = bucket, .key = key};
             auto resp = co_await execute(o);
             co_return std::move(resp.body);

@@ -155,15 +155,17 @@ struct request {
     std::string_view method;
     /** The path exactly as sent: percent-encoded once by the caller, starting with '/'.
 
-        Each segment is canonicalised by decoding its escapes and encoding it again with
-        RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`) left as they are: for a
-        path encoded that way (what S3 expects) this changes nothing, and it is what S3
-        computes on its side when a client encoded differently (left '+' or '=' bare, wrote
-        "%c3" for "%C3"). '%' that does not start an escape is taken literally.
+        Without `normalize_path` (S3) it is signed as sent, escapes and all: encode keys
+        once with RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`) and '/' left as
+        they are, as AWS's SDKs do. Only bytes that no path can carry on the wire (space,
+        controls, non-ASCII, '"', '<', '>', '\', '^', '`', '{', '|', '}', and '%' that
+        starts no escape) are percent-encoded, as a client would have to send them.
     */
     std::string_view path;
     /** The query as sent, without the '?' (may be empty). Parameters may come in any order
-        and be percent-encoded or not; '+' is a plus sign, not a space. */
+        and be percent-encoded or not: each name and value is decoded and encoded again
+        with only the unreserved characters left bare, as S3 computes it. '+' is a plus
+        sign, not a space; '%' that starts no escape is a literal '%'. */
     std::string_view query;
     /// Every header to sign, the Host header among them. Names repeated are joined by ','
     /// in their order here.
@@ -172,7 +174,8 @@ struct request {
     std::string_view payload_hash;
     /** Whether the path is normalized first, as every AWS service but S3 wants: dot
         segments are resolved, empty segments dropped, and each segment is then encoded
-        once more as it stands (so "%20" becomes "%2520"). S3 does neither: leave false. */
+        again as it stands, '%' included (so "%20" becomes "%2520"), which is what AWS
+        calls double encoding. S3 does neither: leave false. */
     bool normalize_path = false;
 };
 

@@ -14,12 +14,10 @@ the idle keep-alive wait).
 import argparse
 import concurrent.futures
 import datetime
-import errno
 import hashlib
 import http.client
 import json
 import os
-import socket
 import sys
 import time
 import traceback

@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -1055,6 +1056,9 @@ def main(argv=None):
                         help="exit when the parent process goes away")
     parser.add_argument("--upstream-pgid", type=int,
                         help="process group to SIGTERM when exiting because the parent died")
+    parser.add_argument("--orphan-cleanup-dir",
+                        help="directory to remove (after stopping --upstream-pgid) when exiting "
+                             "because the parent died")
     args = parser.parse_args(argv)
 
     log_stream = open(args.log, "a", encoding="utf-8") if args.log else sys.stderr
@@ -1092,17 +1096,32 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda *_: stop("SIGTERM"))
     signal.signal(signal.SIGINT, lambda *_: stop("SIGINT"))
 
+    def orphan_cleanup():
+        """The script that started us was killed (SIGKILL): stop the upstream server and remove
+        the run's temp dir ourselves."""
+        if args.upstream_pgid:
+            try:
+                os.killpg(args.upstream_pgid, signal.SIGTERM)
+                for _ in range(50):
+                    time.sleep(0.1)
+                    os.killpg(args.upstream_pgid, 0)
+                os.killpg(args.upstream_pgid, signal.SIGKILL)
+                time.sleep(0.2)
+            except OSError:
+                pass
+        if args.orphan_cleanup_dir:
+            cfg.logger.line(server.state.summary())
+            shutil.rmtree(args.orphan_cleanup_dir, ignore_errors=True)
+            os._exit(1)
+
     if args.watch_parent:
         parent = os.getppid()
 
         def watch():
             while not stopping.is_set():
                 if os.getppid() != parent:
-                    if args.upstream_pgid:
-                        try:
-                            os.killpg(args.upstream_pgid, signal.SIGTERM)
-                        except OSError:
-                            pass
+                    cfg.logger.line("sigv4-proxy: parent process %d went away" % parent)
+                    orphan_cleanup()
                     stop("parent process %d went away" % parent)
                     return
                 time.sleep(0.5)

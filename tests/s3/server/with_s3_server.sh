@@ -9,6 +9,7 @@
 #
 # Environment: CONVEYOR_CACHE_DIR (default ${XDG_CACHE_HOME:-$HOME/.cache}/conveyor),
 # CONVEYOR_S3_KEEP_TMP=1 keeps the temp dir (data and logs) for a look afterwards.
+# shellcheck disable=SC2317,SC2094  # functions called from traps; the proxy's stderr joins its log
 set -euo pipefail
 
 readonly S3RVER_VERSION=3.7.1
@@ -33,8 +34,9 @@ if (($# == 0)); then
 fi
 
 # ---- prerequisites
-command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   die "node and npm are needed to run s3rver; install Debian's nodejs and npm (scripts/install-deps.sh does)"
+fi
 [[ -x $PY ]] || die "$PY not found; install Debian's python3 and python3-botocore (scripts/install-deps.sh)"
 "$PY" -c 'import botocore.auth' 2>/dev/null ||
   die "$PY cannot import botocore; install Debian's python3-botocore (scripts/install-deps.sh)"
@@ -62,7 +64,15 @@ s3rver_dir=$cache_root/s3rver-$S3RVER_VERSION
 s3rver_js=$s3rver_dir/node_modules/s3rver/bin/s3rver.js
 
 install_s3rver() {
-  mkdir -p "$cache_root" || die "cannot create the cache dir $cache_root (set CONVEYOR_CACHE_DIR)"
+  if ! mkdir -p "$cache_root" 2>/dev/null || [[ ! -w $cache_root ]]; then
+    [[ -z ${CONVEYOR_CACHE_DIR:-} ]] || die "cannot write to CONVEYOR_CACHE_DIR=$cache_root"
+    echo "$me: cannot write to $cache_root; using ${TMPDIR:-/tmp}/conveyor-cache-$(id -u) instead" >&2
+    cache_root=${TMPDIR:-/tmp}/conveyor-cache-$(id -u)
+    s3rver_dir=$cache_root/s3rver-$S3RVER_VERSION
+    s3rver_js=$s3rver_dir/node_modules/s3rver/bin/s3rver.js
+    [[ -f $s3rver_dir/.installed && -f $s3rver_js ]] && return 0
+    mkdir -p "$cache_root" || die "cannot create $cache_root (set CONVEYOR_CACHE_DIR)"
+  fi
   (
     # Another run may be installing at the same time: one installs, the other waits.
     flock 9 || die "cannot lock $cache_root/.s3rver.lock"
@@ -181,7 +191,8 @@ EOF
   cd "$tmp"
   exec setsid "$PY" "$here/sigv4_proxy.py" --listen 127.0.0.1 --port 0 --port-file "$tmp/proxy.port" \
     --upstream "127.0.0.1:$upstream_port" --credentials "$tmp/credentials.json" --region "$REGION" \
-    --public-bucket "$PUBLIC_BUCKET" --log "$proxy_log" --watch-parent --upstream-pgid "$s3rver_pid"
+    --public-bucket "$PUBLIC_BUCKET" --log "$proxy_log" \
+    --watch-parent --upstream-pgid "$s3rver_pid" --orphan-cleanup-dir "$tmp"
 ) </dev/null >>"$proxy_log" 2>&1 &
 proxy_pid=$!
 wait_for 30 "$proxy_pid" "the SigV4 proxy" test -s "$tmp/proxy.port"

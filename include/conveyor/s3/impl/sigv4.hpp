@@ -11,6 +11,7 @@
 #include <boost/url/grammar/hexdig_chars.hpp>
 #include <boost/url/grammar/string_token.hpp>
 #include <boost/url/pct_string_view.hpp>
+#include <boost/url/rfc/pchars.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
 #include <openssl/core_names.h>
@@ -140,15 +141,43 @@ inline void append_lower(std::string& out, std::string_view s)
     std::transform(s.begin(), s.end(), out.begin() + static_cast<std::ptrdiff_t>(at), ascii_lower);
 }
 
-/// Appends `s` percent-encoded the SigV4 way: all but RFC 3986's unreserved characters,
-/// upper-case hex.
-inline void append_encoded(std::string& out, std::string_view s)
+/// Appends `s` percent-encoded: every byte outside `keep` (which must not hold '%') as
+/// %XX, upper-case hex.
+inline void append_encoded(std::string& out, std::string_view s, const boost::urls::grammar::lut_chars& keep)
 {
-    const auto& unreserved = boost::urls::unreserved_chars;
-    const std::size_t n = boost::urls::encoded_size(s, unreserved);
+    const std::size_t n = boost::urls::encoded_size(s, keep);
     const std::size_t at = out.size();
     out.resize(at + n);
-    boost::urls::encode(out.data() + at, n, s, unreserved);
+    boost::urls::encode(out.data() + at, n, s, keep);
+}
+
+/// Appends `s` percent-encoded the SigV4 way: all but RFC 3986's unreserved characters
+/// (A-Z a-z 0-9 - . _ ~).
+inline void append_encoded(std::string& out, std::string_view s) { append_encoded(out, s, boost::urls::unreserved_chars); }
+
+/// Whether `s[i]` starts a valid escape ("%" and two hex digits).
+inline bool escape_at(std::string_view s, std::size_t i) noexcept
+{
+    const auto& hex = boost::urls::grammar::hexdig_chars;
+    return i + 2 < s.size() && s[i] == '%' && hex(s[i + 1]) && hex(s[i + 2]);
+}
+
+/// Appends an S3 path as sent: escapes and every character a path may hold (RFC 3986's
+/// pchar and '/') stay exactly as they are; only bytes no path may hold (space, controls,
+/// non-ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}', a '%' that starts no escape) are
+/// encoded, as any client must encode them to send them at all.
+inline void append_path_as_sent(std::string& out, std::string_view path)
+{
+    static constexpr boost::urls::grammar::lut_chars sendable = boost::urls::pchars + '/';
+    std::size_t from = 0;
+    for (std::size_t i = path.find('%'); i != std::string_view::npos; i = path.find('%', i + 1)) {
+        if (!escape_at(path, i)) continue; // encoded as part of the run it is in
+        append_encoded(out, path.substr(from, i - from), sendable);
+        out.append(path.substr(i, 3));
+        from = i + 3;
+        i += 2;
+    }
+    append_encoded(out, path.substr(from), sendable);
 }
 
 /// Appends `s`, whose escapes are all valid, decoded and encoded again the SigV4 way.
@@ -162,15 +191,13 @@ inline void append_reencoded_valid(std::string& out, std::string_view s, std::st
     append_encoded(out, scratch);
 }
 
-/// Appends the canonical form of one path segment or query component: its escapes
-/// decoded, then encoded the SigV4 way. A '%' that does not start an escape is a
-/// literal '%'.
+/// Appends the canonical form of one query component: its escapes decoded, then encoded
+/// the SigV4 way. A '%' that does not start an escape is a literal '%'.
 inline void append_reencoded(std::string& out, std::string_view s, std::string& scratch)
 {
-    const auto& hex = boost::urls::grammar::hexdig_chars;
     std::size_t from = 0;
     for (std::size_t i = s.find('%'); i != std::string_view::npos; i = s.find('%', i + 1)) {
-        if (i + 2 < s.size() && hex(s[i + 1]) && hex(s[i + 2])) continue;
+        if (escape_at(s, i)) continue;
         append_reencoded_valid(out, s.substr(from, i - from), scratch);
         out += "%25";
         from = i + 1;
@@ -179,24 +206,13 @@ inline void append_reencoded(std::string& out, std::string_view s, std::string& 
 }
 
 /// Appends the canonical URI of `path`.
-inline void append_canonical_uri(std::string& out, std::string_view path, bool normalize, std::string& scratch)
+inline void append_canonical_uri(std::string& out, std::string_view path, bool normalize)
 {
     if (path.empty()) {
         out += '/';
         return;
     }
-    if (!normalize) {
-        // Every slash stays where it is; only each segment's encoding is made canonical.
-        std::size_t from = 0;
-        for (;;) {
-            const std::size_t slash = path.find('/', from);
-            append_reencoded(out, path.substr(from, slash - from), scratch);
-            if (slash == std::string_view::npos) break;
-            out += '/';
-            from = slash + 1;
-        }
-        return;
-    }
+    if (!normalize) return append_path_as_sent(out, path);
     // RFC 3986's remove_dot_segments, with empty segments dropped too (AWS's rule, as
     // botocore and aws-c-auth apply it); then every segment is encoded once more.
     boost::container::small_vector<std::string_view, 16> kept;
@@ -416,7 +432,7 @@ inline void write_canonical_request(const request& r, std::string& text, std::st
     std::string scratch;
     text += r.method;
     text += '\n';
-    detail::append_canonical_uri(text, r.path, r.normalize_path, scratch);
+    detail::append_canonical_uri(text, r.path, r.normalize_path);
     text += '\n';
     detail::append_canonical_query(text, r.query, scratch);
     text += '\n';
@@ -451,8 +467,8 @@ inline canonical_request make_canonical_request(const request& r)
 
 inline std::string canonical_uri(std::string_view path, bool normalize_path)
 {
-    std::string out, scratch;
-    detail::append_canonical_uri(out, path, normalize_path, scratch);
+    std::string out;
+    detail::append_canonical_uri(out, path, normalize_path);
     return out;
 }
 

@@ -1,0 +1,1226 @@
+// Tests of conveyor/http/client.hpp and conveyor/http/error.hpp: keep-alive pools and
+// their limits, stale connections, bodies (Content-Length, chunked, to the close, HEAD,
+// body_into), every timeout, refused connections, cancellation, and HTTPS verification.
+//
+// The servers are scripted in this file: raw Asio (and Beast's request parser) on their own
+// io_context and thread, listening on 127.0.0.1 port 0, so that each misbehaviour can be
+// produced on purpose.
+#include <conveyor/http/client.hpp>
+#include <conveyor/http/error.hpp>
+
+#include "../support/common.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace cv = conveyor;
+namespace ch = conveyor::http;
+namespace fs = std::filesystem;
+using tcp = asio::ip::tcp;
+using conveyor_test::eventually;
+using namespace std::chrono_literals;
+
+namespace {
+
+using result = std::pair<std::error_code, ch::response>;
+constexpr auto no_throw = asio::as_tuple(asio::use_awaitable);
+
+// ---------------------------------------------------------------------------------------
+// The scriptable server
+
+/// One accepted connection, as a script sees it.
+class peer {
+public:
+    peer(tcp::socket s, asio::ssl::context* tls) : sock_(std::move(s))
+    {
+        if (tls) tls_.emplace(sock_, *tls);
+    }
+
+    asio::awaitable<bool> handshake()
+    {
+        if (!tls_) co_return true;
+        auto [ec] = co_await tls_->async_handshake(asio::ssl::stream_base::server, no_throw);
+        co_return !ec;
+    }
+
+    /// Reads the next request; false at the end of the connection.
+    asio::awaitable<bool> read(bhttp::request<bhttp::string_body>& req)
+    {
+        boost::system::error_code ec;
+        if (tls_) std::tie(ec, std::ignore) = co_await bhttp::async_read(*tls_, buf_, req, no_throw);
+        else std::tie(ec, std::ignore) = co_await bhttp::async_read(sock_, buf_, req, no_throw);
+        co_return !ec;
+    }
+
+    /// Writes raw bytes; false if the client is gone.
+    asio::awaitable<bool> write(std::string_view bytes)
+    {
+        boost::system::error_code ec;
+        if (tls_) std::tie(ec, std::ignore) = co_await asio::async_write(*tls_, asio::buffer(bytes), no_throw);
+        else std::tie(ec, std::ignore) = co_await asio::async_write(sock_, asio::buffer(bytes), no_throw);
+        co_return !ec;
+    }
+
+    /// Returns when the client closes the connection (whatever it sends is dropped).
+    asio::awaitable<void> wait_closed()
+    {
+        char scratch[4096];
+        for (;;) {
+            boost::system::error_code ec;
+            if (tls_) std::tie(ec, std::ignore) = co_await tls_->async_read_some(asio::buffer(scratch), no_throw);
+            else std::tie(ec, std::ignore) = co_await sock_.async_read_some(asio::buffer(scratch), no_throw);
+            if (ec) co_return;
+        }
+    }
+
+    asio::awaitable<void> pause(std::chrono::milliseconds d)
+    {
+        asio::steady_timer t(sock_.get_executor(), d);
+        co_await t.async_wait(no_throw);
+    }
+
+    void close()
+    {
+        boost::system::error_code ignored;
+        sock_.shutdown(tcp::socket::shutdown_both, ignored);
+        sock_.close(ignored);
+    }
+
+private:
+    tcp::socket sock_;
+    std::optional<beast::ssl_stream<tcp::socket&>> tls_;
+    beast::flat_buffer buf_;
+};
+
+/// What a server does with one request: `nth` counts the requests on this connection
+/// from 0. Returns whether to read another request on the connection (false closes it).
+using script = std::function<asio::awaitable<bool>(peer&, const bhttp::request<bhttp::string_body>&, std::size_t nth)>;
+
+/// A server on 127.0.0.1 (port 0) running `script` for every request, on its own thread.
+class test_server {
+public:
+    explicit test_server(script s, asio::ssl::context* tls = nullptr)
+        : script_(std::move(s)), tls_(tls), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0))
+    {
+        port_ = acceptor_.local_endpoint().port();
+        asio::co_spawn(io_, accept_loop(), asio::detached);
+        thread_ = std::thread([this] { io_.run(); });
+    }
+    ~test_server()
+    {
+        io_.stop();
+        thread_.join();
+    }
+    test_server(const test_server&) = delete;
+    test_server& operator=(const test_server&) = delete;
+
+    std::uint16_t port() const { return port_; }
+    ch::endpoint endpoint(std::string host = "127.0.0.1") const
+    {
+        ch::endpoint e;
+        e.tls = tls_ != nullptr;
+        e.host = std::move(host);
+        e.port = port_;
+        return e;
+    }
+
+    int accepts() const { return accepts_.load(); }
+    int peak() const { return peak_.load(); }
+    int requests() const { return requests_.load(); }
+    int closed() const { return closed_.load(); }
+    int failed_handshakes() const { return failed_handshakes_.load(); }
+    /// Every request's target, in the order they arrived.
+    std::vector<std::string> targets() const
+    {
+        std::lock_guard lk(mu_);
+        return targets_;
+    }
+    /// The last request's header fields, as the server saw them.
+    bhttp::fields last_fields() const
+    {
+        std::lock_guard lk(mu_);
+        return last_fields_;
+    }
+
+private:
+    asio::awaitable<void> accept_loop()
+    {
+        for (;;) {
+            auto [ec, s] = co_await acceptor_.async_accept(no_throw);
+            if (ec) co_return;
+            asio::co_spawn(io_, serve(std::move(s)), asio::detached);
+        }
+    }
+
+    asio::awaitable<void> serve(tcp::socket s)
+    {
+        peer p(std::move(s), tls_);
+        ++accepts_;
+        const int now_open = ++open_;
+        for (int seen = peak_.load(); now_open > seen && !peak_.compare_exchange_weak(seen, now_open);) {
+        }
+        if (co_await p.handshake()) {
+            for (std::size_t nth = 0;; ++nth) {
+                bhttp::request<bhttp::string_body> req;
+                if (!co_await p.read(req)) break;
+                {
+                    std::lock_guard lk(mu_);
+                    targets_.emplace_back(req.target());
+                    last_fields_ = req.base();
+                }
+                ++requests_;
+                if (!co_await script_(p, req, nth)) break;
+            }
+        } else {
+            ++failed_handshakes_;
+        }
+        p.close();
+        --open_;
+        ++closed_;
+    }
+
+    script script_; // outlives io_: suspended scripts are destroyed with it
+    asio::ssl::context* tls_;
+    std::atomic<int> accepts_{0}, open_{0}, peak_{0}, requests_{0}, closed_{0}, failed_handshakes_{0};
+    mutable std::mutex mu_;
+    std::vector<std::string> targets_;
+    bhttp::fields last_fields_;
+    asio::io_context io_;
+    tcp::acceptor acceptor_;
+    std::uint16_t port_ = 0;
+    std::thread thread_;
+};
+
+/// A response with a Content-Length body.
+std::string reply(unsigned status, std::string_view body, std::string_view extra_headers = {})
+{
+    std::string s = "HTTP/1.1 " + std::to_string(status) + " Status\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    s += extra_headers;
+    s += "\r\n";
+    s += body;
+    return s;
+}
+
+/// A chunked response carrying `body` in chunks of the given sizes (the rest in one chunk).
+std::string chunked_reply(std::string_view body, std::initializer_list<std::size_t> sizes)
+{
+    std::string s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    std::size_t at = 0;
+    auto chunk = [&](std::size_t n) {
+        char hex[32];
+        std::snprintf(hex, sizeof hex, "%zx;ext=1\r\n", n);
+        s += hex;
+        s += body.substr(at, n);
+        s += "\r\n";
+        at += n;
+    };
+    for (auto n : sizes) chunk(std::min(n, body.size() - at));
+    if (at < body.size()) chunk(body.size() - at);
+    s += "0\r\nX-Trailer: yes\r\n\r\n";
+    return s;
+}
+
+/// `n` bytes of a pattern that changes with `seed`.
+std::string pattern(std::size_t n, unsigned seed = 1)
+{
+    std::string s(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (conveyor_test::mix(i * 31 + seed) % 26));
+    return s;
+}
+
+/// Serves 200 with the request's target as the body, keeping the connection.
+asio::awaitable<bool> echo_target(peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t)
+{
+    co_return co_await p.write(reply(200, std::string(req.target())));
+}
+
+// ---------------------------------------------------------------------------------------
+// The client's side
+
+cv::runtime_options two_lanes()
+{
+    cv::runtime_options o;
+    o.io_threads = 2;
+    o.compute_threads = 1;
+    return o;
+}
+
+ch::client_options quick(std::chrono::milliseconds first_byte = 10'000ms)
+{
+    ch::client_options o;
+    o.timeouts.connect = 5'000ms;
+    o.timeouts.first_byte = first_byte;
+    o.timeouts.idle = 5'000ms;
+    return o;
+}
+
+ch::request get(std::string target)
+{
+    ch::request r;
+    r.target = std::move(target);
+    return r;
+}
+
+/// Waits for `f`, at most `limit`: a request that hangs ends the test run with a message
+/// (what finishes_within does), never the whole suite by ctest's timeout.
+template <class T>
+T wait_for(std::future<T>& f, const char* what, std::chrono::seconds limit = 30s)
+{
+    if (f.wait_for(limit) != std::future_status::ready) {
+        std::fprintf(stderr, "\nFATAL: '%s' did not finish within %llds; ending the test run\n", what,
+                     static_cast<long long>(limit.count()));
+        std::fflush(stderr);
+        std::_Exit(3);
+    }
+    return f.get();
+}
+
+/// Sends `req` from a coroutine on lane `lane` of `rt` and waits for the result.
+result send_on(cv::runtime& rt, ch::client& c, const ch::request& req, std::size_t lane = 0)
+{
+    auto f = asio::co_spawn(rt.io_executor(lane), c.send(req), asio::use_future);
+    return wait_for(f, "http request");
+}
+
+std::error_code std_code(asio::error::basic_errors e) { return cv::to_std_error(e); }
+
+} // namespace
+
+// =======================================================================================
+// Error codes
+
+TEST_CASE("http errc values have their own messages in the conveyor.http category")
+{
+    const std::pair<ch::errc, const char*> cases[] = {
+        {ch::errc::connect_timeout, "timed out connecting to the server"},
+        {ch::errc::first_byte_timeout, "timed out waiting for the response header"},
+        {ch::errc::idle_timeout, "timed out: no data moved for the idle timeout"},
+        {ch::errc::total_timeout, "timed out: the request took longer than its total timeout"},
+        {ch::errc::body_truncated, "the server closed the connection before the whole body arrived"},
+        {ch::errc::body_too_large, "the response body is larger than the destination buffer"},
+        {ch::errc::stale_connection, "the server closed the connection without responding"},
+    };
+    for (const auto& [e, text] : cases) {
+        const std::error_code ec = e; // is_error_code_enum: converts implicitly
+        CAPTURE(text);
+        CHECK(ec.category() == ch::http_category());
+        CHECK(std::string(ec.category().name()) == "conveyor.http");
+        CHECK(ec.message() == text);
+        CHECK(ec == e);
+    }
+    CHECK(ch::http_category().message(999) == "unknown conveyor.http error");
+    // Distinct from the core module's codes with the same values.
+    CHECK(std::error_code(ch::errc::connect_timeout) != std::error_code(cv::errc::cancelled));
+}
+
+TEST_CASE("is_transient tells failures worth a retry from final ones")
+{
+    using ch::is_transient;
+    for (auto e : {ch::errc::connect_timeout, ch::errc::first_byte_timeout, ch::errc::idle_timeout, ch::errc::total_timeout,
+                   ch::errc::body_truncated, ch::errc::stale_connection})
+        CHECK(is_transient(e));
+    CHECK_FALSE(is_transient(ch::errc::body_too_large));
+    CHECK_FALSE(is_transient(std::error_code{}));
+
+    for (int e : {ECONNRESET, ECONNREFUSED, ECONNABORTED, EPIPE, ENETUNREACH, EHOSTUNREACH, ETIMEDOUT, ENETDOWN})
+        CHECK(is_transient(std::error_code(e, std::system_category())));
+    CHECK(is_transient(std_code(asio::error::connection_reset)));
+    CHECK(is_transient(cv::to_std_error(asio::error::eof)));
+    CHECK(is_transient(cv::to_std_error(asio::error::host_not_found_try_again)));
+    CHECK(is_transient(cv::to_std_error(asio::ssl::error::stream_truncated)));
+    CHECK(is_transient(cv::to_std_error(bhttp::error::end_of_stream)));
+    CHECK(is_transient(cv::to_std_error(bhttp::error::partial_message)));
+
+    CHECK_FALSE(is_transient(std_code(asio::error::operation_aborted)));
+    CHECK_FALSE(is_transient(cv::to_std_error(asio::error::host_not_found)));
+    CHECK_FALSE(is_transient(std::make_error_code(std::errc::operation_not_permitted)));
+    CHECK_FALSE(is_transient(std::make_error_code(std::errc::invalid_argument)));
+    CHECK_FALSE(is_transient(cv::to_std_error(bhttp::error::bad_version)));
+    // A certificate that fails verification: OpenSSL's error, in Asio's ssl category.
+    CHECK_FALSE(is_transient(cv::to_std_error(boost::system::error_code(0x0A000086, asio::error::get_ssl_category()))));
+}
+
+// =======================================================================================
+// Requests, responses, keep-alive
+
+TEST_CASE("http client sends a GET and reads status, headers and body")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(reply(200, "hello " + std::string(req.target()), "X-Reply: yes\r\n"));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    CHECK(c.where() == srv.endpoint());
+    CHECK(c.options().max_connections == 64);
+
+    auto req = get("/a/b?c=d%20e");
+    req.headers.set("X-Custom", "42");
+    auto [ec, resp] = send_on(rt, c, req);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.status == 200);
+    CHECK(resp.body.view() == "hello /a/b?c=d%20e");
+    CHECK(resp.body_size == resp.body.size());
+    CHECK(resp.headers["X-Reply"] == "yes");
+    CHECK_FALSE(resp.reused_connection);
+
+    const auto seen = srv.last_fields();
+    CHECK(seen[bhttp::field::host] == "127.0.0.1:" + std::to_string(srv.port()));
+    CHECK(seen[bhttp::field::user_agent] == "conveyor");
+    CHECK(seen["X-Custom"] == "42");
+    CHECK(seen.count(bhttp::field::content_length) == 0); // a GET without a body says nothing
+}
+
+TEST_CASE("http client keeps the caller's Host and User-Agent headers")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto req = get("/");
+    req.headers.set(bhttp::field::host, "bucket.example");
+    req.headers.set(bhttp::field::user_agent, "tester/1");
+    auto [ec, resp] = send_on(rt, c, req);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    const auto seen = srv.last_fields();
+    CHECK(seen[bhttp::field::host] == "bucket.example");
+    CHECK(seen[bhttp::field::user_agent] == "tester/1");
+    CHECK(seen.count(bhttp::field::host) == 1);
+}
+
+TEST_CASE("http client sends a request body with its Content-Length")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(reply(201, req.body(), "X-Length: " + std::string(req[bhttp::field::content_length]) + "\r\n"));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+
+    const std::string payload = pattern(300'000, 7);
+    ch::request put;
+    put.method = bhttp::verb::put;
+    put.target = "/object";
+    put.body = std::as_bytes(std::span(payload.data(), payload.size()));
+    put.headers.set(bhttp::field::content_length, "5"); // the client's own value wins
+    auto [ec, resp] = send_on(rt, c, put);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.status == 201);
+    CHECK(resp.headers["X-Length"] == std::to_string(payload.size()));
+    CHECK(resp.body.view() == payload);
+
+    ch::request empty_put;
+    empty_put.method = bhttp::verb::put;
+    empty_put.target = "/empty";
+    auto [ec2, resp2] = send_on(rt, c, empty_put);
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(resp2.headers["X-Length"] == "0");
+    CHECK(resp2.body.empty());
+    CHECK(resp2.body_size == 0);
+    CHECK(resp2.reused_connection);
+}
+
+TEST_CASE("http client reuses a keep-alive connection")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (int i = 0; i < 5; ++i) {
+        auto [ec, resp] = send_on(rt, c, get("/" + std::to_string(i)));
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == "/" + std::to_string(i));
+        CHECK(resp.reused_connection == (i > 0));
+    }
+    CHECK(srv.accepts() == 1);
+    const auto s = c.stats();
+    CHECK(s.connections_opened == 1);
+    CHECK(s.requests == 5);
+    CHECK(s.reused == 4);
+    CHECK(s.stale_retries == 0);
+}
+
+TEST_CASE("http client does not reuse a connection the server asked to close")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.write(reply(200, "bye", "Connection: close\r\n"));
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (int i = 0; i < 3; ++i) {
+        auto [ec, resp] = send_on(rt, c, get("/"));
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == "bye");
+        CHECK_FALSE(resp.reused_connection);
+    }
+    CHECK(srv.accepts() == 3);
+    CHECK(c.stats().stale_retries == 0);
+}
+
+TEST_CASE("http client keeps each lane within its share of max_connections")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_await p.pause(2ms); // let requests pile up
+        co_return co_await p.write(reply(200, std::string(req.target())));
+    });
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.max_connections = 4; // two per lane
+    ch::client c(rt, srv.endpoint(), o);
+
+    std::vector<ch::request> reqs;
+    for (int i = 0; i < 60; ++i) reqs.push_back(get("/" + std::to_string(i)));
+    std::vector<std::future<result>> fs;
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.send(reqs[i]), asio::use_future));
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+        auto [ec, resp] = wait_for(fs[i], "request under max_connections");
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == reqs[i].target);
+    }
+    CHECK(srv.peak() <= 4);
+    CHECK(srv.accepts() <= 4);
+    CHECK(c.stats().connections_opened == static_cast<std::uint64_t>(srv.accepts()));
+    CHECK(c.stats().requests == 60);
+}
+
+TEST_CASE("http client serves requests waiting for a connection in arrival order")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.max_connections = 1; // ceil(1 / 2 lanes) = one per lane
+    ch::client c(rt, srv.endpoint(), o);
+    std::vector<ch::request> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(get("/" + std::to_string(i)));
+    std::vector<std::future<result>> fs;
+    for (auto& r : reqs) fs.push_back(asio::co_spawn(rt.io_executor(0), c.send(r), asio::use_future));
+    for (auto& f : fs) {
+        auto [ec, resp] = wait_for(f, "queued request");
+        REQUIRE_MESSAGE(!ec, ec.message());
+    }
+    CHECK(srv.targets() == std::vector<std::string>{"/0", "/1", "/2", "/3", "/4", "/5"});
+    CHECK(srv.accepts() == 1);
+}
+
+TEST_CASE("http client sends a request again on a new connection when the server closed the kept-alive one")
+{
+    // Every connection answers one request and closes, without saying so: the client keeps
+    // it, and finds it closed when it next uses it.
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_await p.write(reply(200, std::string(req.target())));
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec1, r1] = send_on(rt, c, get("/first"));
+    REQUIRE_MESSAGE(!ec1, ec1.message());
+    REQUIRE(eventually([&] { return srv.closed() == 1; }, 10s));
+
+    auto [ec2, r2] = send_on(rt, c, get("/second"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(r2.body.view() == "/second");
+    CHECK_FALSE(r2.reused_connection); // answered on the new connection
+    const auto s = c.stats();
+    CHECK(s.stale_retries == 1);
+    CHECK(s.connections_opened == 2);
+    CHECK(s.requests == 2);
+    CHECK(srv.accepts() == 2);
+}
+
+TEST_CASE("http client reports a server that closes without responding as stale_connection")
+{
+    test_server srv([](peer&, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> { co_return false; });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec, resp] = send_on(rt, c, get("/"));
+    CHECK(ec == ch::errc::stale_connection);
+    CHECK(ch::is_transient(ec));
+    CHECK(resp.status == 0);
+    CHECK(c.stats().stale_retries == 0); // a new connection is not retried
+}
+
+// =======================================================================================
+// Bodies
+
+TEST_CASE("http client reads a large Content-Length body intact")
+{
+    const std::string big = pattern(5'000'000, 3);
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(reply(200, big));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (int i = 0; i < 2; ++i) {
+        auto [ec, resp] = send_on(rt, c, get("/big"));
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body_size == big.size());
+        CHECK(resp.body.view() == big);
+    }
+    CHECK(srv.accepts() == 1);
+}
+
+TEST_CASE("http client reports a body shorter than its Content-Length as body_truncated")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/ok") co_return co_await p.write(reply(200, "fine"));
+        co_await p.write("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + pattern(50));
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec, resp] = send_on(rt, c, get("/short"));
+    CHECK(ec == ch::errc::body_truncated);
+    CHECK(ch::is_transient(ec));
+    CHECK(resp.body.empty());
+    // Also when the short body was not in the header's read.
+    auto [ec2, resp2] = send_on(rt, c, get("/short"));
+    CHECK(ec2 == ch::errc::body_truncated);
+    auto [ec3, resp3] = send_on(rt, c, get("/ok"));
+    REQUIRE_MESSAGE(!ec3, ec3.message());
+    CHECK(resp3.body.view() == "fine");
+    CHECK(srv.accepts() == 3);
+}
+
+TEST_CASE("http client reads a chunked body, growing its buffer, and reuses the connection")
+{
+    // (Replies made outside the coroutines: GCC 12 cannot keep an initializer_list in one.)
+    const std::string body = pattern(300'000, 5);
+    const std::string chunked = chunked_reply(body, {1, 10, 4000, 70'000, 100'000}), empty = chunked_reply("", {});
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(req.target() == "/empty" ? empty : chunked);
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec, resp] = send_on(rt, c, get("/chunked"));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.body_size == body.size());
+    CHECK(resp.body.view() == body);
+
+    auto [ec2, resp2] = send_on(rt, c, get("/empty"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(resp2.body.empty());
+    CHECK(resp2.body_size == 0);
+    CHECK(resp2.reused_connection);
+    CHECK(srv.accepts() == 1);
+}
+
+TEST_CASE("http client reports an unfinished chunked body as body_truncated")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.write(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\n20\r\nshort"));
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec, resp] = send_on(rt, c, get("/"));
+    CHECK(ec == ch::errc::body_truncated);
+}
+
+TEST_CASE("http client reads a body that ends where the server closes the connection")
+{
+    const std::string body = pattern(200'000, 9);
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.write("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body);
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (int i = 0; i < 2; ++i) {
+        auto [ec, resp] = send_on(rt, c, get("/"));
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == body);
+        CHECK_FALSE(resp.reused_connection);
+    }
+    CHECK(srv.accepts() == 2);
+}
+
+TEST_CASE("http client reads no body for HEAD and reuses the connection after it")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.method() == bhttp::verb::head)
+            co_return co_await p.write(std::string("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nETag: \"x\"\r\n\r\n"));
+        co_return co_await p.write(reply(200, "after head"));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick(300ms));
+    ch::request head = get("/obj");
+    head.method = bhttp::verb::head;
+    auto [ec, resp] = send_on(rt, c, head);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.status == 200);
+    CHECK(resp.headers[bhttp::field::content_length] == "1000");
+    CHECK(resp.body.empty());
+    CHECK(resp.body_size == 0);
+
+    auto [ec2, resp2] = send_on(rt, c, get("/obj"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(resp2.body.view() == "after head");
+    CHECK(resp2.reused_connection);
+    CHECK(srv.accepts() == 1);
+}
+
+TEST_CASE("http client reads past a 100 Continue and has no body for 204")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/204") co_return co_await p.write(std::string("HTTP/1.1 204 No Content\r\n\r\n"));
+        co_return co_await p.write("HTTP/1.1 100 Continue\r\n\r\n" + reply(200, "final"));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec, resp] = send_on(rt, c, get("/continue"));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.status == 200);
+    CHECK(resp.body.view() == "final");
+    auto [ec2, resp2] = send_on(rt, c, get("/204"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(resp2.status == 204);
+    CHECK(resp2.body_size == 0);
+    CHECK(srv.accepts() == 1);
+}
+
+TEST_CASE("http client writes the body into body_into when it fits")
+{
+    const std::string body = pattern(100'000, 11);
+    const std::string chunked = chunked_reply(body, {5000, 60'000}), length = reply(200, body);
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(req.target() == "/chunked" ? chunked : length);
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (const char* target : {"/length", "/chunked"}) {
+        for (std::size_t room : {body.size(), body.size() + 1000}) {
+            CAPTURE(target);
+            CAPTURE(room);
+            std::vector<std::byte> dst(room, std::byte{0x7f});
+            auto req = get(target);
+            req.body_into = std::span(dst);
+            auto [ec, resp] = send_on(rt, c, req);
+            REQUIRE_MESSAGE(!ec, ec.message());
+            CHECK(resp.body.empty());
+            CHECK(resp.body_size == body.size());
+            CHECK(std::string_view(reinterpret_cast<const char*>(dst.data()), body.size()) == body);
+            if (room > body.size()) CHECK(dst[body.size()] == std::byte{0x7f});
+        }
+    }
+    CHECK(srv.accepts() == 1);
+}
+
+TEST_CASE("http client reports a body larger than body_into as body_too_large and closes the connection")
+{
+    const std::string body = pattern(10'000, 13);
+    const std::string chunked = chunked_reply(body, {4000}), length = reply(200, body);
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(req.target() == "/chunked" ? chunked : length);
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (const char* target : {"/length", "/chunked"}) {
+        CAPTURE(target);
+        std::vector<std::byte> dst(body.size() - 1);
+        auto req = get(target);
+        req.body_into = std::span(dst);
+        auto [ec, resp] = send_on(rt, c, req);
+        CHECK(ec == ch::errc::body_too_large);
+        CHECK_FALSE(ch::is_transient(ec));
+    }
+    CHECK(eventually([&] { return srv.closed() == 2; }, 10s));
+    CHECK(srv.accepts() == 2);
+}
+
+TEST_CASE("http client returns a 404 with its body as a response, not an error")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/503") co_return co_await p.write(reply(503, "<Error>SlowDown</Error>"));
+        co_return co_await p.write(reply(404, "<Error><Code>NoSuchKey</Code></Error>"));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec, resp] = send_on(rt, c, get("/missing"));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.status == 404);
+    CHECK(resp.body.view() == "<Error><Code>NoSuchKey</Code></Error>");
+    auto [ec2, resp2] = send_on(rt, c, get("/503"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(resp2.status == 503);
+    CHECK(resp2.reused_connection);
+}
+
+// =======================================================================================
+// Timeouts and connection failures
+
+TEST_CASE("http client reports a response header that does not come as first_byte_timeout")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick(200ms));
+    auto [ec, resp] = send_on(rt, c, get("/slow"));
+    CHECK(ec == ch::errc::first_byte_timeout);
+    CHECK(ch::is_transient(ec));
+    CHECK(eventually([&] { return srv.closed() == 1; }, 10s)); // the client closed it
+}
+
+TEST_CASE("http client reports a body that stalls as idle_timeout")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/chunked")
+            co_await p.write(std::string("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"));
+        else
+            co_await p.write(std::string("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nonly this much"));
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.timeouts.idle = 200ms;
+    ch::client c(rt, srv.endpoint(), o);
+    for (const char* target : {"/length", "/chunked"}) {
+        CAPTURE(target);
+        auto [ec, resp] = send_on(rt, c, get(target));
+        CHECK(ec == ch::errc::idle_timeout);
+        CHECK(ch::is_transient(ec));
+    }
+    CHECK(eventually([&] { return srv.closed() == 2; }, 10s));
+}
+
+TEST_CASE("http client reports total_timeout, also while waiting for a connection")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.max_connections = 1;
+    o.timeouts.total = 300ms;
+    ch::client c(rt, srv.endpoint(), o);
+    auto a = get("/a"), b = get("/b");
+    auto fa = asio::co_spawn(rt.io_executor(0), c.send(a), asio::use_future);
+    auto fb = asio::co_spawn(rt.io_executor(0), c.send(b), asio::use_future); // waits for a's connection
+    auto [ea, ra] = wait_for(fa, "total timeout");
+    auto [eb, rb] = wait_for(fb, "total timeout while waiting");
+    CHECK(ea == ch::errc::total_timeout);
+    CHECK(eb == ch::errc::total_timeout);
+    CHECK(ch::is_transient(ea));
+}
+
+TEST_CASE("http client reports connect_timeout when the server does not accept")
+{
+    // A listening socket with a backlog of one connection, and that one taken: the kernel
+    // drops further SYNs, so a connect hangs until its deadline.
+    asio::io_context io;
+    tcp::acceptor full(io);
+    full.open(tcp::v4());
+    full.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    full.listen(0);
+    tcp::socket filler(io);
+    filler.connect(full.local_endpoint());
+
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.timeouts.connect = 200ms;
+    ch::endpoint ep;
+    ep.host = "127.0.0.1";
+    ep.port = full.local_endpoint().port();
+    ch::client c(rt, ep, o);
+    auto [ec, resp] = send_on(rt, c, get("/"));
+    CHECK_MESSAGE(ec == ch::errc::connect_timeout, ec.message());
+    CHECK(ch::is_transient(ec));
+    CHECK(c.stats().connections_opened == 0);
+}
+
+TEST_CASE("http client reports a closed port as connection_refused, a transient error")
+{
+    std::uint16_t port = 0;
+    {
+        asio::io_context io;
+        tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+        port = a.local_endpoint().port();
+    }
+    cv::runtime rt(two_lanes());
+    ch::endpoint ep;
+    ep.host = "127.0.0.1";
+    ep.port = port;
+    ch::client c(rt, ep, quick());
+    auto [ec, resp] = send_on(rt, c, get("/"));
+    CHECK_MESSAGE(ec == std::errc::connection_refused, ec.message());
+    CHECK(ch::is_transient(ec));
+    // The slot of the failed connection was given back: the lane is not stuck at its limit.
+    auto [ec2, resp2] = send_on(rt, c, get("/"));
+    CHECK(ec2 == std::errc::connection_refused);
+}
+
+TEST_CASE("http client reports an unknown host as a final error")
+{
+    cv::runtime rt(two_lanes());
+    ch::endpoint ep;
+    ep.host = "no-such-host.invalid";
+    ep.port = 80;
+    ch::client c(rt, ep, quick());
+    auto [ec, resp] = send_on(rt, c, get("/"));
+    CHECK(ec);
+    MESSAGE("unknown host: ", ec.message());
+    CHECK_FALSE(ch::is_transient(ec));
+}
+
+TEST_CASE("http client resolves a host name, shared by the first requests on a lane")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint("localhost"), quick());
+    std::vector<ch::request> reqs;
+    for (int i = 0; i < 20; ++i) reqs.push_back(get("/" + std::to_string(i)));
+    std::vector<std::future<result>> fs;
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.send(reqs[i]), asio::use_future));
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+        auto [ec, resp] = wait_for(fs[i], "request to localhost");
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == reqs[i].target);
+    }
+    CHECK(srv.last_fields()[bhttp::field::host] == "localhost:" + std::to_string(srv.port()));
+}
+
+// =======================================================================================
+// Cancellation, threads, lifetime
+
+TEST_CASE("http client aborts an in-flight request when its cancellation slot is emitted")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick(60'000ms));
+    const auto req = get("/hang");
+    asio::cancellation_signal sig;
+    auto f = asio::co_spawn(rt.io_executor(1), c.send(req), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
+    REQUIRE(eventually([&] { return srv.requests() == 1; }, 10s));
+    asio::post(rt.io_executor(1), [&] { sig.emit(asio::cancellation_type::terminal); });
+    auto [ec, resp] = wait_for(f, "cancelled request", 10s);
+    CHECK(ec == std_code(asio::error::operation_aborted));
+    CHECK(ec == std::errc::operation_canceled);
+    CHECK_FALSE(ch::is_transient(ec));
+    CHECK(eventually([&] { return srv.closed() == 1; }, 10s)); // its connection was closed
+}
+
+TEST_CASE("http client aborts a request waiting for a connection, and the lane goes on")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/hang") {
+            co_await p.wait_closed();
+            co_return false;
+        }
+        co_return co_await p.write(reply(200, "ok"));
+    });
+    cv::runtime rt(two_lanes());
+    auto o = quick(60'000ms);
+    o.max_connections = 1;
+    ch::client c(rt, srv.endpoint(), o);
+    const auto hang = get("/hang"), queued = get("/queued"), later = get("/later");
+    asio::cancellation_signal sig_hang, sig_queued;
+    auto fh = asio::co_spawn(rt.io_executor(0), c.send(hang), asio::bind_cancellation_slot(sig_hang.slot(), asio::use_future));
+    auto fq = asio::co_spawn(rt.io_executor(0), c.send(queued), asio::bind_cancellation_slot(sig_queued.slot(), asio::use_future));
+    REQUIRE(eventually([&] { return srv.requests() == 1; }, 10s));
+    asio::post(rt.io_executor(0), [&] { sig_queued.emit(asio::cancellation_type::terminal); });
+    auto [eq, rq] = wait_for(fq, "cancelled waiting request", 10s);
+    CHECK(eq == std::errc::operation_canceled);
+    CHECK(fh.wait_for(0s) == std::future_status::timeout); // the first one still hangs
+
+    asio::post(rt.io_executor(0), [&] { sig_hang.emit(asio::cancellation_type::terminal); });
+    auto [eh, rh] = wait_for(fh, "cancelled hanging request", 10s);
+    CHECK(eh == std::errc::operation_canceled);
+
+    auto [el, rl] = send_on(rt, c, later, 0);
+    REQUIRE_MESSAGE(!el, el.message());
+    CHECK(rl.body.view() == "ok");
+    CHECK(srv.accepts() == 2);
+}
+
+TEST_CASE("http client request raced against a timer with || is cancelled and its connection closed")
+{
+    using namespace asio::experimental::awaitable_operators;
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick(60'000ms));
+    const auto req = get("/hang");
+    auto race = [&]() -> asio::awaitable<std::size_t> {
+        asio::steady_timer t(co_await asio::this_coro::executor, 100ms);
+        auto winner = co_await (c.send(req) || t.async_wait(asio::use_awaitable));
+        co_return winner.index();
+    };
+    auto f = asio::co_spawn(rt.io_executor(0), race(), asio::use_future);
+    CHECK(wait_for(f, "race with a timer", 10s) == 1);
+    CHECK(eventually([&] { return srv.closed() == 1; }, 10s));
+}
+
+TEST_CASE("http client refuses to run off the runtime's I/O threads")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    const auto req = get("/");
+
+    asio::io_context other;
+    auto f = asio::co_spawn(other, c.send(req), asio::use_future);
+    other.run();
+    auto [ec, resp] = f.get();
+    CHECK(ec == std::errc::operation_not_permitted);
+    CHECK_FALSE(ch::is_transient(ec));
+
+    // Another runtime's lane 0 is not this runtime's lane 0.
+    cv::runtime rt2(two_lanes());
+    auto f2 = asio::co_spawn(rt2.io_executor(0), c.send(req), asio::use_future);
+    auto [ec2, resp2] = wait_for(f2, "request from another runtime");
+    CHECK(ec2 == std::errc::operation_not_permitted);
+    CHECK(srv.requests() == 0);
+}
+
+TEST_CASE("http client leaves the caller's throw_if_cancelled as it was")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    const auto req = get("/");
+    auto probe = [&]() -> asio::awaitable<std::pair<bool, bool>> {
+        const bool before = co_await asio::this_coro::throw_if_cancelled();
+        auto [ec, resp] = co_await c.send(req);
+        const bool after = co_await asio::this_coro::throw_if_cancelled();
+        co_return std::pair{before == after, !ec};
+    };
+    auto f = asio::co_spawn(rt.io_executor(0), probe(), asio::use_future);
+    auto [same, ok] = wait_for(f, "probe");
+    CHECK(same);
+    CHECK(ok);
+}
+
+TEST_CASE("http client closes its idle connections when destroyed")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    {
+        ch::client c(rt, srv.endpoint(), quick());
+        auto [ec0, r0] = send_on(rt, c, get("/0"), 0);
+        auto [ec1, r1] = send_on(rt, c, get("/1"), 1);
+        REQUIRE(!ec0);
+        REQUIRE(!ec1);
+        CHECK(srv.accepts() == 2);
+        CHECK(srv.closed() == 0);
+    }
+    CHECK(eventually([&] { return srv.closed() == 2; }, 10s));
+}
+
+TEST_CASE("http client sends many concurrent requests over both lanes")
+{
+    test_server srv(echo_target);
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.max_connections = 8;
+    ch::client c(rt, srv.endpoint(), o);
+    constexpr int per_task = 50, tasks = 16;
+    std::atomic<int> good{0};
+    auto task = [&](int t) -> asio::awaitable<void> {
+        for (int i = 0; i < per_task; ++i) {
+            const auto req = get("/" + std::to_string(t) + "/" + std::to_string(i));
+            auto [ec, resp] = co_await c.send(req);
+            if (!ec && resp.status == 200 && resp.body.view() == req.target) ++good;
+        }
+    };
+    std::vector<std::future<void>> fs;
+    for (int t = 0; t < tasks; ++t) fs.push_back(asio::co_spawn(rt.io_executor(t % 2), task(t), asio::use_future));
+    for (auto& f : fs) wait_for(f, "concurrent requests", 60s);
+    CHECK(good == per_task * tasks);
+    CHECK(srv.accepts() <= 8);
+    CHECK(c.stats().requests == per_task * tasks);
+}
+
+// =======================================================================================
+// HTTPS
+
+namespace {
+
+/// Self-signed certificates made with the openssl command-line tool, once per run.
+struct test_certs {
+    fs::path dir;
+    std::string error; ///< why they could not be made, or ""
+
+    test_certs()
+    {
+        char tmpl[] = "/tmp/conveyor-http-tls-XXXXXX";
+        if (!::mkdtemp(tmpl)) {
+            error = "cannot create a temporary directory";
+            return;
+        }
+        dir = tmpl;
+        if (std::system("openssl version > /dev/null 2>&1") != 0) {
+            error = "the openssl command-line tool is missing (scripts/install-deps installs it); "
+                    "the HTTPS tests need it to make their certificates";
+            return;
+        }
+        make("good", "DNS:localhost,IP:127.0.0.1");
+        make("other", "DNS:other.example");
+    }
+    ~test_certs()
+    {
+        std::error_code ignored;
+        if (!dir.empty()) fs::remove_all(dir, ignored);
+    }
+
+    void make(const std::string& name, const std::string& san)
+    {
+        const auto cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2"
+                         " -subj /CN=conveyor-test -addext 'subjectAltName=" + san + "'" +
+                         " -keyout '" + key(name) + "' -out '" + cert(name) + "' > '" + (dir / "openssl.log").string() +
+                         "' 2>&1";
+        if (std::system(cmd.c_str()) != 0 && error.empty()) error = "openssl could not make a certificate: " + cmd;
+    }
+    std::string cert(const std::string& name) const { return (dir / (name + ".crt")).string(); }
+    std::string key(const std::string& name) const { return (dir / (name + ".key")).string(); }
+
+    static const test_certs& get()
+    {
+        static const test_certs certs;
+        return certs;
+    }
+};
+
+/// A server TLS context with certificate `name`.
+std::unique_ptr<asio::ssl::context> server_tls(const std::string& name)
+{
+    const auto& certs = test_certs::get();
+    auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    ctx->use_certificate_chain_file(certs.cert(name));
+    ctx->use_private_key_file(certs.key(name), asio::ssl::context::pem);
+    return ctx;
+}
+
+} // namespace
+
+TEST_CASE("https client verifies the server's certificate against a given CA file")
+{
+    const auto& certs = test_certs::get();
+    REQUIRE_MESSAGE(certs.error.empty(), certs.error);
+    auto tls = server_tls("good");
+    test_server srv(echo_target, tls.get());
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.ca_file = certs.cert("good");
+    for (const char* host : {"localhost", "127.0.0.1"}) {
+        CAPTURE(host);
+        ch::client c(rt, srv.endpoint(host), o);
+        for (int i = 0; i < 3; ++i) {
+            auto [ec, resp] = send_on(rt, c, get("/tls/" + std::to_string(i)));
+            REQUIRE_MESSAGE(!ec, ec.message());
+            CHECK(resp.body.view() == "/tls/" + std::to_string(i));
+            CHECK(resp.reused_connection == (i > 0));
+        }
+        CHECK(c.stats().connections_opened == 1);
+    }
+    // A large body through TLS, straight into place.
+    ch::client c(rt, srv.endpoint(), o);
+    const std::string target = "/" + pattern(6000, 17);
+    auto [ec, resp] = send_on(rt, c, get(target));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.body.view() == target);
+}
+
+TEST_CASE("https client rejects a certificate it cannot verify")
+{
+    const auto& certs = test_certs::get();
+    REQUIRE_MESSAGE(certs.error.empty(), certs.error);
+    auto tls = server_tls("good");
+    test_server srv(echo_target, tls.get());
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint("localhost"), quick()); // the system's CAs only
+    auto [ec, resp] = send_on(rt, c, get("/"));
+    REQUIRE(ec);
+    MESSAGE("untrusted certificate: ", ec.message());
+    CHECK(ec != ch::errc::connect_timeout);
+    CHECK_FALSE(ch::is_transient(ec));
+    CHECK(srv.requests() == 0);
+
+    // With verification off, the same server is accepted.
+    auto o = quick();
+    o.verify_tls = false;
+    ch::client lax(rt, srv.endpoint("localhost"), o);
+    auto [ec2, resp2] = send_on(rt, lax, get("/lax"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(resp2.body.view() == "/lax");
+}
+
+TEST_CASE("https client rejects a trusted certificate that names another host")
+{
+    const auto& certs = test_certs::get();
+    REQUIRE_MESSAGE(certs.error.empty(), certs.error);
+    auto tls = server_tls("other");
+    test_server srv(echo_target, tls.get());
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.ca_file = certs.cert("other"); // trusted, but for other.example
+    for (const char* host : {"localhost", "127.0.0.1"}) {
+        CAPTURE(host);
+        ch::client c(rt, srv.endpoint(host), o);
+        auto [ec, resp] = send_on(rt, c, get("/"));
+        REQUIRE(ec);
+        MESSAGE("wrong host: ", ec.message());
+        CHECK_FALSE(ch::is_transient(ec));
+    }
+    CHECK(srv.requests() == 0);
+}
+
+TEST_CASE("https client throws when its CA file cannot be loaded")
+{
+    cv::runtime rt(two_lanes());
+    ch::endpoint ep;
+    ep.tls = true;
+    ep.host = "localhost";
+    ep.port = 443;
+    ch::client_options o;
+    o.ca_file = "/nonexistent/ca.pem";
+    CHECK_THROWS_AS((void)ch::client(rt, ep, o), cv::error);
+    try {
+        ch::client c(rt, ep, o);
+    } catch (const cv::error& e) {
+        CHECK(std::string(e.what()).find("/nonexistent/ca.pem") != std::string::npos);
+        CHECK(e.code() == std::errc::invalid_argument);
+    }
+}
