@@ -721,7 +721,7 @@ TEST_CASE("http client writes the body into body_into when it fits")
     });
     cv::runtime rt(two_lanes());
     ch::client c(rt, srv.endpoint(), quick());
-    for (const char* target : {"/length", "/chunked"}) {
+    for (const std::string target : {"/length", "/chunked"}) {
         for (std::size_t room : {body.size(), body.size() + 1000}) {
             CAPTURE(target);
             CAPTURE(room);
@@ -748,7 +748,7 @@ TEST_CASE("http client reports a body larger than body_into as body_too_large an
     });
     cv::runtime rt(two_lanes());
     ch::client c(rt, srv.endpoint(), quick());
-    for (const char* target : {"/length", "/chunked"}) {
+    for (const std::string target : {"/length", "/chunked"}) {
         CAPTURE(target);
         std::vector<std::byte> dst(body.size() - 1);
         auto req = get(target);
@@ -810,7 +810,7 @@ TEST_CASE("http client reports a body that stalls as idle_timeout")
     auto o = quick();
     o.timeouts.idle = 200ms;
     ch::client c(rt, srv.endpoint(), o);
-    for (const char* target : {"/length", "/chunked"}) {
+    for (const std::string target : {"/length", "/chunked"}) {
         CAPTURE(target);
         auto [ec, resp] = send_on(rt, c, get(target));
         CHECK(ec == ch::errc::idle_timeout);
@@ -1144,7 +1144,7 @@ TEST_CASE("https client verifies the server's certificate against a given CA fil
     cv::runtime rt(two_lanes());
     auto o = quick();
     o.ca_file = certs.cert("good");
-    for (const char* host : {"localhost", "127.0.0.1"}) {
+    for (const std::string host : {"localhost", "127.0.0.1"}) {
         CAPTURE(host);
         ch::client c(rt, srv.endpoint(host), o);
         for (int i = 0; i < 3; ++i) {
@@ -1196,7 +1196,7 @@ TEST_CASE("https client rejects a trusted certificate that names another host")
     cv::runtime rt(two_lanes());
     auto o = quick();
     o.ca_file = certs.cert("other"); // trusted, but for other.example
-    for (const char* host : {"localhost", "127.0.0.1"}) {
+    for (const std::string host : {"localhost", "127.0.0.1"}) {
         CAPTURE(host);
         ch::client c(rt, srv.endpoint(host), o);
         auto [ec, resp] = send_on(rt, c, get("/"));

@@ -60,13 +60,12 @@ TEST_CASE("s3 client lists more than 1,000 keys across pages, with prefix and de
 {
     auto c = make_client();
     // Uploaded through the upload sink, 32 at a time.
-    std::vector<cv::blob> blobs;
-    for (int i = 0; i < 1100; ++i) {
+    auto blobs = cv::generate(1100, [](std::uint64_t i) {
         char name[64];
-        std::snprintf(name, sizeof name, "dir%d/obj-%05d", i % 3, i);
-        blobs.push_back(cv::blob{name, cv::buffer::copy_of(std::to_string(i)), "", -1, static_cast<std::uint64_t>(i)});
-    }
-    auto [n, bytes] = s3::upload_all(cv::from_range(std::move(blobs)).on(rt()), c, bucket(), {.prefix = "many/", .concurrency = 32});
+        std::snprintf(name, sizeof name, "dir%d/obj-%05d", static_cast<int>(i % 3), static_cast<int>(i));
+        return cv::blob{name, cv::buffer::copy_of(std::to_string(i)), "", -1, i};
+    });
+    auto [n, bytes] = s3::upload_all(std::move(blobs).on(rt()), c, bucket(), {.prefix = "many/", .concurrency = 32});
     CHECK(n == 1100);
     CHECK(bytes > 0);
 

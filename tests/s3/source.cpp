@@ -17,15 +17,17 @@ namespace {
 std::vector<std::string> ensure_objects(const s3::client& c, const std::string& prefix, int n, std::size_t size = 20'000)
 {
     std::vector<std::string> keys;
-    std::vector<cv::blob> blobs;
     for (int i = 0; i < n; ++i) {
         char name[32];
         std::snprintf(name, sizeof name, "obj-%04d", i);
         keys.push_back(prefix + name);
-        blobs.push_back(cv::blob{name, cv::buffer::copy_of(pattern(size + static_cast<std::size_t>(i), 100 + i)), "", -1,
-                                 static_cast<std::uint64_t>(i)});
     }
-    auto [count, bytes] = s3::upload_all(cv::from_range(std::move(blobs)).on(rt()), c, bucket(), {.prefix = prefix, .concurrency = 16});
+    auto blobs = cv::generate(static_cast<std::uint64_t>(n), [size](std::uint64_t i) {
+        char name[32];
+        std::snprintf(name, sizeof name, "obj-%04d", static_cast<int>(i));
+        return cv::blob{name, cv::buffer::copy_of(pattern(size + i, 100 + i)), "", -1, i};
+    });
+    auto [count, bytes] = s3::upload_all(std::move(blobs).on(rt()), c, bucket(), {.prefix = prefix, .concurrency = 16});
     REQUIRE(count == static_cast<std::size_t>(n));
     return keys;
 }

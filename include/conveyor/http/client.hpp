@@ -30,6 +30,7 @@ namespace detail {
 struct lane_pool;
 struct lease;
 class connection;
+enum class phase : std::uint8_t;
 } // namespace detail
 
 /** How long a request may take. Zero means "no limit" for every field.
@@ -187,7 +188,7 @@ private:
     using time_point = std::chrono::steady_clock::time_point;
 
     inline asio::awaitable<std::pair<std::error_code, response>> perform(detail::lane_pool& pool, const request& req);
-    inline asio::awaitable<std::error_code> resolve(detail::lane_pool& pool);
+    inline asio::awaitable<std::error_code> resolve(detail::lane_pool& pool, time_point deadline, detail::phase deadline_phase);
     inline asio::awaitable<std::error_code> connect(detail::lane_pool& pool, detail::connection& c, time_point total);
     template <class Stream>
     asio::awaitable<std::error_code> exchange(Stream& s, detail::connection& c, const request& req, response& resp,

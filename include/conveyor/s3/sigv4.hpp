@@ -120,7 +120,8 @@ public:
     std::string_view date() const noexcept { return std::string_view(scope_).substr(0, 8); }
     /// The credential scope this key belongs to, "YYYYMMDD/region/service/aws4_request".
     const std::string& scope() const noexcept { return scope_; }
-    /// kSigning itself (for tests against published values).
+    /// kSigning itself (for tests against published values). As secret as the secret
+    /// access key for its day, region and service: never log it.
     std::span<const unsigned char, 32> bytes() const noexcept { return key_; }
 
     /** The signature of `string_to_sign`: hex(HMAC-SHA256(key, string_to_sign)).

@@ -113,6 +113,7 @@ inline asio::awaitable<std::vector<object_info>> list_parallel(std::shared_ptr<c
 }
 
 struct source_state {
+    source_state(client cl, std::shared_ptr<const object_list> l, source_options so) : c(std::move(cl)), list(std::move(l)), opts(std::move(so)) {}
     client c;
     std::shared_ptr<const object_list> list;
     source_options opts;
@@ -141,18 +142,21 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
         const object_info& obj = l.objects[i];
         const auto t0 = std::chrono::steady_clock::now();
         buffer data;
+        std::exception_ptr failed;
         try {
             data = co_await cs.get_object(l.bucket, obj.key, obj.size);
         } catch (...) {
+            failed = std::current_exception();
+        }
+        if (failed) {
             if (ctx->stopping()) co_return;
-            auto e = std::current_exception();
             if (o.errors == on_error::fail) {
-                ctx->fail(e, "s3", obj.key);
+                ctx->fail(failed, "s3", obj.key);
                 co_return;
             }
             std::string what = "s3: " + obj.key;
             try {
-                std::rethrow_exception(e);
+                std::rethrow_exception(failed);
             } catch (const std::exception& x) {
                 what = x.what();
             } catch (...) {
@@ -239,7 +243,7 @@ inline pipeline<blob> objects(client c, std::shared_ptr<const object_list> list,
     if (o.concurrency == 0) o.concurrency = 1;
     return pipeline<blob>([c = std::move(c), list, o](const std::shared_ptr<run_context>& ctx) {
         runtime& rt = ctx->rt();
-        auto st = std::make_shared<detail::source_state>(detail::source_state{c, list, o});
+        auto st = std::make_shared<detail::source_state>(c, list, o);
         const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(o.concurrency, list->size()));
         st->workers_left = workers;
         auto out = ctx->make_channel<blob>(std::max(o.capacity, o.concurrency));

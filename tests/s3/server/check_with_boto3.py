@@ -321,6 +321,16 @@ def check_ranges():
     except ClientError as exc:
         note("multi-range Range bytes=0-1,5-6", "s3rver answers %s" % exc)
 
+    S3.put_object(Bucket=CHECK_BUCKET, Key="range-empty", Body=b"")
+    t0 = time.monotonic()
+    status, code, exc = error_of(S3.get_object, Bucket=CHECK_BUCKET, Key="range-empty", Range="bytes=0-99")
+    check("Range on an empty object: 416 InvalidRange at once (the proxy's one s3rver fix-up)",
+          (status, code) == (416, "InvalidRange") and time.monotonic() - t0 < 2,
+          "%s %s in %.1f s" % (status, code, time.monotonic() - t0))
+    got = S3.get_object(Bucket=CHECK_BUCKET, Key="range-empty")
+    check("GET of an empty object without Range: 200, no body",
+          got["ResponseMetadata"]["HTTPStatusCode"] == 200 and got["Body"].read() == b"")
+
     etag = S3.head_object(Bucket=CHECK_BUCKET, Key="range.bin")["ETag"]
     status, code, _ = error_of(S3.get_object, Bucket=CHECK_BUCKET, Key="range.bin",
                                IfNoneMatch=etag)
@@ -789,6 +799,14 @@ def check_faults():
     check("delay fault past boto3's read timeout: boto3 times out, retries, succeeds",
           got["Body"].read() == b"d" * 1000 and got["ResponseMetadata"]["RetryAttempts"] == 1,
           "%.2f s, %s retries" % (time.monotonic() - t0, got["ResponseMetadata"]["RetryAttempts"]))
+    # The form tests/s3/support.hpp's arm_fault() sends: every field, status 0 and code "" for
+    # kinds other than "status".
+    admin("POST", "/faults", {"key": "faults/delay.bin", "method": "GET", "kind": "delay",
+                              "status": 0, "code": "", "count": 1})
+    t0 = time.monotonic()
+    got = S3.get_object(Bucket=CHECK_BUCKET, Key="faults/delay.bin")["Body"].read()
+    check("a delay fault armed with status 0 and code \"\" (default delay 1000 ms)",
+          got == b"d" * 1000 and time.monotonic() - t0 >= 1.0, "%.2f s" % (time.monotonic() - t0))
     admin("POST", "/faults", {"key": "données", "kind": "status", "status": 503, "count": 1})
     status, code, _ = error_of(S3.get_object, Bucket=CHECK_BUCKET, Key="données/été.jpg")
     check("fault key matches the decoded path too", status == 503, str(status))
@@ -804,7 +822,7 @@ def check_faults():
         bad = str(exc.code)
     check("a malformed fault is refused with 400", bad == "400", bad)
     stats = admin("GET", "/stats")
-    check("stats count injected faults", stats["faults_injected"] - before == 11,
+    check("stats count injected faults", stats["faults_injected"] - before == 12,
           "%d injected" % (stats["faults_injected"] - before))
     check("GET /stats has the documented fields",
           all(k in stats for k in ("verified", "rejected", "anonymous", "faults_injected", "requests_by_method")),

@@ -32,6 +32,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 import urllib.parse
 import uuid
 from xml.sax.saxutils import escape as xml_escape
@@ -61,6 +62,7 @@ PRESIGN_PARAMS = {
 }
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 AMZ_DATE_RE = re.compile(r"^\d{8}T\d{6}Z$")
+EMPTY_RANGE_RE = re.compile(r"^bytes \d+-\d+/0$")
 UPSTREAM_IDLE_S = 2.0  # Node's keep-alive timeout is 5 s; reconnect well before it.
 
 DEFAULT_FAULT_CODES = {
@@ -449,13 +451,14 @@ class Fault:
         self.kind = spec.get("kind", "status")
         if self.kind not in ("status", "reset", "truncate", "delay"):
             raise ValueError("kind must be one of status, reset, truncate, delay")
-        self.status = int(spec.get("status", 503))
-        if not 400 <= self.status <= 599:
+        # status, code and message matter only to kind "status" (clients may send them anyway).
+        self.status = int(spec.get("status") or 503)
+        if self.kind == "status" and not 400 <= self.status <= 599:
             raise ValueError("status must be 400..599")
         default_code, default_message = DEFAULT_FAULT_CODES.get(
             self.status, ("InternalError", "We encountered an internal error. Please try again."))
-        self.code = str(spec.get("code", default_code))
-        self.message = str(spec.get("message", default_message))
+        self.code = str(spec.get("code") or default_code)
+        self.message = str(spec.get("message") or default_message)
         self.count = int(spec.get("count", 1))
         if self.count < 1:
             raise ValueError("count must be >= 1")
@@ -595,6 +598,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "conveyor-sigv4-proxy"
     sys_version = ""
+    timeout = 600  # an idle client connection is dropped after this long
 
     def setup(self):
         super().setup()
@@ -674,9 +678,11 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     # ---- responses
 
-    def _send_error_response(self, err, request_id, resource, method):
+    def _send_error_response(self, err, request_id, resource, method, extra_headers=()):
         body = error_xml(err.code, err.message, request_id, err.extra, resource)
         self.send_response_only(err.status)
+        for name, value in extra_headers:
+            self.send_header(name, value)
         self.send_header("x-amz-request-id", request_id)
         self.send_header("x-amz-id-2", base64.b64encode(os.urandom(24)).decode())
         self.send_header("Date", self.date_time_string())
@@ -808,6 +814,17 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self._send_error_response(err, request_id, path, method)
             return 502, "upstream error %s" % exc
 
+        content_range = response.getheader("Content-Range") or ""
+        if response.status == 206 and EMPTY_RANGE_RE.match(content_range):
+            # s3rver fix-up: a ranged GET of an empty object gets "206, Content-Range bytes 0-0/0,
+            # Content-Length: 1" and no body from s3rver (the client would wait for a byte that
+            # never comes). S3 answers 416 InvalidRange; so does this proxy.
+            self._close_upstream()
+            err = S3Error(416, "InvalidRange", "The requested range is not satisfiable",
+                          RangeRequested=self.headers.get("range", ""), ActualObjectSize="0")
+            self._send_error_response(err, request_id, path, method,
+                                      extra_headers=[("Content-Range", "bytes */0")])
+            return 416, "s3rver fix-up: ranged GET of an empty object answered 416"
         no_body = method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
         out_headers = []
         length = None
@@ -1010,6 +1027,15 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         except (ConnectionError, BrokenPipeError, socket.timeout) as exc:
             self.close_connection = True
             detail = "client connection error: %r" % exc
+        except Exception as exc:  # a bug in this proxy: say so loudly, in the answer and the log
+            self.close_connection = True
+            status, result = 500, "proxy error"
+            detail = "%s\n%s" % (exc, traceback.format_exc())
+            try:
+                err = S3Error(500, "ProxyInternalError", "sigv4_proxy.py failed: %r" % exc)
+                self._send_error_response(err, request_id, raw_path, method)
+            except OSError:
+                pass
         elapsed = (time.monotonic() - started) * 1000
         self.server.log.line("%s %s -> %s %s%s (%.1f ms, %d bytes in)"
                              % (method, raw_target, status or "-", result,

@@ -90,6 +90,7 @@ install_s3rver() {
     fi
     rm -f "$staging.log"
     [[ -f $staging/node_modules/s3rver/bin/s3rver.js ]] || die "npm install left no s3rver.js in $staging"
+    chmod 755 "$staging"
     touch "$staging/.installed"
     mv -T "$staging" "$s3rver_dir"
   ) 9>"$cache_root/.s3rver.lock"

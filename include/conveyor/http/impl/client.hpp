@@ -497,7 +497,7 @@ inline asio::awaitable<std::pair<std::error_code, response>> client::perform(det
     }
 }
 
-inline asio::awaitable<std::error_code> client::resolve(detail::lane_pool& pool)
+inline asio::awaitable<std::error_code> client::resolve(detail::lane_pool& pool, time_point deadline, detail::phase deadline_phase)
 {
     using detail::clock_type;
     if (pool.fixed_address) co_return std::error_code{};
@@ -506,16 +506,18 @@ inline asio::awaitable<std::error_code> client::resolve(detail::lane_pool& pool)
     if (!pool.addresses.empty() && (fresh || pool.resolving)) co_return std::error_code{};
     const auto cs = co_await asio::this_coro::cancellation_state;
     if (pool.resolving) {
-        // First use on this lane and a lookup is under way: wait for it, not a second one.
-        detail::timer_type wake(pool.ex, clock_type::time_point::max());
+        // First use on this lane and a lookup is under way: wait for it (until the connect
+        // deadline), not a second one.
+        detail::timer_type wake(pool.ex, deadline);
         pool.resolve_waiters.push_back(&wake);
         struct unlist {
             detail::lane_pool& p;
             detail::timer_type* t;
             ~unlist() { std::erase(p.resolve_waiters, t); }
         } guard{pool, &wake};
-        (void)co_await wake.async_wait(detail::no_throw);
+        auto [ec] = co_await wake.async_wait(detail::no_throw);
         if (detail::cancelled(cs)) co_return detail::aborted();
+        if (!ec) co_return detail::timeout_error(deadline_phase);
         if (pool.addresses.empty())
             co_return to_std_error(pool.resolve_error ? pool.resolve_error : asio::error::host_not_found);
         co_return std::error_code{};
@@ -543,7 +545,7 @@ inline asio::awaitable<std::error_code> client::connect(detail::lane_pool& pool,
     const auto cs = co_await asio::this_coro::cancellation_state;
     const auto [at, ph] = detail::bound(detail::clock_type::now(), opts_.timeouts.connect, detail::phase::connect, total);
     c.expire_at(at, ph);
-    if (auto ec = co_await resolve(pool)) {
+    if (auto ec = co_await resolve(pool, at, ph)) {
         if (detail::cancelled(cs)) co_return detail::aborted();
         if (c.expired() != detail::phase::none) co_return detail::timeout_error(c.expired());
         co_return ec;
