@@ -940,6 +940,33 @@ TEST_CASE("http client aborts an in-flight request when its cancellation slot is
     CHECK(eventually([&] { return srv.closed() == 1; }, 10s)); // its connection was closed
 }
 
+TEST_CASE("http client aborts a connect in progress when cancelled")
+{
+    asio::io_context io;
+    tcp::acceptor full(io);
+    full.open(tcp::v4());
+    full.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    full.listen(0);
+    tcp::socket filler(io);
+    filler.connect(full.local_endpoint()); // the backlog is full: connects hang
+
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.timeouts.connect = 60'000ms;
+    ch::endpoint ep;
+    ep.host = "127.0.0.1";
+    ep.port = full.local_endpoint().port();
+    ch::client c(rt, ep, o);
+    const auto req = get("/");
+    asio::cancellation_signal sig;
+    auto f = asio::co_spawn(rt.io_executor(0), c.send(req), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
+    REQUIRE(eventually([&] { return c.stats().requests == 1; }, 10s));
+    asio::post(rt.io_executor(0), [&] { sig.emit(asio::cancellation_type::terminal); });
+    auto [ec, resp] = wait_for(f, "cancelled connect", 10s);
+    CHECK(ec == std::errc::operation_canceled);
+    CHECK(c.stats().connections_opened == 0);
+}
+
 TEST_CASE("http client aborts a request waiting for a connection, and the lane goes on")
 {
     test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {

@@ -420,10 +420,10 @@ struct client_state : std::enable_shared_from_this<client_state> {
     }
 
     /// Every object under `prefix`, page after page.
-    asio::awaitable<std::vector<object_info>> list_all(std::string_view bucket, std::string prefix)
+    asio::awaitable<std::vector<object_info>> list_all(std::string_view bucket, std::string_view prefix)
     {
         std::vector<object_info> all;
-        list_options lo{.prefix = std::move(prefix)};
+        list_options lo{.prefix = std::string(prefix)};
         for (;;) {
             auto page = co_await list(bucket, lo);
             for (auto& o : page.objects) all.push_back(std::move(o));
@@ -441,9 +441,9 @@ struct client_state : std::enable_shared_from_this<client_state> {
     }
 
     asio::awaitable<std::string> put_one(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
-                                         std::string_view content_type, std::string query = {}, const char* name = "PutObject")
+                                         std::string_view content_type, std::string_view query = {}, const char* name = "PutObject")
     {
-        op o{.method = boost::beast::http::verb::put, .name = name, .bucket = bucket, .key = key, .query = std::move(query)};
+        op o{.method = boost::beast::http::verb::put, .name = name, .bucket = bucket, .key = key, .query = std::string(query)};
         if (!content_type.empty()) o.headers.emplace_back(boost::beast::http::field::content_type, std::string(content_type));
         o.body = data;
         o.payload_hash = co_await payload_hash(data);
@@ -451,7 +451,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
         co_return std::string(resp.headers["ETag"]);
     }
 
-    asio::awaitable<void> abort_upload(std::string bucket, std::string key, std::string upload_id)
+    asio::awaitable<void> abort_upload(std::string_view bucket, std::string_view key, std::string_view upload_id)
     {
         op o{.method = boost::beast::http::verb::delete_, .name = "AbortMultipartUpload", .bucket = bucket, .key = key,
              .query = "uploadId=" + encode_query(upload_id)};
@@ -482,8 +482,8 @@ struct client_state : std::enable_shared_from_this<client_state> {
                     const std::size_t p = next++;
                     const std::uint64_t off = p * part;
                     auto chunk = data.subspan(off, std::min<std::uint64_t>(part, data.size() - off));
-                    etags[p] = co_await put_one(bucket, key, chunk, {},
-                                                "partNumber=" + std::to_string(p + 1) + "&uploadId=" + encode_query(upload_id), "UploadPart");
+                    const std::string query = "partNumber=" + std::to_string(p + 1) + "&uploadId=" + encode_query(upload_id);
+                    etags[p] = co_await put_one(bucket, key, chunk, {}, query, "UploadPart");
                     if (etags[p].empty()) throw bad(bucket, key, "UploadPart " + std::to_string(p + 1) + " reply has no ETag");
                 }
             };
@@ -512,7 +512,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
         asio::co_spawn(co_await asio::this_coro::executor,
                        [](std::shared_ptr<client_state> self, std::string b, std::string k, std::string id) -> asio::awaitable<void> {
                            try {
-                               co_await self->abort_upload(std::move(b), std::move(k), std::move(id));
+                               co_await self->abort_upload(b, k, id);
                            } catch (const std::exception& e) {
                                self->rt.log(std::string("conveyor: could not abort a multipart upload: ") + e.what());
                            }
@@ -570,50 +570,33 @@ public:
         @par Completion Signature `buffer` */
     [[nodiscard]] asio::awaitable<buffer> get(std::string bucket, std::string key, std::int64_t size_hint = -1) const
     {
-        auto s = s_;
-        co_return co_await on_lane([s, bucket = std::move(bucket), key = std::move(key), size_hint]() -> asio::awaitable<buffer> {
-            co_return co_await s->get_object(bucket, key, size_hint);
-        });
+        return do_get(s_, std::move(bucket), std::move(key), size_hint);
     }
 
     /** Bytes [offset, offset + length) of an object (fewer if it is shorter).
         @par Completion Signature `buffer` */
     [[nodiscard]] asio::awaitable<buffer> get_range(std::string bucket, std::string key, std::uint64_t offset, std::uint64_t length) const
     {
-        auto s = s_;
-        co_return co_await on_lane([s, bucket = std::move(bucket), key = std::move(key), offset, length]() -> asio::awaitable<buffer> {
-            if (length == 0) co_return buffer{};
-            auto resp = co_await s->get_range(bucket, key, offset, offset + length - 1, {}, {});
-            co_return std::move(resp.body);
-        });
+        return do_get_range(s_, std::move(bucket), std::move(key), offset, length);
     }
 
     /** HeadObject: size, ETag, Last-Modified. @par Completion Signature `object_info` */
     [[nodiscard]] asio::awaitable<object_info> head(std::string bucket, std::string key) const
     {
-        auto s = s_;
-        co_return co_await on_lane([s, bucket = std::move(bucket), key = std::move(key)]() -> asio::awaitable<object_info> {
-            co_return co_await s->head(bucket, key);
-        });
+        return do_head(s_, std::move(bucket), std::move(key));
     }
 
     /** One page of ListObjectsV2. @par Completion Signature `list_page` */
     [[nodiscard]] asio::awaitable<list_page> list(std::string bucket, list_options lo) const
     {
-        auto s = s_;
-        co_return co_await on_lane([s, bucket = std::move(bucket), lo = std::move(lo)]() -> asio::awaitable<list_page> {
-            co_return co_await s->list(bucket, lo);
-        });
+        return do_list(s_, std::move(bucket), std::move(lo));
     }
 
     /** Every object whose key starts with `prefix`, following continuation tokens.
         @par Completion Signature `std::vector<object_info>` */
     [[nodiscard]] asio::awaitable<std::vector<object_info>> list_all(std::string bucket, std::string prefix = {}) const
     {
-        auto s = s_;
-        co_return co_await on_lane([s, bucket = std::move(bucket), prefix = std::move(prefix)]() -> asio::awaitable<std::vector<object_info>> {
-            co_return co_await s->list_all(bucket, prefix);
-        });
+        return do_list_all(s_, std::move(bucket), std::move(prefix));
     }
 
     /** Stores `data` as an object: one PutObject, or a multipart upload with parts sent in
@@ -623,11 +606,7 @@ public:
     [[nodiscard]] asio::awaitable<put_result> put(std::string bucket, std::string key, std::span<const std::byte> data,
                                                   std::string content_type = {}) const
     {
-        auto s = s_;
-        co_return co_await on_lane([s, bucket = std::move(bucket), key = std::move(key), data,
-                                    content_type = std::move(content_type)]() -> asio::awaitable<put_result> {
-            co_return co_await s->put(bucket, key, data, content_type);
-        });
+        return do_put(s_, std::move(bucket), std::move(key), data, std::move(content_type));
     }
 
     /// Runs one of the awaitables above to completion from a plain (non-I/O) thread.
@@ -646,11 +625,49 @@ public:
     const std::shared_ptr<detail::client_state>& state() const noexcept { return s_; }
 
 private:
-    template <class F>
-    asio::awaitable<typename decltype(std::declval<F&>()())::value_type> on_lane(F f) const
+    // Each operation runs on one of the runtime's I/O threads, where the connection pools
+    // are; a caller elsewhere hops there and back. (These are plain functions with named
+    // parameters, not lambdas handed to a coroutine: GCC 12 destroys a closure passed by
+    // value to a coroutine twice.)
+    static asio::awaitable<buffer> do_get(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key, std::int64_t hint)
     {
-        if (s_->on_lane()) co_return co_await f();
-        co_return co_await asio::co_spawn(s_->rt.next_io_executor(), f(), asio::use_awaitable);
+        if (s->on_lane()) co_return co_await s->get_object(bucket, key, hint);
+        co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->get_object(bucket, key, hint), asio::use_awaitable);
+    }
+    static asio::awaitable<buffer> range_here(detail::client_state& s, std::string_view bucket, std::string_view key, std::uint64_t offset,
+                                              std::uint64_t length)
+    {
+        if (length == 0) co_return buffer{};
+        auto resp = co_await s.get_range(bucket, key, offset, offset + length - 1, {}, {});
+        co_return std::move(resp.body);
+    }
+    static asio::awaitable<buffer> do_get_range(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key,
+                                                std::uint64_t offset, std::uint64_t length)
+    {
+        if (s->on_lane()) co_return co_await range_here(*s, bucket, key, offset, length);
+        co_return co_await asio::co_spawn(s->rt.next_io_executor(), range_here(*s, bucket, key, offset, length), asio::use_awaitable);
+    }
+    static asio::awaitable<object_info> do_head(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key)
+    {
+        if (s->on_lane()) co_return co_await s->head(bucket, key);
+        co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->head(bucket, key), asio::use_awaitable);
+    }
+    static asio::awaitable<list_page> do_list(std::shared_ptr<detail::client_state> s, std::string bucket, list_options lo)
+    {
+        if (s->on_lane()) co_return co_await s->list(bucket, lo);
+        co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->list(bucket, lo), asio::use_awaitable);
+    }
+    static asio::awaitable<std::vector<object_info>> do_list_all(std::shared_ptr<detail::client_state> s, std::string bucket,
+                                                                 std::string prefix)
+    {
+        if (s->on_lane()) co_return co_await s->list_all(bucket, prefix);
+        co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->list_all(bucket, prefix), asio::use_awaitable);
+    }
+    static asio::awaitable<put_result> do_put(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key,
+                                              std::span<const std::byte> data, std::string content_type)
+    {
+        if (s->on_lane()) co_return co_await s->put(bucket, key, data, content_type);
+        co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->put(bucket, key, data, content_type), asio::use_awaitable);
     }
 
     std::shared_ptr<detail::client_state> s_;

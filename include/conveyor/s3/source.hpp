@@ -182,14 +182,12 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
 inline object_list list_objects(const client& c, std::string bucket, std::string prefix = {}, unsigned parallel = 16)
 {
     auto s = c.state();
-    auto objects = c.run([](std::shared_ptr<detail::client_state> s, std::string b, std::string p, unsigned n) -> asio::awaitable<std::vector<object_info>> {
-        co_return co_await detail::list_parallel(std::move(s), std::move(b), std::move(p), n);
-    }(s, bucket, std::move(prefix), parallel));
+    auto objects = c.run(detail::list_parallel(s, bucket, std::move(prefix), parallel));
     return object_list{std::move(bucket), std::move(objects)};
 }
 
-/// Lists the objects under an `s3://bucket/prefix` URL.
-inline object_list list_objects(const client& c, std::string_view url, unsigned parallel = 16)
+/// Lists the objects under an `s3://bucket/prefix` URL (see `list_objects`).
+inline object_list list_url(const client& c, std::string_view url, unsigned parallel = 16)
 {
     auto u = parse_s3_url(url);
     return list_objects(c, std::move(u.bucket), std::move(u.key), parallel);
@@ -233,7 +231,7 @@ inline object_list read_index(const client& c, std::string_view index_url, std::
 
     @code
     conveyor::s3::client c(rt, {.endpoint_url = "http://127.0.0.1:9000"});
-    for (auto& b : conveyor::s3::objects(c, conveyor::s3::list_objects(c, "s3://imagenet/train/")).on(rt))
+    for (auto& b : conveyor::s3::objects(c, conveyor::s3::list_url(c, "s3://imagenet/train/")).on(rt))
         use(b.key, b.data.span());
     @endcode
 */

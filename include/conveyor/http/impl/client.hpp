@@ -440,6 +440,8 @@ inline asio::awaitable<std::pair<std::error_code, response>> client::send(const 
         out = {std::make_error_code(std::errc::not_enough_memory), response{}};
     } catch (const boost::system::system_error& e) {
         out = {to_std_error(e.code()), response{}};
+    } catch (const std::system_error& e) {
+        out = {e.code(), response{}};
     } catch (...) {
         unexpected = std::current_exception();
     }
