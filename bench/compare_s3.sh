@@ -10,8 +10,9 @@
 #      (bench/boto3_get.py; target >= 3x). Little's law bounds all three at 64 / delay.
 #   2. no delay, one SIZE object, 64 connections: conveyor GETs/s vs `wrk -t2 -c64`
 #      (target >= 0.7x); CPU µs per GET of both (wrk's from its rusage).
-#   3. no delay, one 1 GiB object: conveyor with --part-size 8388608 vs `curl -s -o /dev/null`
-#      (target >= 1x curl's MB/s); REPEAT runs each, the table shows medians.
+#   3. no delay, one 1 GiB object: conveyor with --part-size 8388608 (PARTS ranged parts in
+#      flight, default 8) vs `curl -s -o /dev/null` (target >= 1x curl's MB/s); REPEAT runs
+#      each, the table shows medians.
 #
 # conveyor and boto3 GET each index entry once (test 1: every object once; test 2: the one
 # object as many times as wrk managed in SECONDS, so both run about as long); wrk runs for
@@ -19,7 +20,7 @@
 # for 1, the Little's-law bound. wrk's bytes include response headers.
 #
 # usage: compare_s3.sh [--objects 10000] [--size 110000] [--delay-ms 20] [--seconds 10]
-#            [--concurrency 64] [--workers 1|N|auto] [--repeat 3] [--big-concurrency 8]
+#            [--concurrency 64] [--workers 1|N|auto] [--repeat 3] [--parts-in-flight 8]
 #            [--skip-1gib] [--skip-boto3] [--build-dir DIR] [--work-dir DIR] [--check-targets]
 #
 # The data set lives in --work-dir (default ${TMPDIR:-/tmp}/conveyor-s3-bench; about
@@ -35,7 +36,7 @@
 set -euo pipefail
 
 objects=10000 size=110000 delay_ms=20 seconds=10 concurrency=64 workers=1 repeat=3
-big_concurrency=8 skip_big=0 skip_boto3=0 build_dir="" check_targets=0
+parts_in_flight=8 skip_big=0 skip_boto3=0 build_dir="" check_targets=0
 work_dir=${TMPDIR:-/tmp}/conveyor-s3-bench
 while (($#)); do
     case $1 in
@@ -46,7 +47,7 @@ while (($#)); do
         --concurrency) concurrency=${2:?}; shift 2 ;;
         --workers) workers=${2:?}; shift 2 ;;
         --repeat) repeat=${2:?}; shift 2 ;;
-        --big-concurrency) big_concurrency=${2:?}; shift 2 ;;
+        --parts-in-flight) parts_in_flight=${2:?}; shift 2 ;;
         --skip-1gib) skip_big=1; shift ;;
         --skip-boto3) skip_boto3=1; shift ;;
         --build-dir) build_dir=${2:?}; shift 2 ;;
@@ -56,7 +57,7 @@ while (($#)); do
         *) echo "$0: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-for v in objects size seconds concurrency repeat big_concurrency; do
+for v in objects size seconds concurrency repeat parts_in_flight; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: --${v//_/-} wants a positive integer" >&2; exit 2; }
 done
 
@@ -298,16 +299,16 @@ if ((!skip_big)); then
         echo "== 3: 1 GiB object, run $r/$repeat: curl" >&2
         measure big curl $((1 << 30)) 1 -- curl -s -o /dev/null -w 'curl: %{http_code} %{size_download} %{time_total}\n' \
             "$endpoint/$bucket/$big_key"
-        conveyor_get big $((1 << 30)) "$big_concurrency" "$tmp/index-big.json" --part-size 8388608
+        conveyor_get big $((1 << 30)) 1 "$tmp/index-big.json" --part-size 8388608 --parts-in-flight "$parts_in_flight"
     done
 fi
 "$here/nginx_bucket.sh" stop --state-dir "$tmp/nginx-nodelay"
 
 # ---- the table ----------------------------------------------------------------------------
 target_rc=0
-"$py" - "$records" "$delay_ms" "$concurrency" "$objects" "$size" "$workers" "$have_conveyor" "$why_no_conveyor" "$load_start" <<'PY' >&2 || target_rc=$?
+"$py" - "$records" "$delay_ms" "$concurrency" "$objects" "$size" "$workers" "$have_conveyor" "$why_no_conveyor" "$load_start" "$parts_in_flight" <<'PY' >&2 || target_rc=$?
 import json, os, statistics, sys
-path, delay_ms, conc, objects, size, workers, have_conveyor, why, load_start = sys.argv[1:]
+path, delay_ms, conc, objects, size, workers, have_conveyor, why, load_start, parts = sys.argv[1:]
 recs = [json.loads(l) for l in open(path) if l.strip()]
 titles = {"delay": f"1: {delay_ms} ms delay, {objects} objects", "one": f"2: no delay, one {int(size) // 1000} KB object",
           "big": "3: no delay, one 1 GiB object"}
@@ -340,7 +341,8 @@ for case in ("delay", "one", "big"):
               f"{m('MB_per_s'):>8.1f} {m('p50_ms'):>8.2f} {m('p99_ms'):>8.2f} {m('max_ms'):>8.2f} {m('cpu_us_per_get'):>10.1f} "
               f"{m('nginx_us_per_get'):>12.1f} {sum(r['result']['errors'] for r in rs):>6}")
         first = False
-print("(medians over runs; CPU us/GET: the client's user+system CPU per GET; nginx us/GET: the server's; wrk's MB/s counts headers)")
+print("(medians over runs; CPU us/GET: the client's user+system CPU per GET (conveyor: per HTTP request); nginx us/GET: the server's;\n"
+      f" wrk's MB/s counts headers; in 3, conveyor reads 8 MiB ranged parts, {parts} in flight)")
 
 print()
 missed = 0

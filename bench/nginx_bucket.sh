@@ -21,10 +21,12 @@
 #                                  ignored, so signed S3 requests work; signatures are not checked.
 #   GET /<bucket>?list-type=2&...  ListObjectsV2 (prefix, delimiter, max-keys, start-after,
 #                                  continuation-token, encoding-type=url), from a `find` of the
-#                                  folder per request (fine for tens of thousands of keys); without
-#                                  list-type, ListObjects v1 (marker). HEAD /<bucket>: HeadBucket.
+#                                  folder on a listing's first page (later pages reuse it; fine for
+#                                  tens of thousands of keys); without list-type, ListObjects v1
+#                                  (marker). HEAD /<bucket>: HeadBucket.
 #   PUT/DELETE /<bucket>/<key>     only with --writable (nginx's DAV module: the body is stored as
-#                                  is; 201 is turned into S3's 200; no ETag in the reply).
+#                                  is; 201 is turned into S3's 200; no ETag in the reply). No
+#                                  multipart uploads, no aws-chunked bodies, no copies.
 #   missing key                    404 with an S3-style NoSuchKey XML body.
 # The delay (--delay-ms, default 0; fractions allowed) is an ngx.sleep in the access phase of
 # every request, before nginx opens the file: the first byte arrives after it, the rest at
@@ -33,13 +35,13 @@
 # Tuning (for a small machine shared by server and client): W worker processes (default 1;
 # `auto` = one per core; with more than one the listen socket uses reuseport so the kernel
 # spreads connections evenly), access_log off, sendfile on, tcp_nopush/tcp_nodelay, keepalive
-# of 10^9 requests and 300 s, open_file_cache (an object store keeps no per-GET open/fstat
-# cost either), worker_connections 8192. See bench/README.md for why 1 worker is the default.
+# of 10^9 requests and 300 s, open_file_cache (no open/fstat per GET: more of the shared CPU
+# for the client), worker_connections 8192. See bench/README.md for why 1 worker is the default.
 #
 # nginx runs as the current user (when that is root, its workers stay root instead of
 # dropping to nobody) with every path in the state folder: prefix, config, pid, error log
 # (S/error.log), temp folders. It never reads or touches /etc/nginx or the system service.
-# The port is free one chosen by binding port 0 with /usr/bin/python3 unless --port is given.
+# The port is a free one, chosen by binding port 0 with /usr/bin/python3 unless --port is given.
 set -euo pipefail
 
 prog=$(basename "$0")
@@ -220,7 +222,13 @@ local function exists_dir(path)
 end
 
 -- All files under dir (recursively) as {key=, size=, mtime=}, sorted by key (byte order).
-local function walk(root, bucket, prefix)
+-- The later pages of a listing (fresh=false) reuse the walk of its first page (for 60 s, in
+-- this worker) instead of walking again.
+local cache = {}
+local function walk(root, bucket, prefix, fresh)
+    local id = root .. "\0" .. bucket .. "\0" .. prefix
+    local c = cache[id]
+    if not fresh and c and ngx.now() - c.at < 60 then return c.list end
     local base = root .. "/" .. bucket
     local sub = prefix:match("^(.*/)") or "" -- the deepest folder the prefix names
     local start = base .. "/" .. sub
@@ -238,6 +246,7 @@ local function walk(root, bucket, prefix)
     end
     p:close()
     table.sort(out, function(a, b) return a.key < b.key end)
+    cache = { [id] = { at = ngx.now(), list = out } }
     return out
 end
 
@@ -268,7 +277,7 @@ function M.handle(root, bucket)
     local enc = encode and url_encode or function(s) return s end
 
     local items, count, last, last_cp, truncated = {}, 0, nil, nil, false
-    for _, o in ipairs(walk(root, bucket, prefix)) do
+    for _, o in ipairs(walk(root, bucket, prefix, after == "")) do
         local k = o.key
         local skip = k <= after
         -- resuming after a common prefix: skip every key under it

@@ -113,7 +113,7 @@ inline void arm_fault(const std::string& key, const std::string& kind, unsigned 
 
 inline void clear_faults() { admin(boost::beast::http::verb::delete_, "/faults"); }
 
-/// How many requests the proxy has seen for this raw (encoded) path.
+/// How many GETs the proxy has seen for this raw (encoded) path.
 inline std::int64_t requests_for(const std::string& raw_path)
 {
     auto [st, text] = admin(boost::beast::http::verb::get, "/stats?path=" + s3::encode_query(raw_path));

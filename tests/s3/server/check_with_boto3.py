@@ -831,6 +831,14 @@ def check_faults():
     check("GET /stats?path= works with the raw and the decoded path",
           path_count(raw) > 0 and path_count(raw) == path_count(urllib.parse.unquote(raw)),
           "%d" % path_count(raw))
+    S3.put_object(Bucket=CHECK_BUCKET, Key="faults/counted.bin", Body=b"c")
+    S3.head_object(Bucket=CHECK_BUCKET, Key="faults/counted.bin")
+    for _ in range(3):
+        S3.get_object(Bucket=CHECK_BUCKET, Key="faults/counted.bin")["Body"].read()
+    p = "/%s/faults/counted.bin" % CHECK_BUCKET
+    check("GET /stats?path= counts GETs by default; method=PUT / HEAD / * for others",
+          (path_count(p), path_count(p, "PUT"), path_count(p, "HEAD"), path_count(p, "*")) == (3, 1, 1, 5),
+          str((path_count(p), path_count(p, "PUT"), path_count(p, "HEAD"), path_count(p, "*"))))
 
 
 @guarded

@@ -524,15 +524,14 @@ class State:
                     return fault
         return None
 
-    def path_count(self, path, method=None):
+    def path_counts(self, path):
+        """{method: requests} for a path, compared as sent and percent-decoded."""
         with self.lock:
-            total = 0
+            counts = {}
             for (m, p), n in self.by_path.items():
-                if method is not None and m != method:
-                    continue
                 if p == path or urllib.parse.unquote(p) == path:
-                    total += n
-            return total
+                    counts[m] = counts.get(m, 0) + n
+            return counts
 
     def stats(self):
         with self.lock:
@@ -931,9 +930,13 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         elif sub == "/stats":
             if method == "GET":
                 if "path" in params:
-                    m = params.get("method", [None])[0]
-                    return self._send_json(200, {"count": state.path_count(params["path"][0],
-                                                                           m and m.upper())})
+                    # "count" is how many times the object was fetched (GETs) unless method=
+                    # names another method, or "*" for all of them.
+                    m = (params.get("method", ["GET"])[0] or "GET").upper()
+                    counts = state.path_counts(params["path"][0])
+                    count = sum(counts.values()) if m in ("*", "ANY") else counts.get(m, 0)
+                    return self._send_json(200, {"count": count, "method": m,
+                                                 "by_method": counts})
                 return self._send_json(200, state.stats())
             if method == "DELETE":
                 with state.lock:

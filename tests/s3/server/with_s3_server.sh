@@ -190,6 +190,7 @@ EOF
 
 (
   cd "$tmp"
+  export PYTHONDONTWRITEBYTECODE=1  # write nothing outside the temp dir, not even .pyc files
   exec setsid "$PY" "$here/sigv4_proxy.py" --listen 127.0.0.1 --port 0 --port-file "$tmp/proxy.port" \
     --upstream "127.0.0.1:$upstream_port" --credentials "$tmp/credentials.json" --region "$REGION" \
     --public-bucket "$PUBLIC_BUCKET" --log "$proxy_log" \
@@ -202,7 +203,7 @@ proxy_port=$(<"$tmp/proxy.port")
 # Both answer: the proxy's health check, and s3rver through the proxy (an anonymous read of
 # the public bucket, which s3rver answers with a listing).
 probe() {
-  "$PY" - "$proxy_port" "$PUBLIC_BUCKET" <<'EOF'
+  PYTHONDONTWRITEBYTECODE=1 "$PY" - "$proxy_port" "$PUBLIC_BUCKET" <<'EOF'
 import http.client, sys
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
 c.request("GET", "/__conveyor/health"); r = c.getresponse(); r.read()
