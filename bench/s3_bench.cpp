@@ -42,6 +42,7 @@ struct s3_args {
     unsigned attempts = 10;
     std::size_t io_threads = 0;
     std::size_t repeat = 1;
+    std::size_t pool_mb = 256;
     bool ordered = false;
     bool anonymous = false;
 };
@@ -68,7 +69,7 @@ s3::client_options client_options_of(const s3_args& a)
 
 int cmd_s3_get(const s3_args& a)
 {
-    cv::runtime rt({.io_threads = a.io_threads});
+    cv::runtime rt({.io_threads = a.io_threads, .buffer_pool_bytes = a.pool_mb << 20});
     s3::client c(rt, config_of(a), client_options_of(a));
     std::fprintf(stderr, "s3-get: %s\n", c.cfg().describe().c_str());
 
@@ -223,6 +224,10 @@ std::function<int()> add_s3_subcommands(CLI::App& app)
     g->add_option("--parts-in-flight", get->parts_in_flight, "ranged parts of one object in flight")->capture_default_str();
     g->add_option("--repeat", get->repeat, "passes over the objects")->check(CLI::PositiveNumber)->capture_default_str();
     g->add_flag("--ordered", get->ordered, "deliver in list order (default: completion order)");
+    g->add_option("--pool-MB", get->pool_mb,
+                  "idle memory the buffer pool may keep for reuse; with --repeat, a pool larger than the objects "
+                  "measures reads into memory that is already faulted in")
+        ->capture_default_str();
 
     auto* u = app.add_subcommand("s3-put", "upload a directory's files (recursively) as objects");
     add_common(*u, *put);

@@ -271,7 +271,7 @@ TEST_CASE("size classes hold every size with at most a quarter wasted")
 {
     using namespace conveyor::detail;
     CHECK(class_size(0) == 4096);
-    CHECK(class_size(class_count - 1) == (std::size_t{256} << 20));
+    CHECK(class_size(class_count - 1) == (std::size_t{4} << 30));
     for (std::size_t c = 1; c < class_count; ++c) CHECK(class_size(c) > class_size(c - 1));
 
     auto check_size = [](std::size_t n) {
@@ -296,7 +296,7 @@ TEST_CASE("size classes hold every size with at most a quarter wasted")
             CAPTURE(n);
             check_size(n);
         }
-    CHECK(class_for((std::size_t{256} << 20) + 1) == class_count); // too large to pool
+    CHECK(class_for((std::size_t{4} << 30) + 1) == class_count); // too large to pool
 }
 
 TEST_CASE("a buffer pool hands out page-aligned buffers of the asked size")

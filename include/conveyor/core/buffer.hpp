@@ -2,6 +2,8 @@
 #ifndef CONVEYOR_CORE_BUFFER_HPP
 #define CONVEYOR_CORE_BUFFER_HPP
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -22,11 +24,12 @@ namespace conveyor {
 
 namespace detail {
 
-/* Size classes: four per power of two from 4 KiB to 256 MiB, so a buffer wastes at most a
-   quarter of its size (ImageNet JPEGs of ~110 KB land in a 112 KiB class, not 128 KiB).
+/* Size classes: four per power of two from 4 KiB to 4 GiB, so a buffer wastes at most a
+   quarter of its size (ImageNet JPEGs of ~110 KB land in a 112 KiB class, not 128 KiB; the
+   unused tail of a large class is never touched, so it costs address space, not memory).
    Larger requests are allocated exactly and never cached. */
 inline constexpr std::size_t min_class_shift = 12;
-inline constexpr std::size_t max_class_shift = 28;
+inline constexpr std::size_t max_class_shift = 32;
 inline constexpr std::size_t class_count = (max_class_shift - min_class_shift) * 4 + 1;
 inline constexpr std::size_t buffer_alignment = 4096; // page-aligned: O_DIRECT and DMA friendly
 
@@ -48,12 +51,46 @@ inline std::size_t class_for(std::size_t n) noexcept
     return cls;
 }
 
+// Buffers of this size or more are mapped directly, in 2 MiB huge pages where the kernel
+// gives them (MADV_HUGEPAGE). Filling fresh memory costs one page fault per page, and
+// faults are dear (in VMs most of all): with 4 KiB pages, writing a fresh 1 GiB object took
+// 3.8 s of CPU per GiB, three quarters of it in faults, against 1.2 s for curl writing the
+// same bytes to /dev/null; huge pages take 512 times fewer faults.
+inline constexpr std::size_t huge_threshold = std::size_t{2} << 20;
+inline constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+inline std::size_t mapped_size(std::size_t n) noexcept { return (n + huge_page - 1) & ~(huge_page - 1); }
+
+/// Memory for a buffer of `n` bytes, page-aligned (2 MiB-aligned when large).
+inline void* allocate_bytes(std::size_t n)
+{
+    if (n < huge_threshold) return ::operator new(n, std::align_val_t{buffer_alignment});
+    const std::size_t size = mapped_size(n);
+    // Map one huge page more than needed, then trim to a 2 MiB-aligned start.
+    void* raw = ::mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const auto start = reinterpret_cast<std::uintptr_t>(raw);
+    const auto aligned = (start + huge_page - 1) & ~(std::uintptr_t{huge_page} - 1);
+    if (aligned > start) ::munmap(raw, aligned - start);
+    const auto end = start + size + huge_page;
+    if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
+    ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE); // a hint: ignored where THP is off
+    return reinterpret_cast<void*>(aligned);
+}
+
+/// Frees memory from `allocate_bytes(n)`.
+inline void deallocate_bytes(void* p, std::size_t n) noexcept
+{
+    if (n < huge_threshold) ::operator delete(p, std::align_val_t{buffer_alignment});
+    else ::munmap(p, mapped_size(n));
+}
+
 struct pool_state {
     explicit pool_state(std::size_t max_cached) : max_cached_bytes(max_cached) {}
     ~pool_state()
     {
         for (auto& l : free_lists)
-            for (void* p : l) ::operator delete(p, std::align_val_t{buffer_alignment});
+            for (void* p : l) deallocate_bytes(p, class_size(static_cast<std::size_t>(&l - free_lists.data())));
     }
 
     void* take(std::size_t cls)
@@ -69,7 +106,7 @@ struct pool_state {
             }
         }
         allocations.fetch_add(1, std::memory_order_relaxed);
-        return ::operator new(cls < class_count ? class_size(cls) : 0, std::align_val_t{buffer_alignment});
+        return allocate_bytes(cls < class_count ? class_size(cls) : 0);
     }
 
     void give(void* p, std::size_t cls, std::size_t bytes) noexcept
@@ -85,7 +122,7 @@ struct pool_state {
                 }
             }
         }
-        ::operator delete(p, std::align_val_t{buffer_alignment});
+        deallocate_bytes(p, bytes);
     }
 
     std::mutex mu;
@@ -202,7 +239,7 @@ public:
             b.data_ = static_cast<std::byte*>(state_->take(cls));
             b.capacity_ = detail::class_size(cls);
         } else {
-            b.data_ = static_cast<std::byte*>(::operator new(n, std::align_val_t{detail::buffer_alignment}));
+            b.data_ = static_cast<std::byte*>(detail::allocate_bytes(n));
             b.capacity_ = n;
         }
         b.cls_ = cls;
