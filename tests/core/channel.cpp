@@ -320,7 +320,7 @@ TEST_CASE("a buffer pool hands out page-aligned buffers of the asked size")
         }
     }
     // Beyond the largest class the pool allocates exactly, and does not keep the memory.
-    const std::size_t huge = (std::size_t{256} << 20) + 4096;
+    const std::size_t huge = (std::size_t{4} << 30) + 4096;  // address space only: never touched
     {
         auto b = pool.acquire(huge);
         CHECK(b.size() == huge);
@@ -328,6 +328,25 @@ TEST_CASE("a buffer pool hands out page-aligned buffers of the asked size")
         CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 4096 == 0);
     }
     CHECK(pool.cached_bytes() < huge);
+}
+
+TEST_CASE("a buffer pool maps large buffers 2 MiB-aligned, writable to the end, and reuses them")
+{
+    conveyor::buffer_pool pool;
+    const std::size_t n = (std::size_t{3} << 20) + 123;
+    const std::byte* first = nullptr;
+    {
+        auto b = pool.acquire(n);
+        REQUIRE(b.capacity() >= n);
+        CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % (std::size_t{2} << 20) == 0);
+        std::memset(b.data(), 0x5a, b.capacity());
+        CHECK(b.data()[b.capacity() - 1] == std::byte{0x5a});
+        first = b.data();
+    }
+    const auto allocations = pool.allocations();
+    auto again = pool.acquire(n);
+    CHECK(again.data() == first);
+    CHECK(pool.allocations() == allocations);
 }
 
 TEST_CASE("a buffer pool reuses released buffers instead of allocating")
