@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# s3_smoke_test.sh — a smoke test of conveyor-bench's S3 subcommands, run by ctest inside
+# tests/s3/server/with_s3_server.sh (s3rver behind the SigV4-checking proxy): s3-put
+# uploads a small generated file set, s3-get reads it back by prefix and by index, and the
+# counts and byte totals in their JSON lines must agree with the files.
+# usage: s3_smoke_test.sh CONVEYOR_BENCH
+set -euo pipefail
+bench=${1:?usage: s3_smoke_test.sh CONVEYOR_BENCH}
+: "${CONVEYOR_TEST_S3_ENDPOINT:?run inside tests/s3/server/with_s3_server.sh}"
+export AWS_ACCESS_KEY_ID=$CONVEYOR_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CONVEYOR_TEST_S3_SECRET_KEY
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$bench" gen-files --dir "$work/files" --count 60 --classes 3 --mean-bytes 20000 --write-index "$work/index.json" 2>/dev/null
+files=$(find "$work/files" -type f | wc -l)
+bytes=$(find "$work/files" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+common=(--endpoint "$CONVEYOR_TEST_S3_ENDPOINT" --bucket "$CONVEYOR_TEST_S3_BUCKET" --region "$CONVEYOR_TEST_S3_REGION")
+
+field() { # field NAME JSON-LINE
+  /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[2])[sys.argv[1]])' "$1" "$2"
+}
+check() { # check WHAT JSON-LINE
+  local objects got_bytes errors
+  objects=$(field objects "$2"); got_bytes=$(field bytes "$2"); errors=$(field errors "$2")
+  if [[ "$objects" != "$files" || "$got_bytes" != "$bytes" || "$errors" != 0 ]]; then
+    echo "s3_smoke_test: $1: $objects objects, $got_bytes bytes, $errors errors; expected $files objects, $bytes bytes, 0 errors" >&2
+    echo "$2" >&2
+    exit 1
+  fi
+  echo "s3_smoke_test: $1 ok ($objects objects, $got_bytes bytes)"
+}
+
+put=$("$bench" s3-put "${common[@]}" --dir "$work/files" --prefix smoke/ --concurrency 8)
+check s3-put "$put"
+get=$("$bench" s3-get "${common[@]}" --prefix smoke/ --concurrency 16)
+check "s3-get --prefix" "$get"
+get=$("$bench" s3-get "${common[@]}" --index "$work/index.json" --prefix smoke/ --concurrency 16 --ordered)
+check "s3-get --index" "$get"
+# A key that does not exist: counted as an error, and the exit status says so.
+echo '["smoke/no-such-key"]' > "$work/missing.json"
+if "$bench" s3-get "${common[@]}" --index "$work/missing.json" --attempts 1 >"$work/missing.out" 2>"$work/missing.err"; then
+  echo "s3_smoke_test: s3-get of a missing key exited 0" >&2
+  exit 1
+fi
+grep -q "NoSuchKey" "$work/missing.err" || { echo "s3_smoke_test: no NoSuchKey in s3-get's error output:" >&2; cat "$work/missing.err" >&2; exit 1; }
+echo "s3_smoke_test: missing key reported ok"
