@@ -356,6 +356,50 @@ private:
     std::uint64_t next_hook_ = 0;
 };
 
+
+namespace detail {
+
+/** Closes a source's stream when the last of its workers ends, however it ends. Each
+    worker holds one; `left` starts at the number of workers. */
+template <class T>
+struct last_worker_closes {
+    std::atomic<std::size_t>& left;
+    channel<T>& out;
+    ~last_worker_closes()
+    {
+        if (left.fetch_sub(1) == 1) out.close();
+    }
+};
+
+/** What a source worker does with item `i` that could not be read: fail the run (naming
+    `stage` and `key`), or count it, log `what`, and leave its place in an ordered stream
+    empty. Completes with whether the worker should go on. */
+template <class T>
+asio::awaitable<bool> source_item_failed(run_context& ctx, channel<T>& out, on_error errors, bool ordered, std::uint64_t i,
+                                         std::exception_ptr e, std::string_view what, std::string_view stage, std::string_view key)
+{
+    if (errors == on_error::fail) {
+        // Fail the run before the worker's exit can close the stream: closing first would
+        // let the consumer see a clean end and lose the error.
+        ctx.fail(std::move(e), stage, key);
+        co_return false;
+    }
+    ctx.note_skip(what);
+    if (ordered) co_return co_await out.skip_at(i);
+    co_return true;
+}
+
+/// Sends item `i` of a source: in its place (ordered) or as it comes. Completes with
+/// whether anyone still listens.
+template <class T>
+asio::awaitable<bool> source_deliver(channel<T>& out, bool ordered, std::uint64_t i, T item)
+{
+    if (ordered) co_return co_await out.send_at(i, std::move(item));
+    co_return co_await out.send(std::move(item));
+}
+
+} // namespace detail
+
 inline void runtime::cancel_all_runs()
 {
     std::vector<std::shared_ptr<run_context>> live;

@@ -188,14 +188,7 @@ struct source_state {
 inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std::shared_ptr<source_state> st,
                                            std::shared_ptr<conveyor::detail::channel<blob>> out, read_env env)
 {
-    struct last_closes {
-        source_state& st;
-        conveyor::detail::channel<blob>& out;
-        ~last_closes()
-        {
-            if (st.workers_left.fetch_sub(1) == 1) out.close();
-        }
-    } closer{*st, *out};
+    conveyor::detail::last_worker_closes<blob> closer{st->workers_left, *out};
 
     const listing& l = *st->files;
     const auto& o = st->opts;
@@ -209,21 +202,13 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
         if (ec) {
             if (ctx->stopping()) co_return;
             auto err = read_error(ec, l, i, detail);
-            if (o.errors == on_error::fail) {
-                // Fail the run before this worker's exit can close the stream: closing first
-                // would let the consumer see a clean end and lose the error.
-                ctx->fail(std::make_exception_ptr(err), "files", l.entries[i].path);
+            if (!co_await conveyor::detail::source_item_failed(*ctx, *out, o.errors, o.ordered, i, std::make_exception_ptr(err), err.what(),
+                                                               "files", l.entries[i].path))
                 co_return;
-            }
-            ctx->note_skip(err.what());
-            if (o.ordered && !co_await out->skip_at(i)) co_return;
             continue;
         }
         if (o.on_read) o.on_read(b, std::chrono::steady_clock::now() - t0);
-        bool listening;
-        if (o.ordered) listening = co_await out->send_at(i, std::move(b));
-        else listening = co_await out->send(std::move(b));
-        if (!listening) co_return;
+        if (!co_await conveyor::detail::source_deliver(*out, o.ordered, i, std::move(b))) co_return;
     }
 }
 

@@ -124,14 +124,7 @@ struct source_state {
 inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std::shared_ptr<source_state> st,
                                            std::shared_ptr<conveyor::detail::channel<blob>> out)
 {
-    struct last_closes {
-        source_state& st;
-        conveyor::detail::channel<blob>& out;
-        ~last_closes()
-        {
-            if (st.workers_left.fetch_sub(1) == 1) out.close();
-        }
-    } closer{*st, *out};
+    conveyor::detail::last_worker_closes<blob> closer{st->workers_left, *out};
 
     const object_list& l = *st->list;
     const auto& o = st->opts;
@@ -150,10 +143,6 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
         }
         if (failed) {
             if (ctx->stopping()) co_return;
-            if (o.errors == on_error::fail) {
-                ctx->fail(failed, "s3", obj.key);
-                co_return;
-            }
             std::string what = "s3: " + obj.key;
             try {
                 std::rethrow_exception(failed);
@@ -161,16 +150,12 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
                 what = x.what();
             } catch (...) {
             }
-            ctx->note_skip(what);
-            if (o.ordered && !co_await out->skip_at(i)) co_return;
+            if (!co_await conveyor::detail::source_item_failed(*ctx, *out, o.errors, o.ordered, i, failed, what, "s3", obj.key)) co_return;
             continue;
         }
         blob b{obj.key, std::move(data), object_uri(cs.cfg, l.bucket, obj.key), -1, i};
         if (o.on_read) o.on_read(b, std::chrono::steady_clock::now() - t0);
-        bool listening;
-        if (o.ordered) listening = co_await out->send_at(i, std::move(b));
-        else listening = co_await out->send(std::move(b));
-        if (!listening) co_return;
+        if (!co_await conveyor::detail::source_deliver(*out, o.ordered, i, std::move(b))) co_return;
     }
 }
 
