@@ -320,6 +320,30 @@ result send_on(cv::runtime& rt, ch::client& c, const ch::request& req, std::size
 
 std::error_code std_code(asio::error::basic_errors e) { return cv::to_std_error(e); }
 
+ch::endpoint at(std::string host, std::uint16_t port)
+{
+    ch::endpoint ep;
+    ep.host = std::move(host);
+    ep.port = port;
+    return ep;
+}
+
+/// A listening socket with a backlog of one connection, and that one taken: the kernel
+/// drops further SYNs, so a connect to it hangs until its deadline.
+struct full_listener {
+    asio::io_context io;
+    tcp::acceptor acceptor{io};
+    tcp::socket filler{io};
+    full_listener()
+    {
+        acceptor.open(tcp::v4());
+        acceptor.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+        acceptor.listen(0);
+        filler.connect(acceptor.local_endpoint());
+    }
+    std::uint16_t port() const { return acceptor.local_endpoint().port(); }
+};
+
 } // namespace
 
 // =======================================================================================
@@ -842,22 +866,11 @@ TEST_CASE("http client reports total_timeout, also while waiting for a connectio
 
 TEST_CASE("http client reports connect_timeout when the server does not accept")
 {
-    // A listening socket with a backlog of one connection, and that one taken: the kernel
-    // drops further SYNs, so a connect hangs until its deadline.
-    asio::io_context io;
-    tcp::acceptor full(io);
-    full.open(tcp::v4());
-    full.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    full.listen(0);
-    tcp::socket filler(io);
-    filler.connect(full.local_endpoint());
-
+    full_listener full;
     cv::runtime rt(two_lanes());
     auto o = quick();
     o.timeouts.connect = 200ms;
-    ch::endpoint ep;
-    ep.host = "127.0.0.1";
-    ep.port = full.local_endpoint().port();
+    const auto ep = at("127.0.0.1", full.port());
     ch::client c(rt, ep, o);
     auto [ec, resp] = send_on(rt, c, get("/"));
     CHECK_MESSAGE(ec == ch::errc::connect_timeout, ec.message());
@@ -874,10 +887,7 @@ TEST_CASE("http client reports a closed port as connection_refused, a transient 
         port = a.local_endpoint().port();
     }
     cv::runtime rt(two_lanes());
-    ch::endpoint ep;
-    ep.host = "127.0.0.1";
-    ep.port = port;
-    ch::client c(rt, ep, quick());
+    ch::client c(rt, at("127.0.0.1", port), quick());
     auto [ec, resp] = send_on(rt, c, get("/"));
     CHECK_MESSAGE(ec == std::errc::connection_refused, ec.message());
     CHECK(ch::is_transient(ec));
@@ -889,10 +899,7 @@ TEST_CASE("http client reports a closed port as connection_refused, a transient 
 TEST_CASE("http client reports an unknown host as a final error")
 {
     cv::runtime rt(two_lanes());
-    ch::endpoint ep;
-    ep.host = "no-such-host.invalid";
-    ep.port = 80;
-    ch::client c(rt, ep, quick());
+    ch::client c(rt, at("no-such-host.invalid", 80), quick());
     auto [ec, resp] = send_on(rt, c, get("/"));
     CHECK(ec);
     MESSAGE("unknown host: ", ec.message());
@@ -942,20 +949,11 @@ TEST_CASE("http client aborts an in-flight request when its cancellation slot is
 
 TEST_CASE("http client aborts a connect in progress when cancelled")
 {
-    asio::io_context io;
-    tcp::acceptor full(io);
-    full.open(tcp::v4());
-    full.bind(tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    full.listen(0);
-    tcp::socket filler(io);
-    filler.connect(full.local_endpoint()); // the backlog is full: connects hang
-
+    full_listener full;
     cv::runtime rt(two_lanes());
     auto o = quick();
     o.timeouts.connect = 60'000ms;
-    ch::endpoint ep;
-    ep.host = "127.0.0.1";
-    ep.port = full.local_endpoint().port();
+    const auto ep = at("127.0.0.1", full.port());
     ch::client c(rt, ep, o);
     const auto req = get("/");
     asio::cancellation_signal sig;
