@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -613,7 +614,16 @@ public:
     template <class T>
     T run(asio::awaitable<T> a) const
     {
-        return asio::co_spawn(s_->rt.next_io_executor(), std::move(a), asio::use_future).get();
+        // Not `use_future` nor a std::promise: both leave a reference to an exception on the
+        // I/O thread, released there while the caller reads the exception (a race that
+        // ThreadSanitizer reports, as libstdc++'s reference count is invisible to it). Here
+        // the exception is moved across under a mutex and released by the caller.
+        handoff<T> h;
+        asio::co_spawn(s_->rt.next_io_executor(), fulfil(std::move(a), h), asio::detached);
+        std::unique_lock lk(h.mu);
+        h.cv.wait(lk, [&] { return h.ready; });
+        if (h.failed) std::rethrow_exception(std::move(h.failed));
+        return std::move(*h.value);
     }
 
     client_stats stats() const noexcept
@@ -625,6 +635,32 @@ public:
     const std::shared_ptr<detail::client_state>& state() const noexcept { return s_; }
 
 private:
+    template <class T>
+    struct handoff {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool ready = false;
+        std::optional<T> value;
+        std::exception_ptr failed;
+    };
+
+    template <class T>
+    static asio::awaitable<void> fulfil(asio::awaitable<T> a, handoff<T>& h)
+    {
+        std::optional<T> value;
+        std::exception_ptr failed;
+        try {
+            value.emplace(co_await std::move(a));
+        } catch (...) {
+            failed = std::current_exception();
+        }
+        std::lock_guard lk(h.mu);
+        h.value = std::move(value);
+        h.failed = std::move(failed);
+        h.ready = true;
+        h.cv.notify_one();
+    }
+
     // Each operation runs on one of the runtime's I/O threads, where the connection pools
     // are; a caller elsewhere hops there and back. (These are plain functions with named
     // parameters, not lambdas handed to a coroutine: GCC 12 destroys a closure passed by
