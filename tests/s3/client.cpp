@@ -294,3 +294,20 @@ TEST_CASE("a presigned URL fetches the object without other credentials")
     CHECK(resp.status == 200);
     CHECK(resp.body.view() == body);
 }
+
+TEST_CASE("a blocking S3 call on one of the runtime's I/O threads is refused, not a hang")
+{
+    auto c = make_client();
+    auto code = asio::co_spawn(rt().io_executor(0),
+                               [c]() -> asio::awaitable<std::error_code> {
+                                   try {
+                                       (void)c.run(c.head(bucket(), "client/roundtrip.bin"));
+                                   } catch (const cv::error& e) {
+                                       co_return e.code();
+                                   }
+                                   co_return std::error_code{};
+                               },
+                               asio::use_future)
+                    .get();
+    CHECK(code == std::errc::operation_not_permitted);
+}

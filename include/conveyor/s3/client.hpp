@@ -610,7 +610,8 @@ public:
         return do_put(s_, std::move(bucket), std::move(key), data, std::move(content_type));
     }
 
-    /// Runs one of the awaitables above to completion from a plain (non-I/O) thread.
+    /// Runs one of the awaitables above to completion from a plain (non-I/O) thread; on one
+    /// of the runtime's I/O threads it throws (`std::errc::operation_not_permitted`).
     template <class T>
     T run(asio::awaitable<T> a) const
     {
@@ -618,6 +619,12 @@ public:
         // I/O thread, released there while the caller reads the exception (a race that
         // ThreadSanitizer reports, as libstdc++'s reference count is invisible to it). Here
         // the exception is moved across under a mutex and released by the caller.
+        // Blocking one of the runtime's I/O threads on work that may need that very thread
+        // would hang: refuse instead.
+        if (s_->on_lane())
+            throw conveyor::error(std::make_error_code(std::errc::operation_not_permitted),
+                                  {.stage = "s3", .detail = "client::run (or a blocking S3 call built on it) was called on one of the "
+                                                            "runtime's I/O threads; co_await the operation there instead"});
         handoff<T> h;
         asio::co_spawn(s_->rt.next_io_executor(), fulfil(std::move(a), h), asio::detached);
         std::unique_lock lk(h.mu);
