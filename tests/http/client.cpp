@@ -344,6 +344,22 @@ struct full_listener {
     std::uint16_t port() const { return acceptor.local_endpoint().port(); }
 };
 
+/// Sends GET /0 .. GET /(n-1) at once over both lanes of `rt` to a server that echoes the
+/// target, and checks every answer.
+void echo_many(cv::runtime& rt, ch::client& c, int n, const char* what)
+{
+    std::vector<ch::request> reqs;
+    for (int i = 0; i < n; ++i) reqs.push_back(get("/" + std::to_string(i)));
+    std::vector<std::future<result>> fs;
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.send(reqs[i]), asio::use_future));
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+        auto [ec, resp] = wait_for(fs[i], what);
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == reqs[i].target);
+    }
+}
+
 } // namespace
 
 // =======================================================================================
@@ -525,16 +541,7 @@ TEST_CASE("http client keeps each lane within its share of max_connections")
     o.max_connections = 4; // two per lane
     ch::client c(rt, srv.endpoint(), o);
 
-    std::vector<ch::request> reqs;
-    for (int i = 0; i < 60; ++i) reqs.push_back(get("/" + std::to_string(i)));
-    std::vector<std::future<result>> fs;
-    for (std::size_t i = 0; i < reqs.size(); ++i)
-        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.send(reqs[i]), asio::use_future));
-    for (std::size_t i = 0; i < fs.size(); ++i) {
-        auto [ec, resp] = wait_for(fs[i], "request under max_connections");
-        REQUIRE_MESSAGE(!ec, ec.message());
-        CHECK(resp.body.view() == reqs[i].target);
-    }
+    echo_many(rt, c, 60, "request under max_connections");
     CHECK(srv.peak() <= 4);
     CHECK(srv.accepts() <= 4);
     CHECK(c.stats().connections_opened == static_cast<std::uint64_t>(srv.accepts()));
@@ -911,16 +918,7 @@ TEST_CASE("http client resolves a host name, shared by the first requests on a l
     test_server srv(echo_target);
     cv::runtime rt(two_lanes());
     ch::client c(rt, srv.endpoint("localhost"), quick());
-    std::vector<ch::request> reqs;
-    for (int i = 0; i < 20; ++i) reqs.push_back(get("/" + std::to_string(i)));
-    std::vector<std::future<result>> fs;
-    for (std::size_t i = 0; i < reqs.size(); ++i)
-        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.send(reqs[i]), asio::use_future));
-    for (std::size_t i = 0; i < fs.size(); ++i) {
-        auto [ec, resp] = wait_for(fs[i], "request to localhost");
-        REQUIRE_MESSAGE(!ec, ec.message());
-        CHECK(resp.body.view() == reqs[i].target);
-    }
+    echo_many(rt, c, 20, "request to localhost");
     CHECK(srv.last_fields()[bhttp::field::host] == "localhost:" + std::to_string(srv.port()));
 }
 

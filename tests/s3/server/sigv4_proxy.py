@@ -91,6 +91,16 @@ class S3Error(Exception):
         self.log_detail = None
 
 
+def check_content_sha256(body, content_sha):
+    """Raises S3's 400 XAmzContentSHA256Mismatch when the body's SHA-256 is not the one signed."""
+    actual = hashlib.sha256(body).hexdigest()
+    if actual != content_sha.lower():
+        raise S3Error(400, "XAmzContentSHA256Mismatch",
+                      "The provided 'x-amz-content-sha256' header does not match what "
+                      "was computed.", ClientComputedContentSHA256=content_sha,
+                      S3ComputedContentSHA256=actual)
+
+
 class BadFraming(Exception):
     """The request's body framing cannot be parsed; the connection must be closed."""
 
@@ -354,12 +364,7 @@ class Verifier:
         self._check_token(ident, headers.get("x-amz-security-token"))
 
         if content_sha != UNSIGNED_PAYLOAD:
-            actual = hashlib.sha256(body).hexdigest()
-            if actual != content_sha.lower():
-                raise S3Error(400, "XAmzContentSHA256Mismatch",
-                              "The provided 'x-amz-content-sha256' header does not match what "
-                              "was computed.", ClientComputedContentSHA256=content_sha,
-                              S3ComputedContentSHA256=actual)
+            check_content_sha256(body, content_sha)
         return {"mode": "header", "access_key": access_key, "content_sha256": content_sha}
 
     def _verify_query(self, method, path, query_pairs, headers, body, now):
@@ -417,12 +422,7 @@ class Verifier:
         self._check_token(ident, params.get("X-Amz-Security-Token"))
         content_sha = headers.get("x-amz-content-sha256")
         if content_sha and "x-amz-content-sha256" in names and content_sha != UNSIGNED_PAYLOAD:
-            actual = hashlib.sha256(body).hexdigest()
-            if actual != content_sha.lower():
-                raise S3Error(400, "XAmzContentSHA256Mismatch",
-                              "The provided 'x-amz-content-sha256' header does not match what "
-                              "was computed.", ClientComputedContentSHA256=content_sha,
-                              S3ComputedContentSHA256=actual)
+            check_content_sha256(body, content_sha)
         return {"mode": "query", "access_key": access_key, "content_sha256": UNSIGNED_PAYLOAD}
 
 
