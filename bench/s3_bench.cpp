@@ -215,10 +215,8 @@ std::function<int()> add_s3_subcommands(CLI::App& app)
     auto put = std::make_shared<s3_args>();
     auto* g = app.add_subcommand("s3-get", "GET every object of a prefix or an index through conveyor's S3 source");
     add_common(*g, *get);
-    auto* p = g->add_option("--prefix", get->prefix, "list and read every object under this prefix (with --index: put before each key)");
-    auto* i = g->add_option("--index", get->index, "index: a JSON array of keys, a local file or s3://bucket/key");
-    (void)p;
-    (void)i;
+    g->add_option("--prefix", get->prefix, "list and read every object under this prefix (with --index: put before each key)");
+    g->add_option("--index", get->index, "index: a JSON array of keys, a local file or s3://bucket/key");
     g->add_option("--limit", get->limit, "read only the first N objects (0: all)")->capture_default_str();
     g->add_option("--part-size", get->part_size, "objects larger than this come in parallel ranged parts (0: never)")->capture_default_str();
     g->add_option("--parts-in-flight", get->parts_in_flight, "ranged parts of one object in flight")->capture_default_str();

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -127,6 +128,16 @@ public:
     io_executor_type io_executor(std::size_t lane) { return lanes_.at(lane)->ctx.get_executor(); }
     /// The lanes in turn: spreads pipelines over the I/O threads.
     io_executor_type next_io_executor() { return io_executor(next_lane_++ % lanes_.size()); }
+
+    /// The index of this runtime's I/O thread that the caller runs on, if it runs on one.
+    std::optional<std::size_t> current_io_lane() const noexcept
+    {
+        const int lane = detail::current_lane;
+        if (lane < 0 || static_cast<std::size_t>(lane) >= lanes_.size()) return std::nullopt;
+        const auto i = static_cast<std::size_t>(lane);
+        if (!lanes_[i]->ctx.get_executor().running_in_this_thread()) return std::nullopt;
+        return i;
+    }
 
     pool_executor_type compute_executor() { return compute_.get_executor(); }
 

@@ -306,10 +306,7 @@ public:
     [[nodiscard]] asio::awaitable<blob> get(std::size_t i)
     {
         check_index(i);
-        const int lane = conveyor::detail::current_lane;
-        if (lane >= 0 && static_cast<std::size_t>(lane) < rt_.io_lanes() &&
-            rt_.io_context(static_cast<std::size_t>(lane)).get_executor().running_in_this_thread())
-            co_return co_await read_here(static_cast<std::size_t>(lane), i);
+        if (const auto lane = rt_.current_io_lane()) co_return co_await read_here(*lane, i);
         const std::size_t target = next_lane_++ % rt_.io_lanes();
         co_return co_await asio::co_spawn(rt_.io_executor(target), read_here(target, i), asio::use_awaitable);
     }

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -152,6 +153,13 @@ inline std::uint64_t jitter_draw(std::uint64_t bound_ms)
     return std::uniform_int_distribution<std::uint64_t>(0, bound_ms)(gen);
 }
 
+// A whole decimal number, nothing else (no sign, no spaces).
+inline bool parse_decimal(std::string_view s, std::uint64_t& out)
+{
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return !s.empty() && ec == std::errc{} && end == s.data() + s.size();
+}
+
 // "bytes 0-8388607/1073741824" → (first, last, total); total -1 for "*".
 inline bool parse_content_range(std::string_view v, std::uint64_t& first, std::uint64_t& last, std::int64_t& total)
 {
@@ -159,23 +167,15 @@ inline bool parse_content_range(std::string_view v, std::uint64_t& first, std::u
     v.remove_prefix(6);
     auto dash = v.find('-'), slash = v.find('/');
     if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) return false;
-    auto num = [](std::string_view s, std::uint64_t& out) {
-        if (s.empty()) return false;
-        out = 0;
-        for (char c : s) {
-            if (c < '0' || c > '9') return false;
-            out = out * 10 + static_cast<std::uint64_t>(c - '0');
-        }
-        return true;
-    };
-    if (!num(v.substr(0, dash), first) || !num(v.substr(dash + 1, slash - dash - 1), last) || last < first) return false;
+    if (!parse_decimal(v.substr(0, dash), first) || !parse_decimal(v.substr(dash + 1, slash - dash - 1), last) || last < first)
+        return false;
     auto t = v.substr(slash + 1);
     if (t == "*") {
         total = -1;
         return true;
     }
     std::uint64_t tt;
-    if (!num(t, tt)) return false;
+    if (!parse_decimal(t, tt)) return false;
     total = static_cast<std::int64_t>(tt);
     return true;
 }
@@ -221,12 +221,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
         return *it->second;
     }
 
-    bool on_lane() const
-    {
-        const int lane = conveyor::detail::current_lane;
-        return lane >= 0 && static_cast<std::size_t>(lane) < rt.io_lanes() &&
-               rt.io_context(static_cast<std::size_t>(lane)).get_executor().running_in_this_thread();
-    }
+    bool on_lane() const { return rt.current_io_lane().has_value(); }
 
     request_error failure(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
     {
@@ -391,12 +386,10 @@ struct client_state : std::enable_shared_from_this<client_state> {
         auto resp = co_await execute(o);
         object_info info;
         info.key = std::string(key);
-        const auto len = resp.headers[boost::beast::http::field::content_length];
+        const std::string_view len = resp.headers[boost::beast::http::field::content_length];
         std::uint64_t n = 0;
-        for (char c : len) {
-            if (c < '0' || c > '9') throw bad(bucket, key, "HeadObject reply has Content-Length '" + std::string(len) + "'");
-            n = n * 10 + static_cast<std::uint64_t>(c - '0');
-        }
+        if (!len.empty() && !parse_decimal(len, n))
+            throw bad(bucket, key, "HeadObject reply has Content-Length '" + std::string(len) + "'");
         info.size = len.empty() ? -1 : static_cast<std::int64_t>(n);
         info.etag = std::string(resp.headers["ETag"]);
         info.last_modified = std::string(resp.headers["Last-Modified"]);

@@ -61,6 +61,14 @@ struct source_options {
 
 namespace detail {
 
+// The list of `keys` in `bucket`, each with `prefix` put before it.
+inline object_list prefixed(std::string bucket, std::vector<std::string> keys, std::string_view prefix)
+{
+    if (!prefix.empty())
+        for (auto& k : keys) k.insert(0, prefix);
+    return object_list::from_keys(std::move(bucket), keys);
+}
+
 inline std::vector<std::string> parse_index_json(std::string_view text, std::string_view where)
 {
     auto fail = [&](std::string why) {
@@ -188,10 +196,7 @@ inline object_list read_index(std::string bucket, const std::string& path, std::
                               {.stage = "s3 index", .where = path, .detail = "cannot open the index file"});
     std::stringstream ss;
     ss << in.rdbuf();
-    auto keys = detail::parse_index_json(ss.str(), path);
-    if (!prefix.empty())
-        for (auto& k : keys) k.insert(0, prefix);
-    return object_list::from_keys(std::move(bucket), keys);
+    return detail::prefixed(std::move(bucket), detail::parse_index_json(ss.str(), path), prefix);
 }
 
 /** Reads an index kept in the bucket itself (`s3://bucket/path/index.json`): the keys in
@@ -200,10 +205,7 @@ inline object_list read_index(const client& c, std::string_view index_url, std::
 {
     auto u = parse_s3_url(index_url);
     buffer b = c.run(c.get(u.bucket, u.key));
-    auto keys = detail::parse_index_json(b.view(), index_url);
-    if (!prefix.empty())
-        for (auto& k : keys) k.insert(0, prefix);
-    return object_list::from_keys(std::move(u.bucket), keys);
+    return detail::prefixed(std::move(u.bucket), detail::parse_index_json(b.view(), index_url), prefix);
 }
 
 /** The S3 source: GETs every object of a list, many at once, as blobs (key = object key,
@@ -225,7 +227,6 @@ inline pipeline<blob> objects(client c, std::shared_ptr<const object_list> list,
     if (!list) list = std::make_shared<const object_list>();
     if (o.concurrency == 0) o.concurrency = 1;
     return pipeline<blob>([c = std::move(c), list, o](const std::shared_ptr<run_context>& ctx) {
-        runtime& rt = ctx->rt();
         auto st = std::make_shared<detail::source_state>(c, list, o);
         const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(o.concurrency, list->size()));
         st->workers_left = workers;
@@ -234,7 +235,6 @@ inline pipeline<blob> objects(client c, std::shared_ptr<const object_list> list,
         runtime& crt = c.rt();
         for (std::size_t w = 0; w < workers; ++w)
             ctx->spawn(crt.io_executor(w % crt.io_lanes()), detail::source_worker(ctx, st, out), "s3");
-        (void)rt;
         return stream<blob>(ctx, out);
     });
 }

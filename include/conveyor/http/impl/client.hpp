@@ -424,8 +424,8 @@ inline client::~client()
 
 inline asio::awaitable<std::pair<std::error_code, response>> client::send(const request& req)
 {
-    const int lane = ::conveyor::detail::current_lane;
-    if (lane < 0 || static_cast<std::size_t>(lane) >= lanes_.size() || !lanes_[static_cast<std::size_t>(lane)]->ex.running_in_this_thread())
+    const auto lane = rt_->current_io_lane();
+    if (!lane)
         co_return std::pair<std::error_code, response>{std::make_error_code(std::errc::operation_not_permitted), response{}};
 
     // Cancellation is reported as operation_aborted, never thrown at an inner co_await;
@@ -435,7 +435,7 @@ inline asio::awaitable<std::pair<std::error_code, response>> client::send(const 
     std::pair<std::error_code, response> out;
     std::exception_ptr unexpected;
     try {
-        out = co_await perform(*lanes_[static_cast<std::size_t>(lane)], req);
+        out = co_await perform(*lanes_[*lane], req);
     } catch (const std::bad_alloc&) {
         out = {std::make_error_code(std::errc::not_enough_memory), response{}};
     } catch (const boost::system::system_error& e) {
