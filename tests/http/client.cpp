@@ -395,10 +395,10 @@ TEST_CASE("http client serves requests waiting for a connection in arrival order
     CHECK(srv.accepts() == 1);
 }
 
-TEST_CASE("http client sends a request again on a new connection when the server closed the kept-alive one")
+TEST_CASE("http client does not reuse a kept-alive connection the server closed while it was idle")
 {
     // Every connection answers one request and closes, without saying so: the client keeps
-    // it, and finds it closed when it next uses it.
+    // it, and finds it closed (its FIN waiting) before it uses it again.
     test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
         co_await p.write(reply(200, std::string(req.target())));
         co_return false;
@@ -414,10 +414,118 @@ TEST_CASE("http client sends a request again on a new connection when the server
     CHECK(r2.body.view() == "/second");
     CHECK_FALSE(r2.reused_connection); // answered on the new connection
     const auto s = c.stats();
-    CHECK(s.stale_retries == 1);
+    CHECK(s.discarded == 1);
+    CHECK(s.stale_retries == 0); // found before the request was sent
     CHECK(s.connections_opened == 2);
     CHECK(s.requests == 2);
     CHECK(srv.accepts() == 2);
+}
+
+TEST_CASE("http client sends a request again on a new connection when the server closes the kept-alive one on it")
+{
+    // Every connection answers one request, and closes when the next arrives (as a server
+    // does whose idle timeout strikes as the request crosses the wire).
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t nth) -> asio::awaitable<bool> {
+        if (nth > 0) co_return false;
+        co_return co_await p.write(reply(200, std::string(req.target())));
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec1, r1] = send_on(rt, c, get("/first"));
+    REQUIRE_MESSAGE(!ec1, ec1.message());
+
+    auto [ec2, r2] = send_on(rt, c, get("/second"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(r2.body.view() == "/second");
+    CHECK_FALSE(r2.reused_connection); // answered on the new connection
+    const auto s = c.stats();
+    CHECK(s.stale_retries == 1);
+    CHECK(s.discarded == 0);
+    CHECK(s.connections_opened == 2);
+    CHECK(s.requests == 2);
+    CHECK(srv.accepts() == 2);
+}
+
+TEST_CASE("http client does not take a reply the server sent unasked on an idle connection for the next one")
+{
+    // Some servers, when they drop an idle kept-alive connection, first send 408 Request
+    // Timeout with Connection: close. Here that comes 100 ms after each reply, and the client
+    // waits 300 ms between requests: the 408 is waiting on every connection it would reuse.
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (!co_await p.write(reply(200, std::string(req.target())))) co_return false;
+        co_await p.pause(100ms);
+        co_await p.write(reply(408, "idle too long", "Connection: close\r\n"));
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    int ok = 0;
+    for (int i = 0; i < 8; ++i) {
+        if (i > 0) std::this_thread::sleep_for(300ms);
+        const std::string target = "/" + std::to_string(i);
+        auto [ec, resp] = send_on(rt, c, get(target));
+        CAPTURE(i);
+        CHECK_MESSAGE(!ec, ec.message());
+        CHECK(resp.status == 200);
+        CHECK(resp.body.view() == target);
+        ok += !ec && resp.status == 200;
+    }
+    CHECK(ok == 8);
+    CHECK(srv.requests() == 8); // no request went to a connection the server had dropped
+    CHECK(c.stats().discarded + c.stats().stale_retries == 7);
+}
+
+TEST_CASE("http client sends a request again on a fresh connection when a kept-alive one answers 408")
+{
+    // The 408 may also cross the request on the wire: the client has already checked the
+    // connection and sent the request when it arrives. Here every connection answers its
+    // second request that way.
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t nth) -> asio::awaitable<bool> {
+        if (nth == 0) co_return co_await p.write(reply(200, std::string(req.target())));
+        co_await p.write(reply(408, "idle too long", "Connection: close\r\n"));
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (int i = 0; i < 4; ++i) {
+        const std::string target = "/" + std::to_string(i);
+        auto [ec, resp] = send_on(rt, c, get(target));
+        CAPTURE(i);
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.status == 200);
+        CHECK(resp.body.view() == target);
+        CHECK_FALSE(resp.reused_connection);
+    }
+    CHECK(c.stats().stale_retries == 3);
+    CHECK(c.stats().requests == 4);
+}
+
+TEST_CASE("http client does not reuse a connection the server half-closed, nor one with bytes past the reply")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/half-close") {
+            co_await p.write(reply(200, "half"));
+            p.shutdown_send(); // and go on reading: the connection is half-closed
+            co_return true;
+        }
+        // A reply and, in the same write, bytes that belong to no request.
+        co_return co_await p.write(reply(200, "extra") + "HTTP/1.1 200 Status\r\n");
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    auto [ec1, r1] = send_on(rt, c, get("/half-close"));
+    REQUIRE_MESSAGE(!ec1, ec1.message());
+    std::this_thread::sleep_for(50ms); // the FIN arrives
+    auto [ec2, r2] = send_on(rt, c, get("/extra"));
+    REQUIRE_MESSAGE(!ec2, ec2.message());
+    CHECK(r2.body.view() == "extra");
+    CHECK_FALSE(r2.reused_connection);
+    CHECK(c.stats().stale_retries == 0); // found before the request was sent, not after
+    CHECK(c.stats().discarded == 1);
+    auto [ec3, r3] = send_on(rt, c, get("/extra"));
+    REQUIRE_MESSAGE(!ec3, ec3.message());
+    CHECK_FALSE(r3.reused_connection);
+    CHECK(srv.accepts() == 3);
 }
 
 TEST_CASE("http client reports a server that closes without responding as stale_connection")

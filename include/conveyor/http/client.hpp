@@ -106,10 +106,15 @@ struct response {
     Connections are kept alive and pooled per lane: each I/O thread of the runtime has its
     own idle list and its own share of `max_connections`, touched only from that thread,
     so no request takes a lock. A connection goes back to its pool only when its response
-    was read completely and the server allows keep-alive; any error, timeout or
-    cancellation closes it. When a request on a kept-alive connection fails before any
-    byte of a response arrives (the server closed the idle connection), it is sent again
-    at once on a new connection, once.
+    was read completely, nothing came after it, and the server allows keep-alive; any
+    error, timeout or cancellation closes it. Before a kept-alive connection is used
+    again, a non-blocking peek makes sure nothing waits on it: a server that drops an idle
+    connection may first send a reply nobody asked for (`408 Request Timeout` with
+    `Connection: close`), or half-close it; such a connection is closed and another one
+    used. When a request on a kept-alive connection fails before any byte of its response
+    arrives (reset, end of stream), or is answered 408 (the server's farewell crossed the
+    request on the wire), it is sent again at once on a new connection, once, within the
+    same call of `send`.
 
     Response bodies are read into buffers from the runtime's pool (or into
     `request::body_into`): for a Content-Length body, the bytes that came with the header
@@ -155,8 +160,9 @@ public:
 
         @par Completion Signature
         `(std::error_code, response)`: on success the error is empty and the response
-        holds any status. On failure the response is empty and the error is one of
-        `errc` (timeouts, `body_truncated`, `body_too_large`, `stale_connection`), a
+        holds any status (a 408 on a fresh connection included). On failure the response is
+        empty and the error is one of `errc` (timeouts, `body_truncated`,
+        `body_too_large`, `stale_connection`), a
         system error (e.g. `connection_refused`), a resolver, TLS or HTTP parsing error,
         `asio::error::operation_aborted` when cancelled, or
         `std::errc::operation_not_permitted` off the I/O threads.
@@ -176,12 +182,14 @@ public:
         std::uint64_t requests;           ///< calls of `send` that reached the pool
         std::uint64_t reused;             ///< requests sent on a kept-alive connection
         std::uint64_t stale_retries;      ///< requests sent again after a kept-alive connection was found closed
+        std::uint64_t discarded;          ///< kept-alive connections closed instead of reused: bytes waited on them, or the server had closed its side
     };
     /// The counters (relaxed atomic reads: safe from any thread).
     counters stats() const noexcept
     {
         return {opened_.load(std::memory_order_relaxed), requests_.load(std::memory_order_relaxed),
-                reused_.load(std::memory_order_relaxed), stale_retries_.load(std::memory_order_relaxed)};
+                reused_.load(std::memory_order_relaxed), stale_retries_.load(std::memory_order_relaxed),
+                discarded_.load(std::memory_order_relaxed)};
     }
 
 private:
@@ -208,6 +216,7 @@ private:
     std::atomic<std::uint64_t> requests_{0};
     std::atomic<std::uint64_t> reused_{0};
     std::atomic<std::uint64_t> stale_retries_{0};
+    std::atomic<std::uint64_t> discarded_{0};
 };
 
 } // namespace conveyor::http

@@ -22,11 +22,15 @@
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/optional/optional.hpp>
 
+#include <openssl/bio.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <deque>
@@ -153,6 +157,24 @@ public:
     phase expired() const noexcept { return expired_; }
     /// Whether it may go back to the pool (no deadline struck, still open).
     bool usable() const noexcept { return expired_ == phase::none && socket().is_open(); }
+
+    /** Whether an idle kept-alive connection may carry another request: usable, and
+        nothing waits to be read on it. A server that drops an idle connection may first
+        send a reply nobody asked for (`408 Request Timeout`, `Connection: close`), which
+        would be read as the next request's; or it has closed its side (its FIN waits).
+        One non-blocking peek at the socket (`recv` with MSG_PEEK | MSG_DONTWAIT: 0 bytes
+        is the FIN, any byte is unasked for), and under TLS OpenSSL's buffers too. */
+    bool reusable() noexcept
+    {
+        if (!usable() || buf.size() != 0) return false;
+        if (tls_) {
+            SSL* ssl = tls_->native_handle();
+            if (SSL_pending(ssl) > 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) > 0) return false;
+        }
+        char byte;
+        const auto n = ::recv(socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
     void close() noexcept
     {
         boost::system::error_code ignored;
@@ -312,15 +334,24 @@ inline std::error_code failure(const connection& c, const asio::cancellation_sta
 }
 
 /** Takes a slot on `pool`: an idle connection, or the right to open one, or (at the
-    limit) a place in the queue until one of those is passed on. */
-inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, clock_type::time_point total)
+    limit) a place in the queue until one of those is passed on. Kept-alive connections
+    that are not `reusable` are closed on the way (counted in `discarded`): a request that
+    was handed one opens a new connection in its slot. */
+inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, clock_type::time_point total,
+                                                std::atomic<std::uint64_t>& discarded)
 {
-    if (!pool.idle.empty()) {
-        l.conn = std::move(pool.idle.back());
+    while (!pool.idle.empty()) {
+        auto c = std::move(pool.idle.back()); // the most recently used: the least likely to be stale
         pool.idle.pop_back();
-        l.reused = true;
-        l.pool = &pool;
-        co_return std::error_code{};
+        if (c->reusable()) {
+            l.conn = std::move(c);
+            l.reused = true;
+            l.pool = &pool;
+            co_return std::error_code{};
+        }
+        c->close();
+        discarded.fetch_add(1, std::memory_order_relaxed);
+        pool.drop();
     }
     if (pool.open < pool.limit) {
         ++pool.open;
@@ -340,11 +371,16 @@ inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, clock
     if (w.handed || w.may_open) {
         l.pool = &pool;
         l.conn = std::move(w.handed);
-        l.reused = static_cast<bool>(l.conn);
         if (cancelled(cs)) {
             l.keep = true; // give the connection, untouched, to the next in line
             co_return aborted();
         }
+        if (l.conn && !l.conn->reusable()) {
+            l.conn->close();
+            l.conn.reset();
+            discarded.fetch_add(1, std::memory_order_relaxed);
+        }
+        l.reused = static_cast<bool>(l.conn);
         co_return std::error_code{};
     }
     if (!ec) co_return make_error_code(errc::total_timeout);
@@ -463,7 +499,7 @@ inline asio::awaitable<std::pair<std::error_code, response>> client::perform(det
     const auto total = opts_.timeouts.total.count() > 0 ? detail::clock_type::now() + opts_.timeouts.total
                                                         : detail::clock_type::time_point::max();
     detail::lease l;
-    if ((ec = co_await detail::acquire(pool, l, total))) co_return out;
+    if ((ec = co_await detail::acquire(pool, l, total, discarded_))) co_return out;
 
     for (bool retried = false;;) {
         if (!l.conn) {
@@ -478,8 +514,8 @@ inline asio::awaitable<std::pair<std::error_code, response>> client::perform(det
         if (auto* t = c.tls()) ec = co_await exchange(*t, c, req, out.second, l.reused, stale, keep, total);
         else ec = co_await exchange(c.socket(), c, req, out.second, l.reused, stale, keep, total);
         if (ec && stale && !retried) {
-            // The server had closed the kept-alive connection: once more, on a new one, in
-            // the same slot.
+            // The server had closed (or was closing) the kept-alive connection: once more, on
+            // a new one, in the same slot.
             retried = true;
             stale_retries_.fetch_add(1, std::memory_order_relaxed);
             c.close();
@@ -693,6 +729,13 @@ asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection&
         }
         const unsigned status = parser->get().result_int();
         if (status >= 100 && status < 200 && status != 101) continue;
+        if (status == 408 && reused) {
+            // A server that drops an idle connection may send 408 first; here it crossed
+            // the request on the wire (the connection was clean when it was taken). Like
+            // browsers, take it for the server's farewell: the caller sends again.
+            stale = true;
+            co_return make_error_code(errc::stale_connection);
+        }
         break;
     }
     auto& p = *parser;
