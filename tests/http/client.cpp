@@ -203,6 +203,7 @@ TEST_CASE("http errc values have their own messages in the conveyor.http categor
         {ch::errc::body_truncated, "the server closed the connection before the whole body arrived"},
         {ch::errc::body_too_large, "the response body is larger than the destination buffer"},
         {ch::errc::stale_connection, "the server closed the connection without responding"},
+        {ch::errc::attempt_timeout, "timed out: the attempt took longer than its attempt timeout"},
     };
     for (const auto& [e, text] : cases) {
         const std::error_code ec = e; // is_error_code_enum: converts implicitly
@@ -221,7 +222,7 @@ TEST_CASE("is_transient tells failures worth a retry from final ones")
 {
     using ch::is_transient;
     for (auto e : {ch::errc::connect_timeout, ch::errc::first_byte_timeout, ch::errc::idle_timeout, ch::errc::total_timeout,
-                   ch::errc::body_truncated, ch::errc::stale_connection})
+                   ch::errc::attempt_timeout, ch::errc::body_truncated, ch::errc::stale_connection})
         CHECK(is_transient(e));
     CHECK_FALSE(is_transient(ch::errc::body_too_large));
     CHECK_FALSE(is_transient(std::error_code{}));
@@ -805,6 +806,57 @@ TEST_CASE("http client reports total_timeout, also while waiting for a connectio
     CHECK(ea == ch::errc::total_timeout);
     CHECK(eb == ch::errc::total_timeout);
     CHECK(ch::is_transient(ea));
+}
+
+TEST_CASE("http client ends a request at its attempt limit and at the caller's deadline, each with its own code")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    {
+        auto o = quick();
+        o.timeouts.attempt = 300ms;
+        ch::client c(rt, srv.endpoint(), o);
+        auto [ec, resp] = send_on(rt, c, get("/attempt"));
+        CHECK_MESSAGE(ec == ch::errc::attempt_timeout, ec.message());
+        CHECK(ch::is_transient(ec));
+    }
+    ch::client c(rt, srv.endpoint(), quick()); // first_byte 10 s: the deadline comes first
+    auto req = get("/deadline");
+    const auto t0 = std::chrono::steady_clock::now();
+    req.deadline = t0 + 300ms;
+    auto [ec, resp] = send_on(rt, c, req);
+    CHECK_MESSAGE(ec == ch::errc::total_timeout, ec.message());
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+
+    // A deadline already past: nothing is sent.
+    const int accepted = srv.accepts();
+    req.deadline = std::chrono::steady_clock::now() - 1ms;
+    auto [ec2, resp2] = send_on(rt, c, req);
+    CHECK(ec2 == ch::errc::total_timeout);
+    CHECK(c.stats().connections_opened == 1);
+    CHECK(srv.accepts() == accepted);
+}
+
+TEST_CASE("timeout_name names each timeout with its value, for messages")
+{
+    ch::timeouts t;
+    t.connect = 10'000ms;
+    t.first_byte = 300ms;
+    t.idle = 15'000ms;
+    t.total = 0ms;
+    t.attempt = 2'500ms;
+    CHECK(ch::timeout_name(ch::errc::connect_timeout, t) == "connect timeout (10 s)");
+    CHECK(ch::timeout_name(ch::errc::first_byte_timeout, t) == "first byte timeout (300 ms)");
+    CHECK(ch::timeout_name(ch::errc::idle_timeout, t) == "idle timeout (15 s)");
+    CHECK(ch::timeout_name(ch::errc::total_timeout, t) == "total timeout"); // a caller's deadline alone
+    CHECK(ch::timeout_name(ch::errc::attempt_timeout, t) == "attempt timeout (2500 ms)");
+    t.idle = 12'500ms;
+    CHECK(ch::timeout_name(ch::errc::idle_timeout, t) == "idle timeout (12.5 s)");
+    CHECK(ch::timeout_name(ch::errc::stale_connection, t).empty());
+    CHECK(ch::timeout_name(std::make_error_code(std::errc::timed_out), t).empty());
 }
 
 TEST_CASE("http client reports connect_timeout when the server does not accept")

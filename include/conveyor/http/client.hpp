@@ -29,6 +29,7 @@ namespace conveyor::http {
 namespace detail {
 struct lane_pool;
 struct lease;
+struct limit;
 class connection;
 enum class phase : std::uint8_t;
 } // namespace detail
@@ -36,17 +37,33 @@ enum class phase : std::uint8_t;
 /** How long a request may take. Zero means "no limit" for every field.
 
     Each expiry has its own error code (`errc::connect_timeout`...), so a message says
-    which one struck. */
+    which one struck; `timeout_name` names it with its value, for messages.
+
+    The defaults let a caller that retries (the S3 client tries a request at most three
+    times when each attempt times out) report an endpoint that accepts and never answers,
+    one that stalls mid-body, or one that cannot be reached, within a minute. */
 struct timeouts {
     /// Resolving the host (first use on a lane only), connecting and the TLS handshake.
     std::chrono::milliseconds connect{10'000};
     /// From the request being written until the response's header has arrived.
-    std::chrono::milliseconds first_byte{60'000};
+    std::chrono::milliseconds first_byte{10'000};
     /// Longest pause with no byte moving, while writing the request or reading the body.
-    std::chrono::milliseconds idle{30'000};
-    /// The whole request, waiting for a free connection included. 0: no limit.
+    std::chrono::milliseconds idle{15'000};
+    /** The whole call, from its start to its end, whatever happens in between: waiting for
+        a free connection, connecting, the request and its response, and, for a caller that
+        retries (the S3 client), every attempt and the backoff between them. For `send`
+        alone, the whole `send` (its one resend on a fresh connection included). 0: no
+        limit. */
     std::chrono::milliseconds total{0};
+    /** Each attempt alone: one `send`, waiting for a free connection included (a caller
+        that retries starts a new one for each attempt). 0: no limit. */
+    std::chrono::milliseconds attempt{0};
 };
+
+/** Which limit of `t` the error `ec` stands for, with its value, for messages:
+    "first byte timeout (10 s)", "total timeout (300 ms)"; "" when `ec` is not one of
+    the timeout codes of `errc`. */
+inline std::string timeout_name(std::error_code ec, const timeouts& t);
 
 /// Settings of a `client`.
 struct client_options {
@@ -84,6 +101,10 @@ struct request {
     /// (e.g. to reassemble ranged parts of an object in place); a larger body fails with
     /// `errc::body_too_large`.
     std::span<std::byte> body_into;
+    /// The end of the caller's whole call: a caller that retries sets it once, from its
+    /// `timeouts::total`, for all its attempts. The request fails with
+    /// `errc::total_timeout` when it passes, whatever its own limits (which still apply).
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 /// One HTTP response: any status, 4xx and 5xx included, with its body read.
@@ -197,10 +218,10 @@ private:
 
     inline asio::awaitable<std::pair<std::error_code, response>> perform(detail::lane_pool& pool, const request& req);
     inline asio::awaitable<std::error_code> resolve(detail::lane_pool& pool, time_point deadline, detail::phase deadline_phase);
-    inline asio::awaitable<std::error_code> connect(detail::lane_pool& pool, detail::connection& c, time_point total);
+    inline asio::awaitable<std::error_code> connect(detail::lane_pool& pool, detail::connection& c, const detail::limit& outer);
     template <class Stream>
     asio::awaitable<std::error_code> exchange(Stream& s, detail::connection& c, const request& req, response& resp,
-                                              bool reused, bool& stale, bool& keep, time_point total);
+                                              bool reused, bool& stale, bool& keep, const detail::limit& outer);
     inline void write_head(std::string& out, const request& req) const;
 
     runtime* rt_;

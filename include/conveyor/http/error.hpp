@@ -30,8 +30,8 @@ enum class errc {
     first_byte_timeout,
     /// No byte moved for `timeouts::idle` while writing the request or reading the body.
     idle_timeout,
-    /// The whole request (waiting for a connection included) took longer than
-    /// `timeouts::total`.
+    /// The whole call took longer than `timeouts::total`, or reached the caller's
+    /// `request::deadline` (a caller that retries sets it once for all its attempts).
     total_timeout,
     /// The server closed the connection before sending the whole body (fewer bytes than
     /// its Content-Length, or an unfinished chunked body).
@@ -40,6 +40,9 @@ enum class errc {
     body_too_large,
     /// The server closed the connection without sending any byte of a response.
     stale_connection,
+    /// One attempt (one `send`, waiting for a connection included) took longer than
+    /// `timeouts::attempt`.
+    attempt_timeout,
 };
 
 namespace detail {
@@ -56,6 +59,7 @@ public:
         case errc::body_truncated: return "the server closed the connection before the whole body arrived";
         case errc::body_too_large: return "the response body is larger than the destination buffer";
         case errc::stale_connection: return "the server closed the connection without responding";
+        case errc::attempt_timeout: return "timed out: the attempt took longer than its attempt timeout";
         }
         return "unknown conveyor.http error";
     }
@@ -93,6 +97,7 @@ inline bool is_transient(std::error_code ec) noexcept
         case errc::first_byte_timeout:
         case errc::idle_timeout:
         case errc::total_timeout:
+        case errc::attempt_timeout:
         case errc::body_truncated:
         case errc::stale_connection: return true;
         case errc::body_too_large: return false;

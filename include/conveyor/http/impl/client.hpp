@@ -32,6 +32,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -79,7 +80,7 @@ inline constexpr std::chrono::seconds address_lifetime{30};
 inline constexpr std::uint32_t max_header_bytes = 64 * 1024;
 
 /// Which limit a deadline stands for.
-enum class phase : std::uint8_t { none, connect, first_byte, idle, total };
+enum class phase : std::uint8_t { none, connect, first_byte, idle, total, attempt };
 
 inline std::error_code timeout_error(phase p) noexcept
 {
@@ -87,25 +88,33 @@ inline std::error_code timeout_error(phase p) noexcept
     case phase::connect: return make_error_code(errc::connect_timeout);
     case phase::first_byte: return make_error_code(errc::first_byte_timeout);
     case phase::idle: return make_error_code(errc::idle_timeout);
+    case phase::attempt: return make_error_code(errc::attempt_timeout);
     default: return make_error_code(errc::total_timeout);
     }
 }
+
+/// The deadline that bounds a whole `send`: the earlier of the call's (`timeouts::total`,
+/// `request::deadline`) and the attempt's, and which of them it is.
+struct limit {
+    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
+    phase why = phase::total;
+};
 
 inline std::error_code aborted() noexcept
 {
     return to_std_error(asio::error::operation_aborted);
 }
 
-/// The deadline of a phase that may last `limit` from `now`, bounded by the request's
-/// total deadline (and then standing for it).
-inline std::pair<clock_type::time_point, phase> bound(clock_type::time_point now, std::chrono::milliseconds limit,
-                                                      phase p, clock_type::time_point total) noexcept
+/// The deadline of a phase that may last `length` from `now`, bounded by the send's
+/// outer deadline (and then standing for it).
+inline std::pair<clock_type::time_point, phase> bound(clock_type::time_point now, std::chrono::milliseconds length,
+                                                      phase p, const limit& outer) noexcept
 {
-    if (limit.count() > 0) {
-        const auto at = now + limit;
-        if (at < total) return {at, p};
+    if (length.count() > 0) {
+        const auto at = now + length;
+        if (at < outer.at) return {at, p};
     }
-    return {total, phase::total};
+    return {outer.at, outer.why};
 }
 
 /// True for the ways a peer's close shows up: on a kept-alive connection before any
@@ -124,8 +133,9 @@ inline bool is_peer_close(const boost::system::error_code& ec) noexcept
     wakes at most every `step` (the smallest configured timeout) to compare the clock with
     it, re-arming itself. Since every deadline lies at least `step` after it is set, it is
     never earlier than the pending wake-up, except a request's total deadline, which then
-    re-arms the timer. Closing the socket makes the pending operation fail; `expired()`
-    then says which limit struck.
+    re-arms the timer (and so does a caller's `request::deadline`, which may be near).
+    Closing the socket makes the pending operation fail; `expired()` then says which
+    limit struck.
 
     Only ever touched on its lane's thread. Held by shared_ptr: the watchdog's handler keeps
     a weak reference. */
@@ -221,7 +231,7 @@ private:
 };
 
 /// A request waiting for a connection on a lane at its limit. Woken by cancelling its timer
-/// after `handed` or `may_open` was set; its timer expires at the request's total deadline.
+/// after `handed` or `may_open` was set; its timer expires at the send's outer deadline.
 struct waiter {
     explicit waiter(const lane_executor& ex, clock_type::time_point until) : timer(ex, until) {}
     timer_type timer;
@@ -337,7 +347,7 @@ inline std::error_code failure(const connection& c, const asio::cancellation_sta
     limit) a place in the queue until one of those is passed on. Kept-alive connections
     that are not `reusable` are closed on the way (counted in `discarded`): a request that
     was handed one opens a new connection in its slot. */
-inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, clock_type::time_point total,
+inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, const limit& outer,
                                                 std::atomic<std::uint64_t>& discarded)
 {
     while (!pool.idle.empty()) {
@@ -358,7 +368,7 @@ inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, clock
         l.pool = &pool;
         co_return std::error_code{};
     }
-    waiter w(pool.ex, total);
+    waiter w(pool.ex, outer.at);
     pool.waiters.push_back(&w);
     w.queued = true;
     struct unqueue {
@@ -383,7 +393,7 @@ inline asio::awaitable<std::error_code> acquire(lane_pool& pool, lease& l, clock
         l.reused = static_cast<bool>(l.conn);
         co_return std::error_code{};
     }
-    if (!ec) co_return make_error_code(errc::total_timeout);
+    if (!ec) co_return timeout_error(outer.why);
     co_return aborted();
 }
 
@@ -405,7 +415,7 @@ inline client::client(runtime& rt, endpoint ep, client_options o)
     // The watchdog's period: the smallest limit in use (see detail::connection).
     const auto& t = opts_.timeouts;
     std::chrono::milliseconds step{std::chrono::hours(1)};
-    for (auto d : {t.connect, t.first_byte, t.idle, t.total})
+    for (auto d : {t.connect, t.first_byte, t.idle, t.total, t.attempt})
         if (d.count() > 0) step = std::min(step, d);
     watch_step_ = step;
 
@@ -496,23 +506,32 @@ inline asio::awaitable<std::pair<std::error_code, response>> client::perform(det
         co_return out;
     }
     requests_.fetch_add(1, std::memory_order_relaxed);
-    const auto total = opts_.timeouts.total.count() > 0 ? detail::clock_type::now() + opts_.timeouts.total
-                                                        : detail::clock_type::time_point::max();
+    // The call's deadline (this send's total, or the caller's own for all its attempts)
+    // and this attempt's, whichever comes first.
+    const auto now = detail::clock_type::now();
+    const auto& t = opts_.timeouts;
+    detail::limit outer{req.deadline, detail::phase::total};
+    if (t.total.count() > 0 && now + t.total < outer.at) outer.at = now + t.total;
+    if (t.attempt.count() > 0 && now + t.attempt < outer.at) outer = {now + t.attempt, detail::phase::attempt};
+    if (outer.at <= now) {
+        ec = detail::timeout_error(outer.why);
+        co_return out;
+    }
     detail::lease l;
-    if ((ec = co_await detail::acquire(pool, l, total, discarded_))) co_return out;
+    if ((ec = co_await detail::acquire(pool, l, outer, discarded_))) co_return out;
 
     for (bool retried = false;;) {
         if (!l.conn) {
             l.conn = std::make_shared<detail::connection>(pool.ex, tls_.get(), watch_step_);
-            if ((ec = co_await connect(pool, *l.conn, total))) co_return out;
+            if ((ec = co_await connect(pool, *l.conn, outer))) co_return out;
             opened_.fetch_add(1, std::memory_order_relaxed);
         } else {
             reused_.fetch_add(1, std::memory_order_relaxed);
         }
         bool stale = false, keep = false;
         auto& c = *l.conn;
-        if (auto* t = c.tls()) ec = co_await exchange(*t, c, req, out.second, l.reused, stale, keep, total);
-        else ec = co_await exchange(c.socket(), c, req, out.second, l.reused, stale, keep, total);
+        if (auto* tls = c.tls()) ec = co_await exchange(*tls, c, req, out.second, l.reused, stale, keep, outer);
+        else ec = co_await exchange(c.socket(), c, req, out.second, l.reused, stale, keep, outer);
         if (ec && stale && !retried) {
             // The server had closed (or was closing) the kept-alive connection: once more, on
             // a new one, in the same slot.
@@ -578,10 +597,10 @@ inline asio::awaitable<std::error_code> client::resolve(detail::lane_pool& pool,
     co_return std::error_code{};
 }
 
-inline asio::awaitable<std::error_code> client::connect(detail::lane_pool& pool, detail::connection& c, time_point total)
+inline asio::awaitable<std::error_code> client::connect(detail::lane_pool& pool, detail::connection& c, const detail::limit& outer)
 {
     const auto cs = co_await asio::this_coro::cancellation_state;
-    const auto [at, ph] = detail::bound(detail::clock_type::now(), opts_.timeouts.connect, detail::phase::connect, total);
+    const auto [at, ph] = detail::bound(detail::clock_type::now(), opts_.timeouts.connect, detail::phase::connect, outer);
     c.expire_at(at, ph);
     if (auto ec = co_await resolve(pool, at, ph)) {
         if (detail::cancelled(cs)) co_return detail::aborted();
@@ -680,7 +699,7 @@ inline void client::write_head(std::string& h, const request& req) const
 
 template <class Stream>
 asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection& c, const request& req, response& resp,
-                                                  bool reused, bool& stale, bool& keep, time_point total)
+                                                  bool reused, bool& stale, bool& keep, const detail::limit& outer)
 {
     namespace bhttp = boost::beast::http;
     using detail::clock_type;
@@ -694,7 +713,7 @@ asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection&
     const std::size_t request_size = head_size + req.body.size();
     for (std::size_t done = 0; done < request_size;) {
         if (detail::cancelled(cs)) co_return detail::aborted();
-        const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, total);
+        const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
         c.expire_at(at, ph);
         const std::size_t body_done = done > head_size ? done - head_size : 0;
         const std::array<asio::const_buffer, 2> parts{
@@ -716,7 +735,7 @@ asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection&
         parser->body_limit(boost::none);
         if (req.method == bhttp::verb::head) parser->skip(true);
         if (detail::cancelled(cs)) co_return detail::aborted();
-        const auto [at, ph] = detail::bound(clock_type::now(), limits.first_byte, phase::first_byte, total);
+        const auto [at, ph] = detail::bound(clock_type::now(), limits.first_byte, phase::first_byte, outer);
         c.expire_at(at, ph);
         auto [ec, n] = co_await bhttp::async_read_header(s, c.buf, *parser, detail::no_throw);
         if (ec) {
@@ -763,7 +782,7 @@ asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection&
         c.buf.consume(received);
         while (received < size) {
             if (detail::cancelled(cs)) co_return detail::aborted();
-            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, total);
+            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
             c.expire_at(at, ph);
             auto [ec, n] = co_await s.async_read_some(asio::mutable_buffer(dst + received, size - received), detail::no_throw_for<Stream>());
             received += n;
@@ -803,7 +822,7 @@ asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection&
             b.data = dst + received;
             b.size = room;
             if (detail::cancelled(cs)) co_return detail::aborted();
-            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, total);
+            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
             c.expire_at(at, ph);
             auto [ec, n] = co_await bhttp::async_read_some(s, c.buf, p, detail::no_throw);
             received += room - b.size;
@@ -829,6 +848,29 @@ asio::awaitable<std::error_code> client::exchange(Stream& s, detail::connection&
     // Bytes beyond the response mean the connection's framing is lost: do not reuse it.
     keep = p.keep_alive() && c.buf.size() == 0 && resp.status != 101;
     co_return std::error_code{};
+}
+
+inline std::string timeout_name(std::error_code ec, const timeouts& t)
+{
+    if (ec.category() != http_category()) return {};
+    const char* name = nullptr;
+    std::chrono::milliseconds d{};
+    switch (static_cast<errc>(ec.value())) {
+    case errc::connect_timeout: name = "connect timeout", d = t.connect; break;
+    case errc::first_byte_timeout: name = "first byte timeout", d = t.first_byte; break;
+    case errc::idle_timeout: name = "idle timeout", d = t.idle; break;
+    case errc::total_timeout: name = "total timeout", d = t.total; break;
+    case errc::attempt_timeout: name = "attempt timeout", d = t.attempt; break;
+    default: return {};
+    }
+    // A total deadline set by the caller alone (request::deadline) has no value here.
+    if (d.count() <= 0) return name;
+    char value[32];
+    const auto ms = static_cast<long long>(d.count());
+    if (ms % 1000 == 0) std::snprintf(value, sizeof value, "%lld s", ms / 1000);
+    else if (ms < 10'000) std::snprintf(value, sizeof value, "%lld ms", ms);
+    else std::snprintf(value, sizeof value, "%.1f s", static_cast<double>(ms) / 1000);
+    return std::string(name) + " (" + value + ")";
 }
 
 } // namespace conveyor::http
