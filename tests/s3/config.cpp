@@ -5,10 +5,18 @@
 // Every test runs in a sandbox: the AWS variables unset, HOME and the shared file
 // variables pointing into a fresh temporary directory. The real ~/.aws is never read.
 #include <conveyor/s3/config.hpp>
+#include <conveyor/s3/source.hpp>
+
+#include "../support/common.hpp"
 
 #include <doctest/doctest.h>
 
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
+
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -1039,6 +1047,148 @@ TEST_CASE("secrets never appear in any error text of the config chain")
         sb.config_file("");
         check_clean(error_text(f));
     }
+}
+
+namespace {
+
+/// True when `text` shows any `n` consecutive characters of `secret` (all of it if shorter).
+bool shows_part_of(std::string_view text, std::string_view secret, std::size_t n)
+{
+    if (secret.size() < n) return text.find(secret) != std::string_view::npos;
+    for (std::size_t i = 0; i + n <= secret.size(); ++i)
+        if (text.find(secret.substr(i, n)) != std::string_view::npos) return true;
+    return false;
+}
+
+/// The printable ASCII characters, in an order fixed by `seed` (Fisher-Yates over a plain
+/// LCG: std::shuffle's order differs between standard libraries).
+std::string printable_ascii_shuffled(std::uint64_t seed)
+{
+    std::string s;
+    for (char c = 0x20; c < 0x7F; ++c) s += c;
+    for (std::size_t i = s.size() - 1; i > 0; --i) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        std::swap(s[i], s[(seed >> 33) % (i + 1)]);
+    }
+    return s;
+}
+
+} // namespace
+
+// Issue 9: resolve_config({.endpoint_url = url}) showed the secret of "user:secret@" in 12
+// of 36 cases: secrets holding '#', '/', '?' or '@', and URLs with a wrong or missing
+// scheme; the outer message repeated the URL verbatim. A URL's user-info can hold any
+// character, so nothing between the start (after "scheme://") and the last '@' is shown.
+TEST_CASE("no part of a URL's user-info reaches a message, whatever the secret holds and however the URL is malformed")
+{
+    aws_sandbox sb;
+    conveyor_test::log_capture log;
+    conveyor::runtime rt(conveyor::runtime_options{.io_threads = 1, .compute_threads = 1, .log = log.sink()});
+
+    // Each secret with one printable character in it (twice, between markers that no
+    // message holds), and all of them at once in a scrambled order; numeric ones make URLs
+    // that parse ("http://AKIA:78/78@host" is host AKIA, port 78, path "/78@host").
+    struct secret {
+        std::string text;
+        std::size_t run; // shows_part_of's n: no run this long may show
+    };
+    std::vector<secret> secrets;
+    for (char c = 0x20; c < 0x7F; ++c) {
+        secrets.push_back({std::string("Zq") + c + "Xw" + c + "Jv", 3});
+        secrets.push_back({std::string("78") + c + "78", 3});
+    }
+    secrets.push_back({printable_ascii_shuffled(9), 4});
+
+    const char* schemes[] = {"http://", "https://", "HTTP://", "ftp://", "s3://", "", "htp:/", "http:/", "http:",
+                             "://",     "//",       "http:///", "http:\\\\", " http://", "http ://"};
+    const char* hosts[] = {"@minio:9000", "@minio:9000/base", "@[::1]:9000", "@", "@minio:9000/a@b"};
+
+    std::size_t checked = 0;
+    auto check = [&](const std::string& url, const secret& s, const std::string& text) {
+        ++checked;
+        if (shows_part_of(text, s.text, s.run)) FAIL_CHECK("'" << url << "' shows part of its secret in: " << text);
+    };
+    for (const auto& s : secrets) {
+        for (const char* scheme : schemes) {
+            for (const char* host : hosts) {
+                for (const std::string& userinfo : {"AKIAUSER:" + s.text, s.text}) {
+                    const std::string url = scheme + userinfo + host;
+                    // Each way in: the HTTP endpoint parser, the options, the environment, an
+                    // s3:// URL, and a client (whose runtime would log what it says).
+                    try {
+                        (void)conveyor::http::parse_endpoint(url);
+                        FAIL_CHECK("'" << url << "' was accepted as an endpoint");
+                    } catch (const conveyor::error& e) {
+                        check(url, s, e.what());
+                    }
+                    try {
+                        check(url, s, s3::resolve_config({.endpoint_url = url}).describe());
+                    } catch (const conveyor::error& e) {
+                        check(url, s, e.what());
+                    }
+                    {
+                        env_guard g;
+                        g.set("AWS_ENDPOINT_URL", url);
+                        try {
+                            check(url, s, s3::resolve_config().describe());
+                        } catch (const conveyor::error& e) {
+                            check(url, s, e.what());
+                        }
+                    }
+                    try {
+                        (void)s3::parse_s3_url("s3://" + userinfo + host + "/key");
+                    } catch (const conveyor::error& e) {
+                        check(url, s, e.what());
+                    }
+                    try {
+                        s3::client c(rt, {.endpoint_url = url});
+                        check(url, s, c.cfg().describe());
+                    } catch (const conveyor::error& e) {
+                        check(url, s, e.what());
+                    }
+                }
+            }
+        }
+        // From the shared config file and the JSON credentials file (fewer shapes: files are slow).
+        for (const char* scheme : {"http://", ""}) {
+            const std::string url = scheme + ("AKIAUSER:" + s.text) + "@minio:9000";
+            sb.config_file("[default]\nendpoint_url = " + url + "\n");
+            try {
+                check(url, s, s3::resolve_config().describe());
+            } catch (const conveyor::error& e) {
+                check(url, s, e.what());
+            }
+            sb.config_file("");
+            const auto json = sb.json_file(R"({"aws_access_key_id": "A", "aws_secret_access_key": "B", "endpoint_url": )" +
+                                           boost::json::serialize(boost::json::string(url)) + "}");
+            try {
+                check(url, s, s3::resolve_config({.credentials_file = json}).describe());
+            } catch (const conveyor::error& e) {
+                check(url, s, e.what());
+            }
+        }
+    }
+    for (const auto& line : log.lines())
+        for (const auto& s : secrets)
+            if (shows_part_of(line, s.text, s.run)) FAIL_CHECK("a logged line shows part of a secret: " << line);
+    CHECK(checked > 10'000);
+}
+
+// Without '@' there is no user-info, and the URL is shown whole, with what is wrong in it.
+TEST_CASE("an endpoint error without user-info shows the URL and the part at fault")
+{
+    aws_sandbox sb;
+    auto w = error_text([] { s3::resolve_config({.endpoint_url = "htp://minio:9000"}); });
+    CHECK(contains(w, "options: endpoint_url 'htp://minio:9000': scheme 'htp' is not http or https"));
+    w = error_text([] { s3::resolve_config({.endpoint_url = "http://minio:99999"}); });
+    CHECK(contains(w, "endpoint_url 'http://minio:99999':"));
+    // With one, the parts are not quoted: they could be pieces of a secret.
+    w = error_text([] { s3::resolve_config({.endpoint_url = "http://AKIA:99999/x@minio:9000"}); });
+    CHECK(contains(w, "endpoint_url 'http://***@minio:9000':"));
+    CHECK_FALSE(contains(w, "99999"));
+    w = error_text([] { conveyor::http::parse_endpoint("AKIA:secret@minio"); });
+    CHECK(contains(w, "***@minio"));
+    CHECK_FALSE(contains(w, "AKIA"));
 }
 
 TEST_CASE("secrets never appear in describe() of any credentials source")

@@ -7,9 +7,11 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace conveyor::http {
 
@@ -42,19 +44,21 @@ struct endpoint {
 };
 
 /** Parses "http://host[:port][/path]" or "https://...". Throws `conveyor::error` with
-    `std::errc::invalid_argument` naming the URL when it is not one. */
+    `std::errc::invalid_argument` naming the URL when it is not one, or when it holds an
+    '@' (credentials belong in the credentials chain). The URL is named through
+    `conveyor::detail::redact_userinfo`, and when that hides anything no part of the URL
+    is quoted in the reason: a URL with an '@' may hold a secret anywhere before it. */
 inline endpoint parse_endpoint(std::string_view url)
 {
+    std::string shown = conveyor::detail::redact_userinfo(url);
+    const bool quote_parts = shown == url;
     auto fail = [&](std::string why) -> endpoint {
-        // A URL may carry "user:secret@": never repeat that part.
-        std::string shown(url);
-        const auto scheme_end = shown.find("://");
-        const auto at = shown.find('@', scheme_end == std::string::npos ? 0 : scheme_end + 3);
-        const auto slash = shown.find('/', scheme_end == std::string::npos ? 0 : scheme_end + 3);
-        if (scheme_end != std::string::npos && at != std::string::npos && (slash == std::string::npos || at < slash))
-            shown.replace(scheme_end + 3, at - scheme_end - 3, "***");
         throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
                               {.stage = "http", .key = {}, .where = std::move(shown), .offset = -1, .detail = std::move(why)});
+    };
+    // "<what> 'part'" where the part may be shown, else just "the <what>".
+    auto named = [&](const char* what, std::string_view part) {
+        return quote_parts ? std::string(what) + " '" + std::string(part) + "'" : std::string("the ") + what;
     };
     auto r = boost::urls::parse_uri(url);
     if (!r) return fail("not a URL (" + r.error().message() + "); expected http://host[:port] or https://host[:port]");
@@ -62,15 +66,22 @@ inline endpoint parse_endpoint(std::string_view url)
     endpoint e;
     const auto scheme = u.scheme_id();
     if (scheme == boost::urls::scheme::https) e.tls = true;
-    else if (scheme != boost::urls::scheme::http) return fail("scheme '" + std::string(u.scheme()) + "' is not http or https");
+    else if (scheme != boost::urls::scheme::http) return fail(named("scheme", u.scheme()) + " is not http or https");
     if (!u.has_authority() || u.host().empty()) return fail("no host");
-    if (u.has_userinfo()) return fail("credentials in the URL are not supported; use the credentials chain");
+    // An '@' anywhere is refused with the user-info: "http://user:12/34@host" parses as host
+    // "user", port 12 and path "/34@host", and would send half a secret as the path.
+    if (u.has_userinfo() || url.find('@') != std::string_view::npos)
+        return fail("credentials in the URL are not supported; use the credentials chain");
     if (u.has_query() || u.has_fragment()) return fail("an endpoint has no query or fragment");
     e.host = u.host_type() == boost::urls::host_type::ipv6 ? std::string(u.host_ipv6_address().to_string()) : std::string(u.host());
     if (u.has_port()) {
-        const auto p = u.port_number();
-        if (p == 0) return fail("port '" + std::string(u.port()) + "' is not a port number");
-        e.port = p;
+        // Boost.URL's port_number() wraps ports above 65535 ("99999" reads as 34463).
+        const auto digits = u.port();
+        unsigned long p = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), p);
+        if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || p == 0 || p > 65535)
+            return fail(named("port", digits) + " is not a port number (1 to 65535)");
+        e.port = static_cast<std::uint16_t>(p);
     } else {
         e.port = e.tls ? 443 : 80;
     }

@@ -45,18 +45,6 @@ namespace detail {
     throw_config_error(std::make_error_code(std::errc::invalid_argument), std::move(where), std::move(detail));
 }
 
-/// `url` with any user-info ("user:secret@") replaced by "***@": endpoints are named in
-/// errors, and a URL may carry credentials even though they are refused.
-inline std::string redact_userinfo(std::string_view url)
-{
-    const auto scheme_end = url.find("://");
-    const std::size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
-    const std::size_t end = std::min(url.find_first_of("/?#", start), url.size());
-    const auto at = url.substr(0, end).rfind('@');
-    if (at == std::string_view::npos || at < start) return std::string(url);
-    return std::string(url.substr(0, start)) + "***" + std::string(url.substr(at));
-}
-
 // ---------------------------------------------------------------------------------------
 // Small text helpers.
 
@@ -462,14 +450,15 @@ inline void check_region(const std::string& region, const std::string& where)
     if (!ok) throw_invalid(where, "region '" + region + "' is not a region name (letters, digits, '-', '_' and '.')");
 }
 
-/// Parses an endpoint URL; an error names where it came from, without user-info.
+/// Parses an endpoint URL; an error names where it came from, and the URL as
+/// `http::parse_endpoint` shows it (without anything that could be user-info).
 inline http::endpoint checked_endpoint(const std::string& url, const std::string& where, const std::string& prefix)
 {
     try {
         return http::parse_endpoint(url);
     } catch (const conveyor::error& e) {
         throw conveyor::error(e.code(), {.stage = "s3", .key = "", .where = where, .offset = -1,
-                                         .detail = prefix + "endpoint_url '" + redact_userinfo(url) + "': " + e.ctx().detail});
+                                         .detail = prefix + "endpoint_url '" + e.where() + "': " + e.ctx().detail});
     }
 }
 
@@ -611,7 +600,7 @@ inline config resolve_config(const config_options& o)
 
 inline object_url parse_s3_url(std::string_view url)
 {
-    auto fail = [&](const char* why) { detail::throw_invalid(detail::redact_userinfo(url), why); };
+    auto fail = [&](const char* why) { detail::throw_invalid(conveyor::detail::redact_userinfo(url), why); };
     if (url.size() < 5 || !detail::iequals(url.substr(0, 5), "s3://")) fail("not an s3:// URL (expected s3://bucket/key)");
     const auto rest = url.substr(5);
     const auto slash = rest.find('/');
@@ -653,7 +642,8 @@ inline request_target target_for(const config& c, std::string_view bucket, std::
         return t;
     }
     if (!detail::is_bucket_name(bucket))
-        detail::throw_invalid(object_uri(c, bucket, key), "not a bucket name (letters, digits, '.', '-' and '_')");
+        detail::throw_invalid(conveyor::detail::redact_userinfo(object_uri(c, bucket, key)),
+                              "not a bucket name (letters, digits, '.', '-' and '_')");
     const bool virtual_hosted =
         c.style == addressing::virtual_hosted ||
         (c.style == addressing::automatic && c.aws_endpoint && virtual_hostable(bucket, c.endpoint.tls));
