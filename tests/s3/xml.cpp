@@ -1,10 +1,22 @@
 // Tests of conveyor/s3/error.hpp and conveyor/s3/xml.hpp: the error codes, S3's XML error
-// replies, ListObjectsV2 pages, multipart documents, and Content-Range parsing.
+// replies, ListObjectsV2 pages, multipart documents, and Content-Range parsing. Then the
+// S3 client against servers scripted here (tests/support/http_server.hpp), for what needs
+// a server that misbehaves on purpose and no real S3: listings that go round in circles.
 #include "../support/common.hpp"
+#include "../support/http_server.hpp"
 
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/error.hpp>
+#include <conveyor/s3/source.hpp>
 #include <conveyor/s3/xml.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace s3 = conveyor::s3;
 
@@ -163,4 +175,174 @@ TEST_CASE("Content-Range values are parsed strictly")
     CHECK_FALSE(s3::detail::parse_content_range("items 0-1/2", f, l, t));
     CHECK_FALSE(s3::detail::parse_content_range("bytes 0-x/2", f, l, t));
     CHECK_FALSE(s3::detail::parse_content_range("bytes -1/2", f, l, t));
+}
+
+// =======================================================================================
+// The client against scripted servers
+
+namespace {
+
+namespace asio = boost::asio;
+namespace bhttp = boost::beast::http;
+namespace cv = conveyor;
+namespace ch = conveyor::http;
+using conveyor_test::peer;
+using conveyor_test::reply;
+using conveyor_test::test_server;
+using namespace std::chrono_literals;
+using http_request = bhttp::request<bhttp::string_body>;
+
+cv::runtime_options two_lanes()
+{
+    cv::runtime_options o;
+    o.io_threads = 2;
+    o.compute_threads = 1;
+    return o;
+}
+
+/// Anonymous, path-style requests to `srv`.
+s3::config config_for(const test_server& srv)
+{
+    s3::config c;
+    c.creds.source = "test";
+    c.region = "us-east-1";
+    c.endpoint = srv.endpoint();
+    c.aws_endpoint = false;
+    c.style = s3::addressing::path;
+    return c;
+}
+
+s3::client_options fast_retries(unsigned attempts = 10)
+{
+    s3::client_options o;
+    o.retry.max_attempts = attempts;
+    o.retry.base_delay = 2ms;
+    o.retry.max_delay = 20ms;
+    return o;
+}
+
+template <class F>
+std::optional<s3::request_error> request_error_of(F f)
+{
+    try {
+        f();
+    } catch (const s3::request_error& e) {
+        return e;
+    }
+    return std::nullopt;
+}
+
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+/// The value of query parameter `name` in a request target, as sent (still encoded).
+std::string query_param(std::string_view target, std::string_view name)
+{
+    const auto q = target.find('?');
+    if (q == std::string_view::npos) return {};
+    std::string_view query = target.substr(q + 1);
+    while (!query.empty()) {
+        const auto amp = query.find('&');
+        const auto pair = query.substr(0, amp);
+        const auto eq = pair.find('=');
+        if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
+        if (amp == std::string_view::npos) break;
+        query.remove_prefix(amp + 1);
+    }
+    return {};
+}
+
+/// A ListObjectsV2 page of `keys` and `prefixes`; truncated, with `next_token`, unless that is empty.
+std::string list_page_reply(const std::vector<std::string>& keys, const std::vector<std::string>& prefixes, std::string_view next_token)
+{
+    std::string s = R"(<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">)";
+    s += "<Name>pictures</Name><KeyCount>" + std::to_string(keys.size() + prefixes.size()) + "</KeyCount>";
+    if (next_token.empty()) s += "<IsTruncated>false</IsTruncated>";
+    else s += "<IsTruncated>true</IsTruncated><NextContinuationToken>" + std::string(next_token) + "</NextContinuationToken>";
+    for (const auto& k : keys) s += "<Contents><Key>" + k + "</Key><Size>1</Size></Contents>";
+    for (const auto& p : prefixes) s += "<CommonPrefixes><Prefix>" + p + "</Prefix></CommonPrefixes>";
+    s += "</ListBucketResult>";
+    return reply(200, s, "Content-Type: application/xml\r\n");
+}
+
+} // namespace
+
+TEST_CASE("s3 list_all stops at a continuation token the server sends again, naming bucket, prefix and token")
+{
+    // Every page says "truncated, go on from same-token". (After 50 pages the server
+    // relents, so that a client that does not check ends too.)
+    std::atomic<int> pages{0};
+    test_server srv([&](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
+        const int n = ++pages;
+        const std::string page = list_page_reply({"photos/" + std::to_string(n) + ".jpg"}, {}, std::string(n < 50 ? "same-token" : ""));
+        co_return co_await p.write(page);
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, config_for(srv), fast_retries());
+    auto e = request_error_of([&] { c.run(c.list_all("pictures", "photos/")); });
+    REQUIRE(e);
+    CHECK(e->code() == s3::errc::bad_reply);
+    const std::string what = e->what();
+    MESSAGE("repeated token: ", what);
+    CHECK(contains(what, "s3://pictures/"));
+    CHECK(contains(what, "'photos/'"));
+    CHECK(contains(what, "'same-token'"));
+    CHECK(pages.load() == 2); // the first repeat ends it
+}
+
+TEST_CASE("s3 listings that go round in circles are errors; empty pages with new tokens are followed")
+{
+    std::atomic<int> cycle_pages{0};
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        const std::string token = query_param(req.target(), "continuation-token");
+        const std::string prefix = query_param(req.target(), "prefix");
+        if (prefix == "cycle%2F") {
+            // A, B, A, B...: no token repeats twice in a row.
+            const int n = ++cycle_pages;
+            const std::string page = list_page_reply({"cycle/" + std::to_string(n)}, {}, std::string(n >= 50 ? "" : token == "A" ? "B" : "A"));
+            co_return co_await p.write(page);
+        }
+        // Pages with nothing on them are legitimate (S3 sends them), as long as they move on.
+        std::string page;
+        if (token.empty()) page = list_page_reply({}, {}, "t1");
+        else if (token == "t1") page = list_page_reply({}, {}, "t2");
+        else page = list_page_reply({"sparse/only.jpg"}, {}, "");
+        co_return co_await p.write(page);
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, config_for(srv), fast_retries());
+
+    auto sparse = c.run(c.list_all("pictures", "sparse/"));
+    REQUIRE(sparse.size() == 1);
+    CHECK(sparse[0].key == "sparse/only.jpg");
+
+    auto e = request_error_of([&] { c.run(c.list_all("pictures", "cycle/")); });
+    REQUIRE(e);
+    CHECK(e->code() == s3::errc::bad_reply);
+    INFO(std::string(e->what()));
+    CHECK(contains(e->what(), "'A'"));
+    CHECK(contains(e->what(), "'cycle/'"));
+    CHECK(cycle_pages.load() == 3);
+}
+
+TEST_CASE("s3 list_objects (the parallel lister) stops at a repeated continuation token too")
+{
+    std::atomic<int> top_pages{0};
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        if (!query_param(req.target(), "delimiter").empty()) {
+            const int n = ++top_pages;
+            const std::string page = list_page_reply({}, {"photos/d" + std::to_string(n) + "/"}, std::string(n < 50 ? "top-token" : ""));
+            co_return co_await p.write(page);
+        }
+        const std::string page = list_page_reply({"photos/d/x.jpg"}, {}, "");
+        co_return co_await p.write(page);
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, config_for(srv), fast_retries());
+    auto e = request_error_of([&] { (void)s3::list_objects(c, "pictures", "photos/"); });
+    REQUIRE(e);
+    CHECK(e->code() == s3::errc::bad_reply);
+    INFO(std::string(e->what()));
+    CHECK(contains(e->what(), "'top-token'"));
+    CHECK(contains(e->what(), "'photos/'"));
+    CHECK(top_pages.load() == 2);
 }

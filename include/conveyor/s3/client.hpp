@@ -38,6 +38,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -191,6 +192,29 @@ struct op {
     std::span<const std::byte> body;
     std::string payload_hash;                   // empty: UNSIGNED-PAYLOAD
     std::span<std::byte> body_into;
+};
+
+struct client_state;
+
+/** The way through one listing's pages (one bucket and prefix), for every lister: it
+    hands each page's continuation token on to the next request, and refuses a server
+    that goes round in circles. A token it sent before for this listing (the same one
+    again, or an older one: the listing would never end), on a truncated page with or
+    without objects, is an error the first time it comes back. */
+class listing_cursor {
+public:
+    listing_cursor(std::string_view bucket, std::string_view prefix) : bucket_(bucket), prefix_(prefix) {}
+
+    /** After `page`, the answer to `lo`: puts its continuation token into `lo` and returns
+        true when there is a next page to ask for, false when `page` was the last.
+        @throws request_error (`errc::bad_reply`) naming the bucket, the prefix and the
+        token when the token is one that was sent before. */
+    inline bool next(const client_state& s, list_page& page, list_options& lo);
+
+private:
+    std::string bucket_, prefix_;
+    std::unordered_set<std::string> sent_;
+    std::size_t pages_ = 0;
 };
 
 struct client_state : std::enable_shared_from_this<client_state> {
@@ -418,11 +442,11 @@ struct client_state : std::enable_shared_from_this<client_state> {
     {
         std::vector<object_info> all;
         list_options lo{.prefix = std::string(prefix)};
+        listing_cursor cursor(bucket, prefix);
         for (;;) {
             auto page = co_await list(bucket, lo);
             for (auto& o : page.objects) all.push_back(std::move(o));
-            if (!page.truncated) break;
-            lo.continuation_token = std::move(page.next_continuation_token);
+            if (!cursor.next(*this, page, lo)) break;
         }
         co_return all;
     }
@@ -529,6 +553,25 @@ struct client_state : std::enable_shared_from_this<client_state> {
     }
 };
 
+inline bool listing_cursor::next(const client_state& s, list_page& page, list_options& lo)
+{
+    ++pages_;
+    if (!page.truncated) return false;
+    if (!lo.continuation_token.empty()) sent_.insert(lo.continuation_token);
+    if (sent_.contains(page.next_continuation_token)) {
+        std::string token = page.next_continuation_token;
+        if (token.size() > 200) token = token.substr(0, 200) + "...";
+        const bool empty = page.objects.empty() && page.common_prefixes.empty();
+        op o{.name = "ListObjectsV2", .bucket = bucket_, .key = prefix_};
+        throw s.failure(o, make_error_code(errc::bad_reply), {}, 1,
+                        "the listing of prefix '" + prefix_ + "' in bucket '" + bucket_ + "' goes round in circles: page " +
+                            std::to_string(pages_) + (empty ? " (empty)" : "") + " is truncated and gives continuation token '" +
+                            token + "', which was sent before; it is not followed again");
+    }
+    lo.continuation_token = std::move(page.next_continuation_token);
+    return true;
+}
+
 } // namespace detail
 
 /** An S3 client: GetObject (whole, or in parallel ranged parts), HeadObject,
@@ -586,7 +629,9 @@ public:
         return do_list(s_, std::move(bucket), std::move(lo));
     }
 
-    /** Every object whose key starts with `prefix`, following continuation tokens.
+    /** Every object whose key starts with `prefix`, following continuation tokens. A server
+        that sends a token again (the listing would never end) fails it with
+        `errc::bad_reply`, naming the bucket, prefix and token.
         @par Completion Signature `std::vector<object_info>` */
     [[nodiscard]] asio::awaitable<std::vector<object_info>> list_all(std::string bucket, std::string prefix = {}) const
     {

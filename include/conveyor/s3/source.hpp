@@ -98,12 +98,12 @@ inline asio::awaitable<std::vector<object_info>> list_parallel(std::shared_ptr<c
     std::vector<object_info> all;
     std::vector<std::string> dirs;
     list_options lo{.prefix = prefix, .delimiter = "/"};
+    listing_cursor cursor(bucket, prefix);
     for (;;) {
         auto page = co_await s->list(bucket, lo);
         for (auto& o : page.objects) all.push_back(std::move(o));
         for (auto& p : page.common_prefixes) dirs.push_back(std::move(p));
-        if (!page.truncated) break;
-        lo.continuation_token = std::move(page.next_continuation_token);
+        if (!cursor.next(*s, page, lo)) break;
     }
     std::vector<std::vector<object_info>> found(dirs.size());
     std::size_t next = 0;
@@ -171,7 +171,9 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
 
 /** Lists every object under `prefix` of `bucket` (ListObjectsV2, following continuation
     tokens; the top level's "directories" are listed in parallel, `parallel` at once).
-    Blocks the calling thread, which must not be one of the runtime's I/O threads. */
+    Blocks the calling thread, which must not be one of the runtime's I/O threads.
+    A server that sends a continuation token again (the listing would never end) fails
+    it with `errc::bad_reply`, naming the bucket, prefix and token. */
 inline object_list list_objects(const client& c, std::string bucket, std::string prefix = {}, unsigned parallel = 16)
 {
     auto s = c.state();
