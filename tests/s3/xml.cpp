@@ -1,7 +1,8 @@
 // Tests of conveyor/s3/error.hpp and conveyor/s3/xml.hpp: the error codes, S3's XML error
 // replies, ListObjectsV2 pages, multipart documents, and Content-Range parsing. Then the
 // S3 client against servers scripted here (tests/support/http_server.hpp), for what needs
-// a server that misbehaves on purpose and no real S3: listings that go round in circles.
+// a server that misbehaves on purpose and no real S3: listings that go round in circles,
+// deadlines and timeouts.
 #include "../support/common.hpp"
 #include "../support/http_server.hpp"
 
@@ -345,4 +346,92 @@ TEST_CASE("s3 list_objects (the parallel lister) stops at a repeated continuatio
     CHECK(contains(e->what(), "'top-token'"));
     CHECK(contains(e->what(), "'photos/'"));
     CHECK(top_pages.load() == 2);
+}
+
+TEST_CASE("s3 timeouts.total bounds a whole request, retries and backoff included, and the error names it")
+{
+    // A server that accepts and never answers; the default retries (ten attempts, backoff
+    // up to 20 s). Ten attempts of 3 s each and their backoff took about 45 s.
+    test_server srv([](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    s3::client_options o;
+    o.http.timeouts.total = 3s;
+    s3::client c(rt, config_for(srv), o);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = request_error_of([&] { c.run(c.get("pictures", "silent.jpg")); });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(e);
+    INFO(std::string(e->what()));
+    MESSAGE("total timeout: ", std::string(e->what()));
+    CHECK(e->code() == ch::errc::total_timeout);
+    CHECK(took < 20s);
+    CHECK(contains(e->what(), "total timeout (3 s)"));
+    CHECK(contains(e->what(), "s3://pictures/silent.jpg"));
+}
+
+TEST_CASE("s3 timeouts.total also ends the backoff: no attempt starts past it")
+{
+    // A server that always answers 503 SlowDown, and backoff draws of up to 5 s: the second
+    // or third draw reaches past the 1 s deadline, and the request ends then, not after
+    // ten attempts (about 20 s).
+    test_server srv([](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(reply(503, "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"));
+    });
+    cv::runtime rt(two_lanes());
+    s3::client_options o;
+    o.http.timeouts.total = 1s;
+    o.retry.base_delay = 5s;
+    o.retry.max_delay = 5s;
+    s3::client c(rt, config_for(srv), o);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = request_error_of([&] { c.run(c.get("pictures", "busy.jpg")); });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(e);
+    MESSAGE("total timeout in the backoff: ", std::string(e->what()));
+    CHECK(e->code() == ch::errc::total_timeout);
+    CHECK(contains(e->what(), "total timeout (1 s)"));
+    CHECK(took < 10s);
+}
+
+TEST_CASE("with the default settings an endpoint that never answers, stalls or cannot be reached is reported within a minute")
+{
+    // Worst cases, from the defaults alone: every attempt that the retry options allow to
+    // time out takes the longest limit, and every backoff before the next its longest draw.
+    const s3::client_options o;
+    const auto& t = o.http.timeouts;
+    const auto& r = o.retry;
+    REQUIRE(r.max_timeouts > 0);
+    const unsigned attempts = std::min(r.max_attempts, r.max_timeouts);
+    std::chrono::milliseconds backoff{0};
+    for (unsigned k = 1; k < attempts; ++k) backoff += std::min(r.max_delay, r.base_delay * (1u << (k - 1)));
+    for (auto limit : {t.connect, t.first_byte, t.idle}) {
+        CAPTURE(limit.count());
+        CHECK(limit.count() > 0);
+        CHECK(limit * attempts + backoff <= 60s);
+    }
+}
+
+TEST_CASE("s3 client gives up on a silent endpoint after a few timed-out attempts, naming the timeout")
+{
+    // With the default retries, ten attempts that each time out add up (ten first-byte
+    // timeouts and up to a minute of backoff): timeouts have a smaller budget of attempts.
+    test_server srv([](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.wait_closed();
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    s3::client_options o;
+    o.http.timeouts.first_byte = 300ms;
+    s3::client c(rt, config_for(srv), o);
+    auto e = request_error_of([&] { c.run(c.head("pictures", "silent.jpg")); });
+    REQUIRE(e);
+    INFO(std::string(e->what()));
+    MESSAGE("silent endpoint: ", std::string(e->what()));
+    CHECK(e->code() == ch::errc::first_byte_timeout);
+    CHECK(e->attempts() == 3);
+    CHECK(contains(e->what(), "first byte timeout (300 ms) after 3 attempts"));
+    CHECK(srv.accepts() == 3);
 }

@@ -50,16 +50,28 @@ namespace conveyor::s3 {
     time in [0, min(max_delay, base_delay * 2^(k-1))] before attempt k+1 (AWS's "full
     jitter"). Transient: 500, 502, 503 SlowDown, 504, 429, RequestTimeout, connection
     refused or reset, timeouts, truncated bodies. Everything else fails at once.
+
+    `http.timeouts.total` (in `client_options`), when set, bounds each request with all
+    its attempts and the backoff between them: a request whose next attempt would start
+    past it fails then, with `http::errc::total_timeout`.
 */
 struct retry_options {
+    /// Attempts of one request, the first included.
     unsigned max_attempts = 10;
+    /// Of those, how many may end in a timeout (connect, first byte, idle, attempt): an
+    /// endpoint that accepts and never answers is reported after this many first-byte
+    /// timeouts, not `max_attempts` of them and their backoff. 0: no limit of its own.
+    unsigned max_timeouts = 3;
     std::chrono::milliseconds base_delay{50};
     std::chrono::milliseconds max_delay{20'000};
 };
 
 /// Settings of an S3 client.
 struct client_options {
-    /// Connections (per endpoint, over all I/O threads), timeouts, TLS.
+    /// Connections (per endpoint, over all I/O threads), timeouts, TLS. `timeouts.total`
+    /// bounds one S3 request (a GetObject, one ranged part of a large object, one page of
+    /// a listing, one part of an upload) with all its attempts and backoff, as AWS SDKs'
+    /// API call timeout does; `timeouts.attempt` bounds each attempt alone.
     http::client_options http;
     retry_options retry;
     /// GETs of objects larger than this are split into ranged parts of this size, fetched
@@ -247,12 +259,34 @@ struct client_state : std::enable_shared_from_this<client_state> {
 
     bool on_lane() const { return rt.current_io_lane().has_value(); }
 
+    // The error for `o`, its detail "<operation>: <detail>".
+    request_error error_for(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
+    {
+        return request_error(ec, {.stage = "s3", .key = std::string(o.key), .where = object_uri(cfg, o.bucket, o.key), .offset = -1,
+                                  .detail = std::string(o.name) + ": " + detail},
+                             std::move(reply), attempts);
+    }
+
     request_error failure(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
     {
-        std::string d = std::string(o.name) + ": " + detail;
-        if (attempts > 1) d += " (after " + std::to_string(attempts) + " attempts)";
-        return request_error(ec, {.stage = "s3", .key = std::string(o.key), .where = object_uri(cfg, o.bucket, o.key), .offset = -1, .detail = std::move(d)},
-                             std::move(reply), attempts);
+        if (attempts > 1) detail += " (after " + std::to_string(attempts) + " attempts)";
+        return error_for(o, ec, std::move(reply), attempts, std::move(detail));
+    }
+
+    // A request given up: what its last attempt met (an error reply as S3 described it, or
+    // a transport failure: the endpoint, and the timeout that struck, named with its value),
+    // the attempts and the time they took, and `then`, why no other attempt follows if that
+    // is not plain from the rest.
+    request_error given_up(const op& o, const request_target& t, std::error_code ec, reply_error reply, unsigned attempts,
+                           const std::string& what, std::chrono::steady_clock::time_point started, std::string_view then = {}) const
+    {
+        char took[32];
+        std::snprintf(took, sizeof took, "%.1f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        std::string d = reply.status != 0 ? what : "request to " + t.endpoint.url() + " failed: " + what;
+        if (attempts > 1) d += " after " + std::to_string(attempts) + " attempts, " + took + " in all";
+        else if (reply.status == 0) d += std::string(" after ") + took;
+        d += then;
+        return error_for(o, ec, std::move(reply), attempts, std::move(d));
     }
 
     /** Sends `o`, signing each attempt afresh, and retries what is transient. Returns the
@@ -269,7 +303,12 @@ struct client_state : std::enable_shared_from_this<client_state> {
         }
         const std::string_view payload = o.payload_hash.empty() ? unsigned_payload : std::string_view(o.payload_hash);
         const auto& r = opts.retry;
+        const auto& limits = opts.http.timeouts;
         const auto started = std::chrono::steady_clock::now();
+        // The total timeout bounds the whole request: every attempt and the backoff between
+        // them (each send gets the same deadline).
+        const auto deadline = limits.total.count() > 0 ? started + limits.total : std::chrono::steady_clock::time_point::max();
+        unsigned timed_out = 0;
         for (unsigned attempt = 1;; ++attempt) {
             http::request req;
             req.method = o.method;
@@ -278,6 +317,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
             for (const auto& [f, v] : o.headers) req.headers.set(f, v);
             req.body = o.body;
             req.body_into = o.body_into;
+            req.deadline = deadline;
             sign.sign(o.method, target, req.headers, payload);
             requests.fetch_add(1, std::memory_order_relaxed);
             if (attempt > 1) retries.fetch_add(1, std::memory_order_relaxed);
@@ -306,16 +346,25 @@ struct client_state : std::enable_shared_from_this<client_state> {
             } else {
                 retry = http::is_transient(ec);
                 code = ec;
-                const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-                char took[32];
-                std::snprintf(took, sizeof took, "%.1f", secs);
-                detail = "request to " + t.endpoint.url() + " failed: " + ec.message() + " (" + took + " s)";
+                const std::string timeout = http::timeout_name(ec, limits);
+                detail = timeout.empty() ? ec.message() : timeout;
+                // The call's own deadline passed: no attempt is left. Other timeouts have
+                // their own, smaller budget of attempts.
+                if (ec == http::errc::total_timeout) retry = false;
+                else if (!timeout.empty() && ++timed_out >= r.max_timeouts && r.max_timeouts > 0) retry = false;
             }
-            if (!retry || attempt >= r.max_attempts) throw failure(o, code, std::move(reply), attempt, std::move(detail));
+            if (!retry || attempt >= r.max_attempts) throw given_up(o, t, code, std::move(reply), attempt, detail, started);
             const auto exp = std::min<std::uint64_t>(attempt - 1, 30);
             const std::uint64_t bound = std::min<std::uint64_t>(static_cast<std::uint64_t>(r.max_delay.count()),
                                                                 static_cast<std::uint64_t>(r.base_delay.count()) << exp);
-            asio::steady_timer timer(co_await asio::this_coro::executor, std::chrono::milliseconds(jitter_draw(bound)));
+            const auto pause = std::chrono::milliseconds(jitter_draw(bound));
+            if (std::chrono::steady_clock::now() + pause >= deadline) {
+                // The next attempt would start past the deadline: say so now, not then.
+                const auto total = make_error_code(http::errc::total_timeout);
+                throw given_up(o, t, total, std::move(reply), attempt, detail, started,
+                               "; the next attempt would start past the " + http::timeout_name(total, limits));
+            }
+            asio::steady_timer timer(co_await asio::this_coro::executor, pause);
             co_await timer.async_wait(asio::use_awaitable);
         }
     }
