@@ -242,7 +242,8 @@ TEST_CASE("a failed multipart upload is aborted and says so")
     auto e = error_of([&] { c.run(c.put(bucket(), "client/multipart-fail.bin", bytes_of(body))); });
     clear_faults();
     REQUIRE(e);
-    CHECK(e->code() == s3::errc::request_refused);
+    CHECK(e->code() == s3::errc::upload_aborted);
+    CHECK(e->reply().code == "InvalidPart"); // the cause's reply
     CHECK(std::string(e->what()).find("aborted") != std::string::npos);
     // The abort runs in the background: wait for the DELETE to reach the server.
     CHECK(conveyor_test::eventually([&] {

@@ -2,7 +2,7 @@
 // replies, ListObjectsV2 pages, multipart documents, and Content-Range parsing. Then the
 // S3 client against servers scripted here (tests/support/http_server.hpp), for what needs
 // a server that misbehaves on purpose and no real S3: listings that go round in circles,
-// deadlines and timeouts.
+// deadlines and timeouts, aborted uploads.
 #include "../support/common.hpp"
 #include "../support/http_server.hpp"
 
@@ -24,13 +24,23 @@ namespace s3 = conveyor::s3;
 TEST_CASE("every s3 error code has its own message")
 {
     using s3::errc;
-    const errc all[] = {errc::access_denied, errc::no_such_key,   errc::no_such_bucket, errc::request_refused, errc::server_error,
-                        errc::throttled,     errc::bad_reply,     errc::object_changed, errc::upload_aborted};
+    const std::pair<errc, const char*> all[] = {
+        {errc::access_denied, "access denied"},
+        {errc::no_such_key, "no such key"},
+        {errc::no_such_bucket, "no such bucket"},
+        {errc::request_refused, "request refused by the server"},
+        {errc::server_error, "server error"},
+        {errc::throttled, "throttled by the server (slow down)"},
+        {errc::bad_reply, "malformed reply from the server"},
+        {errc::object_changed, "object changed while being read"},
+        {errc::upload_aborted, "multipart upload aborted"},
+    };
     std::set<std::string> seen;
-    for (auto e : all) {
+    for (const auto& [e, text] : all) {
         std::error_code ec = e;
+        CAPTURE(text);
         CHECK(ec.category().name() == std::string("conveyor.s3"));
-        CHECK(ec.message().find("unknown") == std::string::npos);
+        CHECK(ec.message() == text);
         CHECK(seen.insert(ec.message()).second);
     }
     CHECK(std::error_code(s3::make_error_code(errc::no_such_key)).message() == "no such key");
@@ -434,4 +444,51 @@ TEST_CASE("s3 client gives up on a silent endpoint after a few timed-out attempt
     CHECK(e->attempts() == 3);
     CHECK(contains(e->what(), "first byte timeout (300 ms) after 3 attempts"));
     CHECK(srv.accepts() == 3);
+}
+
+TEST_CASE("a multipart upload whose part fails is aborted, raised as upload_aborted with the cause kept")
+{
+    std::atomic<int> aborts{0};
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.method() == bhttp::verb::post)
+            co_return co_await p.write(reply(200, "<InitiateMultipartUploadResult><Bucket>pictures</Bucket><Key>big.bin</Key>"
+                                                  "<UploadId>upload-1</UploadId></InitiateMultipartUploadResult>"));
+        if (req.method() == bhttp::verb::delete_) {
+            ++aborts;
+            co_return co_await p.write(reply(204, ""));
+        }
+        co_return co_await p.write(reply(400, "<Error><Code>InvalidPart</Code><Message>part refused</Message></Error>"));
+    });
+    cv::runtime rt(two_lanes());
+    auto o = fast_retries(2);
+    o.multipart_threshold = 5u << 20;
+    o.upload_part_size = 5u << 20;
+    s3::client c(rt, config_for(srv), o);
+    const std::vector<std::byte> data(11u << 20, std::byte{42});
+    std::exception_ptr failed;
+    try {
+        c.run(c.put("pictures", "big.bin", data));
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    REQUIRE(failed);
+    std::optional<s3::request_error> cause;
+    try {
+        std::rethrow_exception(failed);
+    } catch (const s3::request_error& e) {
+        MESSAGE("upload aborted: ", std::string(e.what()));
+        CHECK(e.code() == s3::errc::upload_aborted);
+        CHECK(contains(e.what(), "aborted"));
+        CHECK(contains(e.what(), "InvalidPart")); // the cause, in the detail
+        CHECK(e.reply().code == "InvalidPart");
+        // And nested, whole.
+        try {
+            std::rethrow_if_nested(e);
+        } catch (const s3::request_error& inner) {
+            cause = inner;
+        }
+    }
+    REQUIRE(cause);
+    CHECK(cause->code() == s3::errc::request_refused);
+    CHECK(conveyor_test::eventually([&] { return aborts.load() == 1; }, 10s));
 }

@@ -588,9 +588,11 @@ struct client_state : std::enable_shared_from_this<client_state> {
         try {
             std::rethrow_exception(failed);
         } catch (const request_error& e) {
+            // What became of the upload is the error; what made it fail is in the detail and
+            // nested whole (std::rethrow_if_nested), with the server's reply kept.
             auto c = e.ctx();
-            c.detail += "; the multipart upload was aborted";
-            throw request_error(e.code(), std::move(c), e.reply(), e.attempts());
+            c.detail += " (" + e.code().message() + "); " + make_error_code(errc::upload_aborted).message();
+            std::throw_with_nested(request_error(make_error_code(errc::upload_aborted), std::move(c), e.reply(), e.attempts()));
         }
     }
 
@@ -688,7 +690,9 @@ public:
     }
 
     /** Stores `data` as an object: one PutObject, or a multipart upload with parts sent in
-        parallel when it is larger than `multipart_threshold` (aborted if a part fails).
+        parallel when it is larger than `multipart_threshold`. A multipart upload that fails
+        is aborted (in the background) and fails with `errc::upload_aborted`, its cause in
+        the detail and nested (`std::rethrow_if_nested`).
         `data` must stay valid until the operation completes.
         @par Completion Signature `put_result` */
     [[nodiscard]] asio::awaitable<put_result> put(std::string bucket, std::string key, std::span<const std::byte> data,

@@ -31,7 +31,9 @@ enum class errc {
     bad_reply,
     /// The object changed while it was read in parts (its ETag no longer matched).
     object_changed,
-    /// An upload's part could not be sent; the multipart upload was aborted.
+    /// A multipart upload failed (a part, or its completion) and was aborted, so that the
+    /// parts stored so far are not kept. The cause is in the error's detail and nested
+    /// in it (`std::rethrow_if_nested`); `request_error::reply()` is the cause's reply.
     upload_aborted,
 };
 
