@@ -66,6 +66,7 @@ TEST_CASE("every file error code has its exact message in the conveyor.file cate
         {cf::errc::file_shrank, "file shrank while being read"},
         {cf::errc::file_grew, "file grew while being read"},
         {cf::errc::uring_unavailable, "io_uring is unavailable"},
+        {cf::errc::read_timed_out, "read timed out"},
     };
     int value = 1;
     for (const auto& [e, msg] : expected) {
@@ -477,4 +478,119 @@ TEST_CASE("an index or classes file that is a directory is not reported as inval
         CHECK_MESSAGE((e->code() == std::errc::is_a_directory || e->code() == cf::errc::not_a_regular_file),
                       "code: " << e->code().message() << "; what(): " << std::string(e->what()));
     }
+}
+
+// ==== entries that cannot be paths =============================================================
+
+namespace {
+
+/// True when `text` holds a C0 control character or DEL (what a terminal would act on).
+bool has_control_byte(std::string_view text)
+{
+    return std::any_of(text.begin(), text.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7F;
+    });
+}
+
+/// Checks that `e` is an invalid_argument error whose what() holds every one of `parts`, is
+/// read whole as a C string, and holds no control character.
+void check_entry_error(const std::optional<cv::error>& e, std::initializer_list<std::string> parts)
+{
+    check_error(e, std::make_error_code(std::errc::invalid_argument), parts);
+    if (!e) return;
+    const std::string w = e->what();
+    CHECK_MESSAGE(std::strlen(e->what()) == w.size(), "what() is cut at a NUL: " << w);
+    CHECK_MESSAGE(!has_control_byte(w), "what() holds a control character: " << w);
+}
+
+} // namespace
+
+// Issue 9: "b\u0000/../../../etc/passwd.jpg" was refused (it leaves the root) but the message
+// was cut at the NUL (`entry 1 "b`); other control characters and "" were accepted.
+TEST_CASE("read_index refuses empty entries and entries with a NUL or a control character, showing them escaped")
+{
+    temp_dir d;
+    const fs::path root = d / "root";
+    const auto nul = write_index_text(d, R"(["a.jpg", "b\u0000/../../../etc/passwd.jpg"])", "nul.json");
+    auto e = ftest::error_from([&] { (void)cf::read_index(nul, root); });
+    check_entry_error(e, {nul.string(), "entry 1 \"b\\x00/../../../etc/passwd.jpg\"", "NUL"});
+    if (e) CHECK(e->where() == nul.string());
+
+    const std::pair<const char*, const char*> controls[] = {
+        {R"("x\ny.jpg")", "\"x\\ny.jpg\""},       {R"("x\ty.jpg")", "\"x\\ty.jpg\""},
+        {R"("x\u001b[2Jy.jpg")", "\"x\\x1B[2Jy.jpg\""}, {R"("x\u007fy.jpg")", "\"x\\x7Fy.jpg\""},
+        {R"("x\u0085y.jpg")", "\"x\\u0085y.jpg\""}, {R"("x\ry.jpg")", "\"x\\ry.jpg\""},
+    };
+    int k = 0;
+    for (const auto& [json, shown] : controls) {
+        const std::string entry_json = json; // CAPTURE cannot take a structured binding (clang)
+        CAPTURE(entry_json);
+        const auto idx = write_index_text(d, std::string("[\"ok.jpg\", ") + json + "]", "control" + std::to_string(k++) + ".json");
+        check_entry_error(ftest::error_from([&] { (void)cf::read_index(idx, root); }),
+                          {idx.string(), std::string("entry 1 ") + shown, "control character"});
+    }
+
+    const auto empty = write_index_text(d, R"(["a.jpg", "b.jpg", ""])", "empty.json");
+    check_entry_error(ftest::error_from([&] { (void)cf::read_index(empty, root); }), {empty.string(), "entry 2 is empty"});
+
+    // Characters that are not control characters are fine, UTF-8 included.
+    const auto fine = write_index_text(d, R"(["caf\u00e9/\u65e5\u672c.jpg", "a b/#1 (copy) [x].jpg", "~/x.jpg"])", "fine.json");
+    CHECK(paths_of(cf::read_index(fine, root)) ==
+          std::vector<std::string>{"caf\xC3\xA9/\xE6\x97\xA5\xE6\x9C\xAC.jpg", "a b/#1 (copy) [x].jpg", "~/x.jpg"});
+}
+
+// Issue 9: an entry of 50 MB was copied whole into the message (what() was 50,000,126
+// bytes); one that stayed inside the root was accepted, though no file can have that path.
+TEST_CASE("read_index refuses an entry longer than a path can be, with a message of bounded size")
+{
+    temp_dir d;
+    const fs::path root = d / "root";
+    for (const std::string& start : {std::string("a"), std::string("/"), std::string("../")}) {
+        CAPTURE(start);
+        const std::string huge = start + std::string(50'000'000 - start.size(), 'x');
+        const auto idx = write_index_text(d, boost::json::serialize(boost::json::array{"ok.jpg", huge.c_str()}), "huge.json");
+        auto e = ftest::error_from([&] { (void)cf::read_index(idx, root); });
+        REQUIRE(e);
+        const std::string w = e->what();
+        const std::string start_of_what = w.substr(0, 400); // what() may be huge: show its start
+        CAPTURE(start_of_what);
+        CHECK(w.size() < 1000);
+        CHECK(w.find("entry 1 \"" + start + "xxx") != std::string::npos);
+        CHECK(w.find("(50000000 bytes)") != std::string::npos);
+        CHECK(w.find("longer than") != std::string::npos);
+    }
+    // The longest path a system call takes is still accepted.
+    const std::string longest = std::string(4095, 'y');
+    CHECK(cf::read_index(write_index_text(d, boost::json::serialize(boost::json::array{longest.c_str()}), "longest.json"), root)
+              .size() == 1);
+
+    // Something that is not a string is shown shortened too.
+    boost::json::array numbers;
+    for (int i = 0; i < 1'000'000; ++i) numbers.emplace_back(i);
+    const auto idx = write_index_text(d, boost::json::serialize(boost::json::array{"ok.jpg", numbers}), "numbers.json");
+    auto e = ftest::error_from([&] { (void)cf::read_index(idx, root); });
+    check_error(e, cf::errc::index_entry_not_string, {idx.string(), "entry 1 is [0,1,2,"});
+    if (e) CHECK(std::string(e->what()).size() < 1000);
+}
+
+TEST_CASE("from_paths and walk refuse paths with a NUL or a control character, and from_paths empty ones")
+{
+    using namespace std::string_literals;
+    const std::pair<std::vector<std::string>, std::string> bad[] = {
+        {{"a.jpg", "b\0c.jpg"s}, "entry 1 \"b\\x00c.jpg\""},
+        {{"a.jpg", "b.jpg", "x\ny.jpg"}, "entry 2 \"x\\ny.jpg\""},
+        {{"", "a.jpg"}, "entry 0 is empty"},
+    };
+    for (const auto& [paths, shown] : bad) {
+        CAPTURE(shown);
+        check_entry_error(ftest::error_from([&] { (void)cf::from_paths(paths); }), {shown});
+    }
+    CHECK(cf::from_paths({"/abs/a.jpg", "rel/b.jpg"}).size() == 2);
+
+    temp_dir d;
+    write_file(d / "data/a/1.jpg", "1");
+    write_file(d / "data/a/bad\x1b[2Jname.jpg", "2");
+    check_entry_error(ftest::error_from([&] { (void)cf::walk(d / "data"); }),
+                      {(d / "data/a/bad\\x1B[2Jname.jpg").string(), "control character"});
 }

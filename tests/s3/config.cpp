@@ -1212,3 +1212,43 @@ TEST_CASE("secrets never appear in describe() of any credentials source")
     check_clean(s3::resolve_config());
     check_clean(s3::resolve_config({.anonymous = true}));
 }
+
+// ---------------------------------------------------------------------------------------
+// Index files of object keys (s3::read_index, in s3/source.hpp, shares its entry rule with
+// the file module's read_index).
+
+// Issue 9: keys holding a NUL or a control character were accepted, and would have been
+// repeated raw in every later message about them.
+TEST_CASE("s3 read_index refuses keys with a NUL or a control character, empty keys and keys longer than S3 allows")
+{
+    aws_sandbox sb;
+    struct bad {
+        std::string json;
+        std::string shows;
+    };
+    const std::string long_key = "K" + std::string(1024, 'k');
+    for (const bad& b : {
+             bad{R"(["a.jpg", "b\u0000/../../../etc/passwd.jpg"])", "entry 1 \"b\\x00/../../../etc/passwd.jpg\" holds a NUL"},
+             bad{R"(["a.jpg", "b.jpg", "x\ny\u001b[2J.jpg"])", "entry 2 \"x\\ny\\x1B[2J.jpg\" holds a control character"},
+             bad{R"(["a.jpg", ""])", "entry 1 is empty"},
+             bad{"[\"a.jpg\", \"" + long_key + "\"]", "entry 1 \"Kkkk"},
+         }) {
+        CAPTURE(b.json);
+        const auto path = sb.json_file(b.json, "index.json");
+        std::error_code code;
+        const auto w = error_text([&] { (void)s3::read_index("bucket", path); }, &code);
+        CHECK(code == std::errc::invalid_argument);
+        CHECK(contains(w, path));
+        CHECK(contains(w, b.shows));
+        CHECK(std::strlen(w.c_str()) == w.size());
+        CHECK(w.size() < 1000);
+    }
+    // What S3 allows, spaces, '..', '\\' and UTF-8 included, is kept as written.
+    const std::string longest = std::string(1024, 'k');
+    const auto path = sb.json_file("[\"a b/../c\\\\d #?.jpg\", \"caf\\u00e9\", \"/lead\", \"" + longest + "\"]", "index.json");
+    const auto l = s3::read_index("bucket", path, "pre/");
+    REQUIRE(l.size() == 4);
+    CHECK(l.objects[0].key == "pre/a b/../c\\d #?.jpg");
+    CHECK(l.objects[1].key == "pre/caf\xC3\xA9");
+    CHECK(l.objects[2].key == "pre//lead");
+}

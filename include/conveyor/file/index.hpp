@@ -79,6 +79,19 @@ namespace detail {
     throw conveyor::error(ec, {.stage = "", .key = "", .where = where, .offset = -1, .detail = std::move(detail)});
 }
 
+/// The longest path a system call takes (PATH_MAX, less its NUL): no entry can be longer.
+inline constexpr std::size_t max_path_bytes = 4095;
+
+/// Throws `std::errc::invalid_argument` when `path`, entry `i` of a list read from `where`
+/// ("" for one given in memory), cannot name a file: see `conveyor::detail::index_entry_problem`.
+inline void check_entry(std::size_t i, std::string_view path, const std::string& where)
+{
+    const auto why = conveyor::detail::index_entry_problem(path, max_path_bytes);
+    if (!why.empty())
+        throw_file_error(std::make_error_code(std::errc::invalid_argument), where,
+                         conveyor::detail::index_entry_name(i, path) + " " + why);
+}
+
 inline bool has_extension(const std::filesystem::path& p, const std::vector<std::string>& exts)
 {
     if (exts.empty()) return true;
@@ -152,7 +165,8 @@ inline bool escapes_root(std::string_view rel)
 /** Lists every regular file below `root` (recursively, following no symlinked
     directories), sorted by path so the order is the same on every run and machine.
     Sizes are recorded, so reads need no extra stat and a file that changed since is
-    detected. Throws `conveyor::error` naming the path that could not be read. */
+    detected. Throws `conveyor::error` naming the path that could not be read, or one that
+    holds a control character (as `read_index` would refuse it when read back). */
 inline listing walk(const std::filesystem::path& root, const walk_options& o = {})
 {
     namespace fs = std::filesystem;
@@ -170,7 +184,11 @@ inline listing walk(const std::filesystem::path& root, const walk_options& o = {
         if (!d.is_regular_file(ec) || !detail::has_extension(d.path(), o.extensions)) continue;
         const auto size = d.file_size(ec);
         if (ec) detail::throw_file_error(ec, d.path().string(), "cannot stat");
-        l.entries.push_back({d.path().lexically_relative(root).generic_string(), static_cast<std::int64_t>(size), -1});
+        std::string rel = d.path().lexically_relative(root).generic_string();
+        if (const auto why = conveyor::detail::index_entry_problem(rel, detail::max_path_bytes); !why.empty())
+            detail::throw_file_error(std::make_error_code(std::errc::invalid_argument), d.path().string(),
+                                     "cannot list: the path " + why);
+        l.entries.push_back({std::move(rel), static_cast<std::int64_t>(size), -1});
     }
     if (ec) detail::throw_file_error(ec, root.string(), "cannot read directory");
     std::sort(l.entries.begin(), l.entries.end(), [](const entry& a, const entry& b) { return a.path < b.path; });
@@ -179,12 +197,17 @@ inline listing walk(const std::filesystem::path& root, const walk_options& o = {
 }
 
 /// A listing of the given paths, as given (relative to the working directory, or
-/// absolute), in the given order; sizes are found when read.
+/// absolute), in the given order; sizes are found when read. Throws `conveyor::error`
+/// (`std::errc::invalid_argument`) naming the first path that is empty, longer than a path
+/// can be, or holds a NUL or another control character, and its position.
 inline listing from_paths(const std::vector<std::string>& paths)
 {
     listing l;
     l.entries.reserve(paths.size());
-    for (const auto& p : paths) l.entries.push_back({p, -1, -1});
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        detail::check_entry(i, paths[i], "");
+        l.entries.push_back({paths[i], -1, -1});
+    }
     return l;
 }
 
@@ -223,9 +246,10 @@ inline void write_text_file(const std::filesystem::path& file, const std::string
 } // namespace detail
 
 /** Reads an index file: a JSON array of paths relative to `root` (the seeds' format).
-    Every entry must be a string that stays inside `root`; the first that does not is an
-    error naming the file, the entry's position and its value. With `o.labels`, labels
-    come from each path's first directory as in `walk`. */
+    Every entry must be a string that stays inside `root`, is not empty, is no longer
+    than a path can be and holds no NUL or other control character; the first that is
+    not is an error naming the file, the entry's position and its value (escaped and
+    shortened). With `o.labels`, labels come from each path's first directory as in `walk`. */
 inline listing read_index(const std::filesystem::path& index_file, const std::filesystem::path& root,
                           const walk_options& o = {})
 {
@@ -238,14 +262,16 @@ inline listing read_index(const std::filesystem::path& index_file, const std::fi
     for (std::size_t i = 0; i < arr.size(); ++i) {
         if (!arr[i].is_string())
             detail::throw_file_error(make_error_code(errc::index_entry_not_string), index_file.string(),
-                                     "entry " + std::to_string(i) + " is " + boost::json::serialize(arr[i]));
+                                     "entry " + std::to_string(i) + " is " +
+                                         conveyor::detail::printable(boost::json::serialize(arr[i])));
+        const std::string_view given = arr[i].get_string();
+        detail::check_entry(i, given, index_file.string());
         // Normalised ("./a/b", "x/../a/b" → "a/b"), so that labels come from the directory
         // that is really read.
-        std::string p = std::filesystem::path(std::string(arr[i].get_string())).lexically_normal().generic_string();
+        std::string p = std::filesystem::path(given).lexically_normal().generic_string();
         if (escapes_root(p))
             detail::throw_file_error(make_error_code(errc::path_escapes_root), index_file.string(),
-                                     "entry " + std::to_string(i) + " \"" + std::string(arr[i].get_string()) +
-                                         "\" leaves the root " + root.string());
+                                     conveyor::detail::index_entry_name(i, given) + " leaves the root " + root.string());
         if (!detail::has_extension(p, o.extensions)) continue;
         l.entries.push_back({std::move(p), -1, -1});
     }
@@ -273,10 +299,10 @@ inline std::vector<class_info> read_classes(const std::filesystem::path& classes
         const auto* id = obj ? obj->if_contains("id") : nullptr;
         if (!id || !id->is_int64() || id->get_int64() < 0)
             detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(),
-                                     "class \"" + std::string(key) + "\" has no non-negative integer \"id\"");
+                                     "class \"" + conveyor::detail::printable(key) + "\" has no non-negative integer \"id\"");
         if (id->get_int64() >= detail::max_class_id)
             detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(),
-                                     "class \"" + std::string(key) + "\" has id " + std::to_string(id->get_int64()) +
+                                     "class \"" + conveyor::detail::printable(key) + "\" has id " + std::to_string(id->get_int64()) +
                                          ", above the limit of " + std::to_string(detail::max_class_id));
         const auto* name = obj->if_contains("name");
         out.push_back({std::string(key), id->get_int64(), name && name->is_string() ? std::string(name->get_string()) : std::string(key)});

@@ -7,6 +7,7 @@
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/s3/credentials.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -140,6 +141,9 @@ inline request_target target_for(const config& c, std::string_view bucket, std::
     digits, hyphens and (without TLS only: a wildcard certificate covers one label) dots,
     starting and ending with a letter or digit, and not shaped like an IPv4 address. */
 inline bool virtual_hostable(std::string_view bucket, bool tls) noexcept;
+
+/// S3's limit on the length of an object key, in bytes (of UTF-8).
+inline constexpr std::size_t max_key_bytes = 1024;
 
 /** Percent-encodes an object key for a request path, S3's way: every byte but
     `A-Z a-z 0-9 - . _ ~` and '/' becomes %XX with uppercase hex (UTF-8 bytes one by one).
