@@ -507,6 +507,85 @@ TEST_CASE("profile file parse errors name the file and line, never the line's te
     }
 }
 
+// What botocore (configparser) does with each kind of line, and what conveyor does:
+// - a line that is not indented and has no '=' (inside or outside a section): botocore
+//   raises ConfigParseError naming the file; so does conveyor, with the line number;
+// - a property before any section, a section header without ']': the same;
+// - whole-line comments ('#' or ';', indented or not) and blank lines: skipped by both;
+// - an indented line after a property: configparser joins it to the property's value
+//   ("x\nfoo"), so a line meant as `key = value` that lost its '=' vanishes into the
+//   value above it. botocore signs with such a value, or fails later without saying why.
+//   conveyor keeps the joined value for keys it never reads, but a value that it reads
+//   (keys, token, region, endpoint, addressing style) takes one line: the continuation
+//   is an error naming the file and the continuation's line, never the text.
+TEST_CASE("profile files: lines without '=' are errors or continuations as in botocore, never silently lost")
+{
+    aws_sandbox sb;
+    struct line_case {
+        const char* text;
+        int line; // 0: parses
+    };
+    for (const line_case& c : {
+             line_case{"[default]\nfoo\n", 2},
+             line_case{"foo\n[default]\n", 1},
+             line_case{"  foo\n[default]\n", 1},
+             line_case{"[default]\n  foo\nregion = us-west-2\n", 2},
+             line_case{"[default]\ns3 =\n  a = b\nfoo\n", 4},
+             line_case{"[default]\r\nfoo\r\n", 2},
+             line_case{"[default]\nregion = us-west-2\n \nfoo\n", 4},
+             line_case{"[default]\n  # indented comment\n; comment\n\n   \nregion = us-west-2\n  # comment\n", 0},
+             line_case{"[profile other]\nnote = first line\n  second line without equals\n[default]\nregion = us-west-2\n", 0},
+         }) {
+        CAPTURE(c.text);
+        sb.credentials_file(c.text);
+        if (c.line == 0) {
+            CHECK(s3::resolve_config().region == "us-west-2");
+            continue;
+        }
+        const auto w = error_text([] { s3::resolve_config(); });
+        CHECK(contains(w, sb.credentials_path + ": line " + std::to_string(c.line) + ":"));
+    }
+}
+
+// Issue 9: an indented line without '=' continued the value above it: `aws_secret_access_key`
+// silently became "abc\nSECRET-CONTINUED", and a continued region or endpoint was repeated
+// in its error message, continuation and all.
+TEST_CASE("profile files: a continuation line in a value conveyor reads is an error naming the file and line, not the text")
+{
+    aws_sandbox sb;
+    const std::string keys_lines = "aws_access_key_id = AKIAPROFILE00000001\naws_secret_access_key = abc\n";
+    struct continued {
+        std::string text;
+        int line;
+        const char* key;
+    };
+    for (const continued& c : {
+             continued{"[default]\n" + keys_lines + "  SECRET-CONTINUED\n", 4, "aws_secret_access_key"},
+             continued{"[default]\naws_access_key_id = AKIAPROFILE00000001\n\taws_secret_access_key SECRET-CONTINUED\n"
+                       "aws_secret_access_key = abc\n",
+                       3, "aws_access_key_id"},
+             continued{"[default]\n" + keys_lines + "aws_session_token = t\n\n  SECRET-CONTINUED\n", 6, "aws_session_token"},
+             continued{"[default]\n" + keys_lines + "region = us-east-1\n  SECRET-CONTINUED\n", 5, "region"},
+             continued{"[default]\n" + keys_lines + "endpoint_url = http://minio:9000\n  SECRET-CONTINUED\n", 5, "endpoint_url"},
+         }) {
+        CAPTURE(c.text);
+        sb.credentials_file(c.text);
+        std::error_code code;
+        const auto w = error_text([] { s3::resolve_config(); }, &code);
+        CHECK(code == std::errc::invalid_argument);
+        CHECK(contains(w, sb.credentials_path + ": line " + std::to_string(c.line) + ":"));
+        CHECK(contains(w, c.key));
+        CHECK_FALSE(contains(w, "SECRET"));
+        CHECK_FALSE(contains(w, "abc"));
+    }
+    // The same in the config file, for a key read from it.
+    sb.credentials_file("");
+    sb.config_file("[default]\nregion = us-east-1\n  SECRET-CONTINUED\n");
+    const auto w = error_text([] { s3::resolve_config(); });
+    CHECK(contains(w, sb.config_path + ": line 3:"));
+    CHECK_FALSE(contains(w, "SECRET"));
+}
+
 TEST_CASE("profile file that cannot be read is an error naming it")
 {
     aws_sandbox sb;

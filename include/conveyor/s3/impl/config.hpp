@@ -125,14 +125,17 @@ inline bool read_text_file(const std::string& path, std::string& out, const char
 // whole-line comments starting with '#' or ';', also indented; inline comments where '#'
 // or ';' follows whitespace; a property with an empty value opens a sub-section whose
 // indented `key = value` lines are stored as "parent.key" (`s3 =` / `  endpoint_url = ...`);
-// other indented lines continue the previous value. Repeated sections merge and a repeated
-// key keeps its last value. Boost.PropertyTree's ini_parser is not used: it flattens
-// sub-sections into their profile, and fails on two sub-sections with the same key or a
-// repeated section, all of which real files have.
+// other indented lines continue the previous value (a value conveyor reads must not have
+// any: see profile_source::get). Any other line without '=' is an error naming the line,
+// as in botocore. Repeated sections merge and a repeated key keeps its last value.
+// Boost.PropertyTree's ini_parser is not used: it flattens sub-sections into their
+// profile, and fails on two sub-sections with the same key or a repeated section, all of
+// which real files have.
 
 struct ini_entry {
     std::string value;
     int line = 0;
+    int continued = 0; ///< the first indented line joined to the value, or 0
 };
 
 struct ini_section {
@@ -189,9 +192,11 @@ inline ini_file parse_ini(std::string path, std::string_view text)
                 if (key.empty()) fail(line_no, "a sub-section property has no name before '='");
                 section->keys[property + "." + key] = {std::string(strip_inline_comment(t.substr(eq + 1))), line_no};
             } else {
+                // Joined as configparser does; see profile_source::get.
                 auto& e = section->keys[property];
                 e.value += '\n';
                 e.value += strip_inline_comment(t);
+                if (!e.continued) e.continued = line_no;
             }
             continue;
         }
@@ -265,14 +270,27 @@ public:
 
     const std::string& name() const noexcept { return name_; }
 
-    /// The value of `key` ("region", "s3.endpoint_url"...) in the profile, if set.
+    /** The value of `key` ("region", "s3.endpoint_url"...) in the profile, if set.
+
+        Every setting conveyor reads takes one line. An indented line after `key = value`
+        continues the value (configparser's rule, which botocore follows), so a line meant
+        as `key = value` that lost its '=' would silently become part of the value above
+        it: a key id, a secret, a region. That is an error naming the file and the line,
+        never the text (it may be a secret). */
     std::optional<profile_value> get(std::string_view key)
     {
         load();
         for (const auto& [file, section] : {std::pair{&credentials_, in_credentials_}, std::pair{&config_, in_config_}}) {
             if (!section) continue;
-            if (auto it = section->keys.find(key); it != section->keys.end() && !it->second.value.empty())
-                return profile_value{it->second.value, file->path, it->second.line};
+            auto it = section->keys.find(key);
+            if (it == section->keys.end() || it->second.value.empty()) continue;
+            const ini_entry& e = it->second;
+            if (e.continued)
+                throw_invalid(file->path, "line " + std::to_string(e.continued) + ": an indented line continues the value of " +
+                                              std::string(key) + " from line " + std::to_string(e.line) +
+                                              ", which conveyor reads from one line (is an '=' missing, or the line indented "
+                                              "by mistake?)");
+            return profile_value{e.value, file->path, e.line};
         }
         return std::nullopt;
     }
