@@ -83,7 +83,9 @@ inline std::vector<std::string> parse_index_json(std::string_view text, std::str
     std::size_t i = 0;
     for (const auto& e : v.as_array()) {
         if (!e.is_string()) throw fail("entry " + std::to_string(i) + " is not a string");
-        if (e.as_string().empty()) throw fail("entry " + std::to_string(i) + " is an empty key");
+        // The file index's rule (conveyor::detail::index_entry_problem), with S3's limit.
+        if (auto why = conveyor::detail::index_entry_problem(e.as_string(), max_key_bytes); !why.empty())
+            throw fail(conveyor::detail::index_entry_name(i, e.as_string()) + " " + why);
         keys.emplace_back(e.as_string());
         ++i;
     }
