@@ -2,6 +2,7 @@
 // reads, ordered and unordered, bad input with on_error::fail and ::skip), map-style
 // random access (dataset) and cancellation.
 #include "support.hpp"
+#include "hung_mount.hpp"
 
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
@@ -933,5 +934,268 @@ TEST_CASE("destroying the runtime while a files() run is in flight stops it, and
         REQUIRE(kept.size() == 2);
         CHECK(ftest::bytes_of(kept[0]) == t.contents[0]);
         CHECK(ftest::bytes_of(kept[1]) == t.contents[1]);
+    }
+}
+
+// ==== reads that never finish (issue 9, part 1) ===============================================
+
+namespace {
+
+/// Keeps a FIFO open for writing (O_RDWR: the open does not wait for a reader) and writes
+/// nothing: a reader of it waits for data that never comes.
+struct silent_writer {
+    explicit silent_writer(const fs::path& fifo) : fd(::open(fifo.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC)) { REQUIRE(fd >= 0); }
+    ~silent_writer() { close(); }
+    void close()
+    {
+        if (fd >= 0) ::close(fd);
+        fd = -1;
+    }
+    int fd;
+};
+
+/// Unsticks readers blocked on `fifo` (for a run that a bug left hanging): a writer comes,
+/// writes a byte and goes.
+void unstick_fifo(const fs::path& fifo)
+{
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) {
+        (void)!::write(fd, "x", 1);
+        ::close(fd);
+    }
+}
+
+} // namespace
+
+// Regression test, fixed bug: a file listed by walk() (its size known, so the io_uring backend did not statx it)
+// and then replaced by a FIFO was opened O_RDONLY in the linked open/read/close chain: the
+// open waited for a writer, or with a writer present the read waited for data, forever. The
+// pread backend opened it O_NONBLOCK and checked fstat, and failed at once.
+TEST_CASE("a listed file replaced by a FIFO fails at once as not_a_regular_file, with or without a writer")
+{
+    for (const bool writer : {false, true})
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name) << std::string(writer ? ", a writer holds the FIFO open" : ", no writer"));
+        temp_dir d;
+        write_file(d / "a.bin", "aaaa");
+        write_file(d / "b.bin", "bbbb");
+        const auto l = cf::walk(d.path());
+        REQUIRE(l.size() == 2);
+        const auto fifo = d / "a.bin";
+        fs::remove(fifo);
+        REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+        std::optional<silent_writer> w;
+        if (writer) w.emplace(fifo);
+        cv::runtime rt(opts_for(bc));
+        auto p = cf::files(l, {.concurrency = 2}).on(rt);
+        std::exception_ptr caught;
+        const bool ended = ftest::finishes_within(
+            ftest::known_hang, "reading a listed file that became a FIFO",
+            [&] {
+                auto r = p.run();
+                try {
+                    for (auto& b : r) (void)b;
+                } catch (...) {
+                    caught = std::current_exception();
+                }
+            },
+            [&] {
+                if (w) w->close();
+                unstick_fifo(fifo);
+            });
+        CHECK_MESSAGE(ended, "the run hung on the FIFO");
+        if (!ended) continue;
+        const auto e = ftest::as_error(caught);
+        REQUIRE(e);
+        CHECK(e->code() == cf::errc::not_a_regular_file);
+        CHECK(e->where() == fifo.string());
+        CHECK(std::string(e->what()).find("not a regular file") != std::string::npos);
+    }
+}
+
+namespace {
+
+/// A hung mount with one good file and `hung` files whose reads never answer, and the
+/// listing of them (sizes known, as walk() would give). Empty optional where FUSE is refused.
+struct stuck_dataset {
+    temp_dir dir;
+    std::optional<ftest::hung_mount> mount;
+    cf::listing files;
+    std::map<std::string, std::string> contents;
+
+    explicit stuck_dataset(std::size_t hung, std::size_t size = 3000)
+    {
+        contents["a.bin"] = ftest::content(1, size);
+        for (std::size_t i = 0; i < hung; ++i) contents["hang" + std::to_string(i) + ".bin"] = ftest::content(10 + i, size);
+        for (const auto& [name, bytes] : contents) write_file(dir / "backing" / name, bytes);
+        fs::create_directories(dir / "mnt");
+        mount.emplace(dir / "backing", dir / "mnt");
+        if (!mount->available()) {
+            MESSAGE("skipped: " << mount->why() << " (the hung-mount cases need FUSE)");
+            mount.reset();
+            return;
+        }
+        files.root = dir / "mnt";
+        for (const auto& [name, bytes] : contents) files.entries.push_back({name, static_cast<std::int64_t>(bytes.size()), -1});
+    }
+};
+
+std::size_t ring_ops_in_flight(cv::runtime& rt)
+{
+    std::size_t n = 0;
+    for (std::size_t lane = 0; lane < rt.io_lanes(); ++lane)
+        n += ftest::on_lane_ring(rt, lane, [](cf::uring& r) { return r.in_flight(); });
+    return n;
+}
+
+} // namespace
+
+// Regression test, fixed bug: io_uring's cancel was asked for the operation's address while its SQEs carry tag bits in
+// user_data, so it matched nothing, and the run waited for every read it had started.
+// Breaking out of a run whose reads hang on a stuck mount therefore hung too. Now the reads
+// are abandoned at once: their buffers and state stay with the ring until the kernel lets go.
+TEST_CASE("destroying a run whose reads hang on a stuck mount returns at once; the reads finish later, safely")
+{
+    for (const std::uint32_t chunk : {8u << 20, 1024u}) // whole-file chains, and chunked reads
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name) << ", chunk_size " << chunk);
+        stuck_dataset ds(4);
+        if (!ds.mount) return;
+        cv::runtime rt(opts_for(bc));
+        auto p = cf::files(ds.files, {.concurrency = 5, .chunk_size = chunk}).on(rt);
+        std::optional<cv::range<cv::blob>> r(p.run());
+        std::optional<cv::blob> first;
+        ftest::must_finish("reading the first (healthy) file", [&] { first = r->next(); });
+        REQUIRE(first);
+        CHECK(first->key == "a.bin");
+        // Every read is stuck once the mount holds one (the kernel may queue the others
+        // behind it); let them all get there.
+        REQUIRE(ftest::eventually([&] { return ds.mount->held() >= 1; }, ftest::generous));
+        std::this_thread::sleep_for(100ms);
+        std::chrono::nanoseconds took{};
+        const bool ended = ftest::finishes_within(
+            ftest::known_hang, "destroying a run with hung reads",
+            [&] {
+                const auto t0 = std::chrono::steady_clock::now();
+                r.reset();
+                took = std::chrono::steady_clock::now() - t0;
+            },
+            [&] { ds.mount->release(); });
+        CHECK_MESSAGE(ended, "destroying the run waited for reads the kernel could not cancel");
+        if (!ended) continue;
+        MESSAGE("destroying the run took " << std::chrono::duration<double, std::milli>(took).count() << " ms");
+        // The kernel finishes the abandoned reads into memory that is still theirs (ASan
+        // would see a write to freed memory), and the ring forgets them.
+        ds.mount->release();
+        if (bc.backend == cv::io_backend::uring)
+            CHECK(ftest::eventually([&] { return ring_ops_in_flight(rt) == 0; }, ftest::generous));
+        const auto out = ftest::run_all(p, "reading the mount after it recovered");
+        REQUIRE_FALSE(out.error);
+        REQUIRE(out.blobs.size() == ds.files.size());
+        for (const auto& b : out.blobs) CHECK(ftest::bytes_of(b) == ds.contents.at(b.key));
+    }
+}
+
+TEST_CASE("a per-read deadline turns a read stuck past it into errc::read_timed_out naming the file, or a skip")
+{
+    for (const std::uint32_t chunk : {8u << 20, 1024u})
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name) << ", chunk_size " << chunk);
+        {
+            stuck_dataset ds(1);
+            if (!ds.mount) return;
+            cv::runtime rt(opts_for(bc));
+            auto p = cf::files(ds.files, {.concurrency = 2, .chunk_size = chunk, .read_timeout = 300ms}).on(rt);
+            const auto out = ftest::run_all(p, "a run with a stuck read and a deadline");
+            const auto e = ftest::as_error(out.error);
+            REQUIRE(e);
+            CHECK(e->code() == cf::errc::read_timed_out);
+            CHECK(e->where() == (ds.dir / "mnt" / "hang0.bin").string());
+            CHECK(e->key() == "hang0.bin");
+            CHECK_MESSAGE(std::string(e->what()).find("300 ms") != std::string::npos, std::string(e->what()));
+            // The kernel still holds the read: a runtime cannot end before it does (its
+            // threads cannot exit with a read of theirs in the kernel).
+            ds.mount->release();
+        }
+        {
+            stuck_dataset ds(1);
+            ftest::log_capture cap;
+            cv::runtime rt(opts_for(bc, &cap));
+            auto p = cf::files(ds.files, {.concurrency = 2, .errors = cv::on_error::skip, .chunk_size = chunk,
+                                          .read_timeout = 300ms})
+                         .on(rt);
+            const auto out = ftest::run_all(p, "a run with a stuck read, a deadline and on_error::skip");
+            REQUIRE_FALSE(out.error);
+            CHECK(out.skipped == 1);
+            REQUIRE(out.blobs.size() == 1);
+            CHECK(out.blobs[0].key == "a.bin");
+            CHECK(ftest::bytes_of(out.blobs[0]) == ds.contents.at("a.bin"));
+            CHECK(cap.matching({"conveyor: skipped:", "hang0.bin", "read timed out"}).size() == 1);
+            ds.mount->release();
+        }
+    }
+}
+
+TEST_CASE("dataset get(i) with a read deadline fails with errc::read_timed_out instead of waiting forever")
+{
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name));
+        stuck_dataset ds(1);
+        if (!ds.mount) return;
+        cv::runtime rt(opts_for(bc));
+        cf::dataset dset(ds.files, rt, {.read_timeout = 300ms});
+        ftest::must_finish("dataset read of a stuck file", [&] {
+            const auto e = ftest::error_from([&] { (void)dset.read(1); }); // entries are sorted: a.bin, hang0.bin
+            REQUIRE(e);
+            CHECK(e->code() == cf::errc::read_timed_out);
+            CHECK(e->stage() == "dataset");
+        });
+        CHECK(ftest::bytes_of(dset.read(0)) == ds.contents.at("a.bin"));
+        ds.mount->release();
+    }
+}
+
+// ==== symlinks and the root (issue 9, part 7) ==================================================
+
+// Regression test, fixed bug: read_index and walk promise that entries stay below the root, but a symlink inside
+// the root that pointed outside it was followed: the root check was only lexical.
+TEST_CASE("a symlink that leads out of the root is path_escapes_root unless symlinks may leave the root")
+{
+    temp_dir outside;
+    write_file(outside / "secret.bin", "secret");
+    temp_dir d;
+    write_file(d / "a.bin", "aaaa");
+    write_file(d / "real/b.bin", "bbbb");
+    fs::create_symlink(outside / "secret.bin", d / "out.bin");      // a file symlink leaving the root
+    fs::create_directory_symlink(outside.path(), d / "outdir");    // a directory symlink leaving it
+    fs::create_symlink("real/b.bin", d / "in.bin");                 // one that stays inside
+    const auto idx = write_index_of(d, {"a.bin", "in.bin", "out.bin", "outdir/secret.bin"});
+    const auto l = cf::read_index(idx, d.path());
+    REQUIRE(l.size() == 4);
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name));
+        cv::runtime rt(opts_for(bc));
+        {
+            ftest::log_capture cap;
+            cv::runtime rt2(opts_for(bc, &cap));
+            auto p = cf::files(l, {.concurrency = 2, .errors = cv::on_error::skip}).on(rt2);
+            const auto out = ftest::run_all(p);
+            REQUIRE_FALSE(out.error);
+            CHECK(out.skipped == 2);
+            REQUIRE(out.blobs.size() == 2);
+            CHECK(out.blobs[0].key == "a.bin");
+            CHECK(out.blobs[1].key == "in.bin");
+            CHECK(ftest::bytes_of(out.blobs[1]) == "bbbb");
+            CHECK(cap.matching({"conveyor: skipped:", "out.bin", "path escapes the dataset root"}).size() == 1);
+            CHECK(cap.matching({"conveyor: skipped:", "outdir/secret.bin", "path escapes the dataset root"}).size() == 1);
+        }
+        {
+            auto p = cf::files(l, {.concurrency = 2, .symlinks_may_leave_root = true}).on(rt);
+            const auto out = ftest::run_all(p);
+            REQUIRE_FALSE(out.error);
+            REQUIRE(out.blobs.size() == 4);
+            CHECK(ftest::bytes_of(out.blobs[2]) == "secret");
+            CHECK(ftest::bytes_of(out.blobs[3]) == "secret");
+        }
     }
 }

@@ -7,6 +7,7 @@
 #include <conveyor/core/runtime.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -114,6 +116,70 @@ auto offload(Executor ex, F f) -> asio::awaitable<std::invoke_result_t<F&>>
         asio::use_awaitable);
     if (ep) std::rethrow_exception(ep);
     if constexpr (!std::is_void_v<R>) co_return std::move(*r);
+}
+
+/** Like `offload`, for blocking calls that may never return (a read on a hung network
+    mount): a cancellation of the operation (Asio's per-operation cancellation, e.g. the run
+    being stopped or a deadline) completes it at once with an `operation_canceled`
+    `system_error` and leaves `f` to finish on its own, its result dropped. `f` must
+    therefore own everything it uses: capture by value, never a reference into the caller.
+    `f`'s result type must be default-constructible.
+
+    Not a coroutine on purpose: GCC 12 destroys a closure passed by value to a coroutine
+    twice, which a closure owning strings or pointers does not survive.
+    @par Completion Signature
+    `void(std::exception_ptr, std::invoke_result_t<F&>)` */
+template <class Executor, class F, class Token>
+auto async_offload_abandonable(Executor ex, F f, Token&& token)
+{
+    using R = std::invoke_result_t<F&>;
+    return asio::async_initiate<Token, void(std::exception_ptr, R)>(
+        [](auto handler, Executor ex, F f) {
+            using handler_type = decltype(handler);
+            // Whoever comes first (the call's result, or a cancellation) takes the handler.
+            struct state {
+                std::mutex mu;
+                std::optional<handler_type> h;
+            };
+            auto st = std::make_shared<state>();
+            asio::any_io_executor back = asio::get_associated_executor(handler);
+            auto slot = asio::get_associated_cancellation_slot(handler);
+            st->h.emplace(std::move(handler));
+            // Hands the outcome to the handler on its own executor, unless someone already
+            // did. Moved, not copied: an exception is released where it is consumed.
+            auto deliver = [st, back](std::exception_ptr e, R r) {
+                std::optional<handler_type> h;
+                {
+                    std::lock_guard lk(st->mu);
+                    if (st->h) {
+                        h.emplace(std::move(*st->h));
+                        st->h.reset();
+                    }
+                }
+                if (!h) return;
+                asio::post(back, [h = std::move(*h), e = std::move(e), r = std::move(r)]() mutable {
+                    auto s = asio::get_associated_cancellation_slot(h);
+                    if (s.is_connected()) s.clear();
+                    std::move(h)(std::move(e), std::move(r));
+                });
+            };
+            if (slot.is_connected())
+                slot.assign([deliver](asio::cancellation_type_t type) {
+                    if (type == asio::cancellation_type::none) return;
+                    deliver(std::make_exception_ptr(std::system_error(std::make_error_code(std::errc::operation_canceled))), R{});
+                });
+            asio::post(ex, [f = std::move(f), deliver]() mutable {
+                std::exception_ptr e;
+                R r{};
+                try {
+                    r = f();
+                } catch (...) {
+                    e = std::current_exception();
+                }
+                deliver(std::move(e), std::move(r));
+            });
+        },
+        token, std::move(ex), std::move(f));
 }
 
 } // namespace detail
@@ -294,11 +360,12 @@ public:
         idle_cv_.wait(lk, [&] { return active_ == 0; });
     }
 
-    /// Counts a skipped item and logs it (the first ten in full).
+    /// Counts a skipped item and logs it (the first ten; each escaped and shortened, as it
+    /// names a user's key or path).
     void note_skip(std::string_view message)
     {
         const auto n = stats_.skipped.fetch_add(1) + 1;
-        if (n <= max_logged_skips) log("conveyor: skipped: " + std::string(message));
+        if (n <= max_logged_skips) log("conveyor: skipped: " + detail::printable(message, detail::sentence_max));
         else if (n == max_logged_skips + 1) log("conveyor: further skipped items are counted but not shown");
     }
 

@@ -31,6 +31,9 @@ enum class errc {
     file_grew,
     /// io_uring was required (`io_backend::uring`) but the kernel refused it.
     uring_unavailable,
+    /// A read did not finish within `source_options::read_timeout` (a hung mount, a stuck
+    /// device); it was abandoned.
+    read_timed_out,
 };
 
 namespace detail {
@@ -49,6 +52,7 @@ public:
         case errc::file_shrank: return "file shrank while being read";
         case errc::file_grew: return "file grew while being read";
         case errc::uring_unavailable: return "io_uring is unavailable";
+        case errc::read_timed_out: return "read timed out";
         }
         return "unknown conveyor.file error";
     }

@@ -11,11 +11,17 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -48,6 +54,18 @@ struct source_options {
     /// Called on an I/O thread after each successful read with the time it took (from
     /// the first submission to the last completion). Must be thread-safe and cheap.
     std::function<void(const blob&, std::chrono::nanoseconds)> on_read;
+    /// A read that takes longer than this fails with `errc::read_timed_out`, naming the
+    /// file (or is skipped and counted, under `on_error::skip`); zero: no limit. Meant for
+    /// network file systems, where a hung server would otherwise stall the run for good.
+    /// The kernel may keep such a read a while longer: its memory stays reserved until then.
+    std::chrono::milliseconds read_timeout{0};
+    /** Entries of a listing with a root (`walk`, `read_index`) are promised to stay below
+        it, and by default that holds for symlinks too: each file is opened with
+        `openat2(RESOLVE_BENEATH)` relative to the root, and an entry whose path or symlinks
+        lead out of it fails with `errc::path_escapes_root`. Datasets that are symlink farms
+        (links into another disk) set this to follow symlinks wherever they lead. Absolute
+        entries and listings without a root are opened as given. */
+    bool symlinks_may_leave_root = false;
 };
 
 namespace detail {
@@ -59,14 +77,45 @@ struct read_env {
     std::uint32_t chunk_size = 8u << 20;
     unsigned chunks_in_flight = 4;
     std::uint64_t group = 0;   // for cancellation
+    std::chrono::milliseconds timeout{0};
+    std::shared_ptr<const directory> root; // the listing's root, opened; null if it has none
+    bool beneath = true;                   // entries must resolve below `root`
 };
 
-/// A read's outcome: an error (with `blob{}`), or the blob.
-using read_result = std::pair<std::error_code, blob>;
-
-inline read_result read_failed(std::error_code ec)
+/// The root of `l`, opened (null if it has none); a root that cannot be opened fails
+/// each read with the reason.
+inline std::shared_ptr<const directory> open_root(const listing& l)
 {
-    return read_result(ec, blob{});
+    if (l.root.empty()) return nullptr;
+    return std::make_shared<const directory>(l.root.string());
+}
+
+/// The environment for reading with settings `o` on `ring` (null: pread).
+inline read_env make_read_env(runtime& rt, uring* ring, std::shared_ptr<const directory> root, const source_options& o,
+                              std::uint64_t group)
+{
+    return {&rt, ring, o.chunk_size, o.chunks_in_flight, group, o.read_timeout, std::move(root), !o.symlinks_may_leave_root};
+}
+
+/// A read's outcome: an error (with an empty blob, and a detail for people), or the blob.
+struct read_result {
+    std::error_code ec;
+    blob b;
+    std::string detail;
+};
+
+inline read_result read_failed(std::error_code ec, std::string detail = {})
+{
+    return {ec, blob{}, std::move(detail)};
+}
+
+/// Which file entry `i` of `l` is, for opening: relative to the opened root where there is
+/// one (and below it, unless symlinks may leave it), else the path as given.
+inline file_ref file_of(const read_env& env, const listing& l, std::size_t i)
+{
+    const std::string& p = l.entries[i].path;
+    if (!env.root || p.empty() || p.front() == '/') return {nullptr, l.full_path(i), false};
+    return {env.root, p, env.beneath};
 }
 
 /// The ring of lane `lane`, or null if this runtime reads with pread (saying why, once).
@@ -105,14 +154,28 @@ inline std::error_code size_check(std::uint64_t expected, std::uint64_t got, std
     return make_error_code(got < expected ? errc::file_shrank : errc::file_grew);
 }
 
-/// Reads file `i` of `l` with `pread` (run on the blocking pool).
-inline read_result pread_file(runtime& rt, const listing& l, std::size_t i, std::string& detail)
+/// Opens `f` read-only and non-blocking (a FIFO or device must not block the open; it is
+/// refused just after; for regular files the flag changes nothing), below its directory
+/// when `f.beneath` (`openat2` with `RESOLVE_BENEATH`). Returns the fd, or -errno.
+inline int open_for_read(const file_ref& f)
 {
-    const std::string path = l.full_path(i);
-    // O_NONBLOCK: a FIFO or device must not block the open (it is refused just below);
-    // for regular files the flag changes nothing.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return read_failed(std::error_code(errno, std::system_category()));
+    if (!f.beneath) {
+        const int fd = ::openat(f.dirfd(), f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        return fd < 0 ? -errno : fd;
+    }
+    open_how how{};
+    how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    how.resolve = RESOLVE_BENEATH;
+    const long fd = ::syscall(SYS_openat2, f.dirfd(), f.path.c_str(), &how, sizeof how);
+    return fd < 0 ? -errno : static_cast<int>(fd);
+}
+
+/// Reads entry `e` (file `f`, full path `origin`) with `pread`; runs on the blocking pool.
+inline read_result pread_file(buffer_pool pool, const file_ref& f, const entry& e, std::string origin, std::size_t i)
+{
+    const int fd = open_for_read(f);
+    if (fd < 0) return read_failed(fd == -EXDEV && f.beneath ? make_error_code(errc::path_escapes_root)
+                                                             : std::error_code(-fd, std::system_category()));
     struct closer {
         int fd;
         ~closer() { ::close(fd); }
@@ -120,9 +183,8 @@ inline read_result pread_file(runtime& rt, const listing& l, std::size_t i, std:
     struct stat st {};
     if (::fstat(fd, &st) < 0) return read_failed(std::error_code(errno, std::system_category()));
     if (!S_ISREG(st.st_mode)) return read_failed(make_error_code(errc::not_a_regular_file));
-    const auto listed = l.entries[i].size;
-    const std::uint64_t size = listed >= 0 ? static_cast<std::uint64_t>(listed) : static_cast<std::uint64_t>(st.st_size);
-    buffer buf = rt.buffers().acquire(size + 1); // room for one more byte: did it grow?
+    const std::uint64_t size = e.size >= 0 ? static_cast<std::uint64_t>(e.size) : static_cast<std::uint64_t>(st.st_size);
+    buffer buf = pool.acquire(size + 1); // room for one more byte: did it grow?
     const std::uint64_t want = size + 1;
     std::uint64_t got = 0;
     while (got < want) {
@@ -134,28 +196,44 @@ inline read_result pread_file(runtime& rt, const listing& l, std::size_t i, std:
         if (n == 0) break;
         got += static_cast<std::uint64_t>(n);
     }
-    if (auto ec = size_check(size, got, detail)) return read_failed(ec);
+    std::string detail;
+    if (auto ec = size_check(size, got, detail)) return read_failed(ec, std::move(detail));
     buf.resize(got);
-    return read_result(std::error_code{}, blob{l.entries[i].path, std::move(buf), path, l.entries[i].label, i});
+    return {{}, blob{e.path, std::move(buf), std::move(origin), e.label, i}, {}};
 }
 
-/** Reads file `i` of `l` whole. Must run on the thread of `env.ring`'s io_context when
-    `env.ring` is set. Completes with an error code (and a detail for people) rather than
-    throwing, so that skipping bad files costs no exception. */
-inline asio::awaitable<read_result> read_file(const read_env& env, const listing& l, std::size_t i,
-                                                                    std::string& detail)
+/** Reads file `i` of `l` whole, as it is: no deadline. Must run on the thread of
+    `env.ring`'s io_context when `env.ring` is set. Cancelling the awaiting coroutine ends
+    the read at once with `operation_canceled` (what the kernel still holds keeps its
+    memory until it lets go). Completes with an error code rather than throwing, so that
+    skipping bad files costs no exception. */
+inline asio::awaitable<read_result> read_file_now(const read_env& env, std::shared_ptr<const listing> lp, std::size_t i)
 {
+    const listing& l = *lp;
+    const entry& e = l.entries[i];
+    if (env.root && env.root->error())
+        co_return read_failed(env.root->error(), "cannot open the dataset root " + l.root.string());
+    file_ref f = file_of(env, l, i);
     if (!env.ring) {
-        co_return co_await conveyor::detail::offload(env.rt->blocking_executor(), [&] { return pread_file(*env.rt, l, i, detail); });
+        // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+        auto call = [pool = env.rt->buffers(), f = std::move(f), lp, i]() mutable {
+            return pread_file(pool, f, lp->entries[i], lp->full_path(i), i);
+        };
+        auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
+                                                                            asio::as_tuple(asio::use_awaitable));
+        if (!ep) co_return std::move(r);
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::system_error& x) {
+            co_return read_failed(x.code());
+        }
     }
     auto tok = asio::as_tuple(asio::use_awaitable);
-    const entry& e = l.entries[i];
-    std::string origin = l.full_path(i);
     std::uint64_t size;
     if (e.size >= 0) {
         size = static_cast<std::uint64_t>(e.size);
     } else {
-        auto [ec, n] = co_await env.ring->async_file_size(origin, env.group, tok);
+        auto [ec, n] = co_await env.ring->async_file_size(f, env.group, tok);
         if (ec) co_return read_failed(ec);
         size = n;
     }
@@ -163,23 +241,41 @@ inline asio::awaitable<read_result> read_file(const read_env& env, const listing
     // since it was listed is detected, not silently truncated.
     buffer buf = env.rt->buffers().acquire(size + 1);
     std::error_code ec;
-    std::uint64_t got = 0;
     if (size < env.chunk_size) {
-        std::tie(ec, got) = co_await env.ring->async_read_small(origin, buf.data(), static_cast<std::uint32_t>(size + 1),
-                                                                env.group, tok);
+        std::tie(ec, buf) = co_await env.ring->async_read_small(std::move(f), std::move(buf), env.group, tok);
     } else {
-        std::tie(ec, got) = co_await env.ring->async_read_large(origin, buf.data(), size + 1, env.chunk_size,
+        std::tie(ec, buf) = co_await env.ring->async_read_large(std::move(f), std::move(buf), env.chunk_size,
                                                                 env.chunks_in_flight, env.group, tok);
     }
-    if (!ec) ec = size_check(size, got, detail);
-    if (ec) co_return read_failed(ec);
-    buf.resize(got);
-    co_return read_result(std::error_code{}, blob{e.path, std::move(buf), std::move(origin), e.label, i});
+    std::string detail;
+    if (!ec) ec = size_check(size, buf.size(), detail);
+    if (ec) co_return read_failed(ec, std::move(detail));
+    co_return read_result{{}, blob{e.path, std::move(buf), l.full_path(i), e.label, i}, {}};
+}
+
+/** Reads file `i` of `l` whole, within `env.timeout` when one is set: past it, the read is
+    abandoned and the result is `errc::read_timed_out`. */
+inline asio::awaitable<read_result> read_file(const read_env& env, const std::shared_ptr<const listing>& l, std::size_t i)
+{
+    if (env.timeout.count() <= 0) co_return co_await read_file_now(env, l, i);
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer timer(ex, env.timeout);
+    auto [order, ep, res, timer_ec] =
+        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, read_file_now(env, l, i), asio::deferred),
+                                                         timer.async_wait(asio::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    if (order[0] == 0) {
+        if (ep) std::rethrow_exception(ep);
+        co_return std::move(res);
+    }
+    co_return read_failed(make_error_code(errc::read_timed_out),
+                          "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)");
 }
 
 // Shared state of one run of the file source.
 struct source_state {
     std::shared_ptr<const listing> files;
+    std::shared_ptr<const directory> root; // opened once per run
     source_options opts;
     std::atomic<std::uint64_t> next{0};
     std::atomic<std::size_t> workers_left{0};
@@ -192,23 +288,21 @@ inline asio::awaitable<void> source_worker(std::shared_ptr<run_context> ctx, std
 
     const listing& l = *st->files;
     const auto& o = st->opts;
-    std::string detail;
     for (;;) {
         const std::uint64_t i = st->next.fetch_add(1, std::memory_order_relaxed);
         if (i >= l.size() || ctx->stopping()) co_return;
         const auto t0 = std::chrono::steady_clock::now();
-        detail.clear();
-        auto [ec, b] = co_await read_file(env, l, i, detail);
-        if (ec) {
+        auto r = co_await read_file(env, st->files, i);
+        if (r.ec) {
             if (ctx->stopping()) co_return;
-            auto err = read_error(ec, l, i, detail);
+            auto err = read_error(r.ec, l, i, std::move(r.detail));
             if (!co_await conveyor::detail::source_item_failed(*ctx, *out, o.errors, o.ordered, i, std::make_exception_ptr(err), err.what(),
                                                                "files", l.entries[i].path))
                 co_return;
             continue;
         }
-        if (o.on_read) o.on_read(b, std::chrono::steady_clock::now() - t0);
-        if (!co_await conveyor::detail::source_deliver(*out, o.ordered, i, std::move(b))) co_return;
+        if (o.on_read) o.on_read(r.b, std::chrono::steady_clock::now() - t0);
+        if (!co_await conveyor::detail::source_deliver(*out, o.ordered, i, std::move(r.b))) co_return;
     }
 }
 
@@ -238,6 +332,7 @@ inline pipeline<blob> files(std::shared_ptr<const listing> shared, source_option
         runtime& rt = ctx->rt();
         auto st = std::make_shared<detail::source_state>();
         st->files = shared;
+        st->root = detail::open_root(*shared);
         st->opts = o;
         const std::size_t workers = std::max<std::size_t>(1, std::min<std::size_t>(o.concurrency, shared->size()));
         st->workers_left = workers;
@@ -254,8 +349,8 @@ inline pipeline<blob> files(std::shared_ptr<const listing> shared, source_option
                           std::shared_ptr<conveyor::detail::channel<blob>> out, std::size_t lane, std::uint64_t group,
                           bool first_on_lane) -> asio::awaitable<void> {
                            runtime& rt = ctx->rt();
-                           detail::read_env env{&rt, detail::ring_for(rt, lane), st->opts.chunk_size,
-                                                st->opts.chunks_in_flight, group};
+                           detail::read_env env =
+                               detail::make_read_env(rt, detail::ring_for(rt, lane), st->root, st->opts, group);
                            if (env.ring && first_on_lane) {
                                uring* ring = env.ring;
                                ctx->on_cancel(rt.io_executor(lane), [ring, group] { ring->cancel_group(group); });
@@ -293,7 +388,7 @@ inline pipeline<blob> files(const std::vector<std::string>& paths, source_option
 class dataset {
 public:
     explicit dataset(listing l, runtime& rt = runtime::shared(), source_options o = {})
-        : files_(std::make_shared<const listing>(std::move(l))), rt_(rt), o_(std::move(o))
+        : files_(std::make_shared<const listing>(std::move(l))), root_(detail::open_root(*files_)), rt_(rt), o_(std::move(o))
     {
     }
 
@@ -330,11 +425,10 @@ private:
 
     asio::awaitable<blob> read_here(std::size_t lane, std::size_t i)
     {
-        detail::read_env env{&rt_, detail::ring_for(rt_, lane), o_.chunk_size, o_.chunks_in_flight, 0};
-        std::string detail_text;
-        auto [ec, b] = co_await detail::read_file(env, *files_, i, detail_text);
-        if (ec) {
-            auto err = detail::read_error(ec, *files_, i, detail_text);
+        detail::read_env env = detail::make_read_env(rt_, detail::ring_for(rt_, lane), root_, o_, 0);
+        auto r = co_await detail::read_file(env, files_, i);
+        if (r.ec) {
+            auto err = detail::read_error(r.ec, *files_, i, std::move(r.detail));
             err = conveyor::error(err.code(), [&] {
                 auto c = err.ctx();
                 c.stage = "dataset";
@@ -342,10 +436,11 @@ private:
             }());
             throw err;
         }
-        co_return std::move(b);
+        co_return std::move(r.b);
     }
 
     std::shared_ptr<const listing> files_;
+    std::shared_ptr<const directory> root_;
     runtime& rt_;
     source_options o_;
     std::atomic<std::size_t> next_lane_{0};

@@ -2,11 +2,15 @@
 #ifndef CONVEYOR_FILE_URING_HPP
 #define CONVEYOR_FILE_URING_HPP
 
+#include <conveyor/core/buffer.hpp>
 #include <conveyor/file/error.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
@@ -14,6 +18,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <liburing.h>
+#include <linux/openat2.h>
 
 #include <fcntl.h>
 #include <sys/eventfd.h>
@@ -53,13 +58,15 @@ struct uring_op {
     virtual ~uring_op() = default;
     /// One CQE of this operation arrived; `tag` says which of its SQEs it answers.
     virtual void on_cqe(unsigned tag, int res) = 0;
-    /// All CQEs are in; completes the caller's handler. The ring deletes the op after.
+    /// All CQEs are in; completes the caller's handler (unless it was abandoned). The ring
+    /// deletes the op after.
     virtual void finish() = 0;
 
     uring_op* prev = nullptr; // the ring's list of operations in flight
     uring_op* next = nullptr;
-    std::uint64_t group = 0;  // who started it (a pipeline run), for group cancellation
-    int pending = 0;          // CQEs still to come
+    uring_op* owner = nullptr; // the file operation a chunk read belongs to, else null
+    std::uint64_t group = 0;   // who started it (a pipeline run), for group cancellation
+    int pending = 0;           // CQEs still to come
     bool started = false;
 };
 
@@ -70,6 +77,46 @@ inline std::error_code errno_code(int negative_res) noexcept
 
 } // namespace detail
 
+/** An open directory that reads resolve their paths against (`open(O_PATH | O_DIRECTORY)`).
+    Reads hold it by `shared_ptr`, so it stays open while any of them is in the kernel.
+
+    @par Thread Safety
+    Safe (immutable once opened).
+*/
+class directory {
+public:
+    /// Opens `path`; if that fails, `error()` says why and `fd()` is -1.
+    explicit directory(const std::string& path)
+    {
+        fd_ = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd_ < 0) error_ = std::error_code(errno, std::system_category());
+    }
+    directory(const directory&) = delete;
+    directory& operator=(const directory&) = delete;
+    ~directory()
+    {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int fd() const noexcept { return fd_; }
+    const std::error_code& error() const noexcept { return error_; }
+
+private:
+    int fd_ = -1;
+    std::error_code error_;
+};
+
+/// Which file an operation opens.
+struct file_ref {
+    /// What `path` is relative to; null: the working directory (or `path` is absolute).
+    std::shared_ptr<const directory> dir;
+    std::string path;
+    /// `path` must resolve below `dir`, through symlinks too (`openat2` with
+    /// `RESOLVE_BENEATH`); a path that leaves it fails with `errc::path_escapes_root`.
+    bool beneath = false;
+
+    int dirfd() const noexcept { return dir ? dir->fd() : AT_FDCWD; }
+};
+
 /** An io_uring ring whose completions are delivered on an `asio::io_context`.
 
     The ring's eventfd is registered with the kernel and watched by Asio, so completions
@@ -79,9 +126,17 @@ inline std::error_code errno_code(int negative_res) noexcept
 
     Whole-file reads use registered ("direct") file descriptors (opened without O_CLOEXEC,
     which the kernel rejects for them: they are not in the process's fd table at all) so
-    that a small file is
-    one linked chain of three SQEs — `openat` into a slot, `read`, `close` of the slot —
-    submitted at once: one file costs no system call of its own.
+    that a small file is one linked chain of four SQEs — `statx`, `openat2` into a slot,
+    `read`, `close` of the slot — submitted at once: one file costs no system call of its
+    own. The `statx` tells a regular file from a FIFO, socket or device, which is refused
+    (`errc::not_a_regular_file`) without waiting on it: the open is non-blocking and a read
+    already waiting on such a file is cancelled.
+
+    Cancellation: each operation honours its handler's cancellation slot (Asio's per-operation
+    cancellation), and `cancel_group` cancels a whole group. A cancelled operation completes
+    at once with `operation_canceled`; what the kernel cannot cancel at once (a read waiting
+    on a hung network mount) is left to finish, and the operation keeps its buffer and
+    state until the kernel lets go of them.
 
     @par Thread Safety
     Unsafe: every member must be called on the thread running the io_context (the ring
@@ -90,27 +145,31 @@ inline std::error_code errno_code(int negative_res) noexcept
 */
 class uring {
 public:
-    using handler_type = asio::any_completion_handler<void(std::error_code, std::uint64_t)>;
+    /// Handler of a read: the error, and the buffer given to the read, resized to the bytes
+    /// read (empty on error).
+    using read_handler = asio::any_completion_handler<void(std::error_code, buffer)>;
+    using size_handler = asio::any_completion_handler<void(std::error_code, std::uint64_t)>;
 
     /// Creates the ring. If the kernel refuses (old kernel, seccomp, `io_uring_disabled`),
     /// `available()` is false and `unavailable_reason()` says why.
     uring(asio::io_context& ctx, uring_options opts) : ctx_(ctx), opts_(opts), efd_(ctx)
     {
-        // A linked open/read/close needs three entries at once; below that a chain would be
-        // split over two submissions and race.
+        // A linked statx/open/read/close needs four entries at once; below that a chain would
+        // be split over two submissions and race.
         opts_.entries = std::max(opts_.entries, 8u);
         opts_.max_files = std::max(opts_.max_files, 1u);
         io_uring_params p{};
         // Not SINGLE_ISSUER: shutdown submits its cancel from whichever thread destroys the context.
-        // CQSIZE: every file in flight can have three completions (open, read, close) waiting,
-        // plus chunk reads; a completion queue that small overflows into the kernel's list.
+        // CQSIZE: every file in flight can have four completions (statx, open, read, close)
+        // waiting, plus chunk reads and cancels; a completion queue that small overflows into
+        // the kernel's list.
         p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_CQSIZE;
-        p.cq_entries = std::max(2 * opts_.entries, 4 * opts_.max_files + opts_.entries);
+        p.cq_entries = std::max(2 * opts_.entries, 5 * opts_.max_files + opts_.entries);
         int r = io_uring_queue_init_params(opts_.entries, &ring_, &p);
         if (r == -EINVAL) { // older kernels lack some flags
             p = {};
             p.flags = IORING_SETUP_CQSIZE;
-            p.cq_entries = std::max(2 * opts_.entries, 4 * opts_.max_files + opts_.entries);
+            p.cq_entries = std::max(2 * opts_.entries, 5 * opts_.max_files + opts_.entries);
             r = io_uring_queue_init_params(opts_.entries, &ring_, &p);
         }
         if (r < 0) {
@@ -146,78 +205,72 @@ public:
     bool available() const noexcept { return available_; }
     const std::string& unavailable_reason() const noexcept { return reason_; }
     asio::io_context& context() noexcept { return ctx_; }
-    /// Operations in flight or waiting for a file slot.
+    /// Operations in flight (abandoned ones included, until the kernel is done with them)
+    /// or waiting for a file slot.
     std::size_t in_flight() const noexcept { return in_flight_ + backlog_.size(); }
 
-    /** Stat `path` (io_uring `statx`, following symlinks) and complete with its size.
+    /** Stat `f` (io_uring `statx`, following symlinks) and complete with its size.
         A directory or special file completes with `errc::not_a_regular_file`.
         @par Completion Signature
         `void(std::error_code, std::uint64_t size)` */
     template <class Token>
-    auto async_file_size(std::string path, std::uint64_t group, Token&& token)
+    auto async_file_size(file_ref f, std::uint64_t group, Token&& token)
     {
         return asio::async_initiate<Token, void(std::error_code, std::uint64_t)>(
-            [this](auto handler, std::string path, std::uint64_t group) {
-                start(new stat_op(*this, std::move(path), group, handler_type(std::move(handler))));
+            [this](auto handler, file_ref f, std::uint64_t group) {
+                start(new stat_op(*this, std::move(f), group, size_handler(std::move(handler))));
             },
-            token, std::move(path), group);
+            token, std::move(f), group);
     }
 
-    /** Read the first `len` bytes of `path` into `dst` with one linked chain:
-        `openat` (direct) → `read` → `close` (direct). Completes with the bytes read,
-        which is less than `len` at end of file.
+    /** Read the first `buf.size()` bytes of `f` into `buf` with one linked chain:
+        `statx` → `openat2` (direct, non-blocking) → `read` → `close` (direct). Completes
+        with the buffer resized to the bytes read, fewer than asked at end of file.
         @par Completion Signature
-        `void(std::error_code, std::uint64_t bytes)` */
+        `void(std::error_code, buffer)` */
     template <class Token>
-    auto async_read_small(std::string path, std::byte* dst, std::uint32_t len, std::uint64_t group, Token&& token)
+    auto async_read_small(file_ref f, buffer buf, std::uint64_t group, Token&& token)
     {
-        return asio::async_initiate<Token, void(std::error_code, std::uint64_t)>(
-            [this, dst, len](auto handler, std::string path, std::uint64_t group) {
-                start(new small_read_op(*this, std::move(path), dst, len, group, handler_type(std::move(handler))));
+        return asio::async_initiate<Token, void(std::error_code, buffer)>(
+            [this](auto handler, file_ref f, buffer buf, std::uint64_t group) {
+                start(new small_read_op(*this, std::move(f), std::move(buf), group, read_handler(std::move(handler))));
             },
-            token, std::move(path), group);
+            token, std::move(f), std::move(buf), group);
     }
 
-    /** Read `len` bytes of `path` into `dst` in chunks of `chunk` bytes, up to
-        `parallel` chunks in flight: `openat` (direct), the reads, `close` (direct).
-        Completes with the bytes read (less than `len` if the file was shorter).
+    /** Read the first `buf.size()` bytes of `f` into `buf` in chunks of `chunk` bytes, up to
+        `parallel` chunks in flight: `statx` → `openat2` (direct), the reads, `close`
+        (direct). Completes with the buffer resized to the bytes read.
         @par Completion Signature
-        `void(std::error_code, std::uint64_t bytes)` */
+        `void(std::error_code, buffer)` */
     template <class Token>
-    auto async_read_large(std::string path, std::byte* dst, std::uint64_t len, std::uint32_t chunk,
-                          unsigned parallel, std::uint64_t group, Token&& token)
+    auto async_read_large(file_ref f, buffer buf, std::uint32_t chunk, unsigned parallel, std::uint64_t group,
+                          Token&& token)
     {
-        return asio::async_initiate<Token, void(std::error_code, std::uint64_t)>(
-            [this, dst, len, chunk, parallel](auto handler, std::string path, std::uint64_t group) {
-                start(new large_read_op(*this, std::move(path), dst, len, std::max<std::uint32_t>(chunk, 4096),
-                                        std::max(parallel, 1u), group, handler_type(std::move(handler))));
+        return asio::async_initiate<Token, void(std::error_code, buffer)>(
+            [this, chunk, parallel](auto handler, file_ref f, buffer buf, std::uint64_t group) {
+                start(new large_read_op(*this, std::move(f), std::move(buf), std::max<std::uint32_t>(chunk, 4096),
+                                        std::max(parallel, 1u), group, read_handler(std::move(handler))));
             },
-            token, std::move(path), group);
+            token, std::move(f), std::move(buf), group);
     }
 
-    /// Cancels every operation of `group` (io_uring `ASYNC_CANCEL`); they complete with
-    /// `operation_canceled` (or their result, if they finished first).
+    /// Cancels every operation of `group`: each completes at once with `operation_canceled`
+    /// (see the class comment for what the kernel still holds).
     void cancel_group(std::uint64_t group)
     {
-        for (auto it = backlog_.begin(); it != backlog_.end();) {
-            if ((*it)->group == group) {
-                detail::uring_op* op = *it;
-                it = backlog_.erase(it);
-                cancelled_backlog(op);
-            } else {
-                ++it;
-            }
-        }
-        for (auto* op = head_; op; op = op->next) {
-            if (op->group != group) continue;
-            io_uring_sqe* sqe = get_sqe(1);
-            io_uring_prep_cancel64(sqe, reinterpret_cast<std::uint64_t>(op), IORING_ASYNC_CANCEL_ALL);
-            io_uring_sqe_set_data64(sqe, 0);
-        }
+        std::vector<base_op*> victims;
+        for (auto* op : backlog_)
+            if (op->group == group) victims.push_back(static_cast<base_op*>(op));
+        for (auto* op = head_; op; op = op->next)
+            if (op->group == group && !op->owner) victims.push_back(static_cast<base_op*>(op));
+        for (auto* op : victims) abandon(op, std::make_error_code(std::errc::operation_canceled));
         schedule_flush();
     }
 
 private:
+    struct base_op;
+
     // ---- submission and completion ------------------------------------------------------
 
     // An SQE, submitting what is queued first if fewer than `need` are free (so a linked
@@ -318,6 +371,33 @@ private:
 
     static std::uint64_t tagged(detail::uring_op* op, unsigned tag) { return reinterpret_cast<std::uint64_t>(op) | tag; }
 
+    // Asks the kernel to cancel the SQE `tag` of `op` (its CQE then says -ECANCELED, or the
+    // result, if it finished first). The cancel's own CQE is ignored.
+    void cancel_sqe(detail::uring_op* op, unsigned tag)
+    {
+        io_uring_sqe* sqe = get_sqe(1);
+        io_uring_prep_cancel64(sqe, tagged(op, tag), 0);
+        io_uring_sqe_set_data64(sqe, 0);
+        schedule_flush();
+    }
+
+    /* Completes `op`'s handler now with `ec` and leaves the operation to wind down: the
+       kernel is asked to cancel what is in flight, and the op (its buffer, path and file
+       slot) lives on until its last CQE, however late. One not yet started (waiting for a
+       file slot) is simply dropped. */
+    void abandon(base_op* op, std::error_code ec)
+    {
+        if (op->delivered) return;
+        if (!op->started) {
+            std::erase(backlog_, static_cast<detail::uring_op*>(op));
+            std::unique_ptr<detail::uring_op> owned(op);
+            op->deliver_error(ec, true);
+            return;
+        }
+        op->cancel_in_kernel(ec);
+        op->deliver_error(ec, true);
+    }
+
     // ---- file slots -------------------------------------------------------------------------
 
     int take_slot()
@@ -334,7 +414,7 @@ private:
         while (!backlog_.empty() && !free_slots_.empty()) {
             detail::uring_op* op = backlog_.front();
             backlog_.pop_front();
-            start(op);
+            start(static_cast<base_op*>(op));
         }
     }
 
@@ -365,14 +445,15 @@ private:
         op->prev = op->next = nullptr;
     }
 
-    void start(detail::uring_op* op)
+    void start(base_op* op)
     {
         if (!available_) {
             std::unique_ptr<detail::uring_op> owned(op);
-            fail_unstarted(op, make_error_code(errc::uring_unavailable));
+            op->deliver_error(make_error_code(errc::uring_unavailable), false);
             return;
         }
-        if (!static_cast<base_op*>(op)->prepare()) {
+        op->listen_for_cancellation();
+        if (!op->prepare()) {
             backlog_.push_back(op); // waits for a file slot
             return;
         }
@@ -381,96 +462,189 @@ private:
         schedule_flush();
     }
 
-    void cancelled_backlog(detail::uring_op* op)
+    // Prepares an `openat2` of `f` into direct slot `slot`: read-only, non-blocking (a FIFO
+    // or device must not hold the open; for regular files the flag changes nothing).
+    static void prep_open(io_uring_sqe* sqe, const file_ref& f, open_how& how, int slot)
     {
-        std::unique_ptr<detail::uring_op> owned(op);
-        fail_unstarted(op, std::make_error_code(std::errc::operation_canceled));
+        how = {};
+        how.flags = O_RDONLY | O_NONBLOCK;
+        how.resolve = f.beneath ? RESOLVE_BENEATH : 0;
+        io_uring_prep_openat2_direct(sqe, f.dirfd(), f.path.c_str(), &how, static_cast<unsigned>(slot));
     }
 
-    void fail_unstarted(detail::uring_op* op, std::error_code ec) { static_cast<base_op*>(op)->complete(ec, 0); }
+    // The error of a failed open: leaving the root under RESOLVE_BENEATH is EXDEV.
+    static std::error_code open_error(int res, const file_ref& f)
+    {
+        if (res == -EXDEV && f.beneath) return make_error_code(errc::path_escapes_root);
+        return detail::errno_code(res);
+    }
 
+    /* What every operation started by a caller has: its file, its handler, and the state
+       of its completion. `delivered` is set once the handler was called (or handed to the
+       executor): an abandoned operation still receives its CQEs but calls nobody. */
     struct base_op : detail::uring_op {
-        base_op(uring& r, std::uint64_t g, handler_type h) : ring(r), handler(std::move(h)) { group = g; }
+        base_op(uring& r, file_ref f, std::uint64_t g) : ring(r), file(std::move(f)) { group = g; }
+        ~base_op() override
+        {
+            if (alive) *alive = nullptr;
+        }
         /// Prepares the SQEs; false if it must wait for a file slot.
         virtual bool prepare() = 0;
+        /// Asks the kernel to cancel what is in flight; `why` is the error it ends with.
+        virtual void cancel_in_kernel(std::error_code why) = 0;
+        /// Completes the handler with `ec` (posted, never inline, when `post`).
+        virtual void deliver_error(std::error_code ec, bool post) = 0;
+        /// The handler's cancellation slot.
+        virtual asio::cancellation_slot slot() = 0;
+
+        // Asio per-operation cancellation: a cancellation delivered to the handler's slot
+        // abandons this operation. The slot's handler holds `alive`, not the op itself, so
+        // that it never reaches an op that is gone.
+        void listen_for_cancellation()
+        {
+            auto s = slot();
+            if (!s.is_connected() || alive) return;
+            alive = std::make_shared<base_op*>(this);
+            s.assign([cell = alive, r = &ring](asio::cancellation_type_t type) {
+                if (type == asio::cancellation_type::none || !*cell) return;
+                r->abandon(*cell, std::make_error_code(std::errc::operation_canceled));
+            });
+        }
+
+        // Calls `h(ec, args...)` on its executor: inline when already there (normal
+        // completions, from reap), posted when `post` (abandoning, from a cancellation
+        // handler or another op's bookkeeping). The slot is cleared just before the call.
+        template <class Handler, class... Args>
+        void deliver(Handler& h, bool post, std::error_code ec, Args... args)
+        {
+            if (delivered) return;
+            delivered = true;
+            auto ex = asio::get_associated_executor(h, ring.ctx_.get_executor());
+            auto call = [h = std::move(h), ec, ... args = std::move(args)]() mutable {
+                auto s = h.get_cancellation_slot();
+                if (s.is_connected()) s.clear();
+                std::move(h)(ec, std::move(args)...);
+            };
+            // Posted through the ring's context, then dispatched to the handler's executor (an
+            // any_completion_executor offers dispatch only).
+            if (post) asio::post(ring.ctx_, asio::bind_executor(ex, std::move(call)));
+            else asio::dispatch(ex, std::move(call));
+        }
+
+        uring& ring;
+        file_ref file;
+        bool delivered = false;
+        std::shared_ptr<base_op*> alive; // see listen_for_cancellation
+    };
+
+    struct read_op : base_op {
+        read_op(uring& r, file_ref f, buffer b, std::uint64_t g, read_handler h)
+            : base_op(r, std::move(f), g), buf(std::move(b)), handler(std::move(h))
+        {
+        }
+        void deliver_error(std::error_code ec, bool post) override { deliver(handler, post, ec, buffer{}); }
         void complete(std::error_code ec, std::uint64_t n)
         {
-            auto ex = asio::get_associated_executor(handler, ring.ctx_.get_executor());
-            asio::dispatch(ex, [h = std::move(handler), ec, n]() mutable { std::move(h)(ec, n); });
+            if (ec) return deliver_error(ec, false);
+            buf.resize(static_cast<std::size_t>(n));
+            deliver(handler, false, ec, std::move(buf));
         }
-        uring& ring;
-        handler_type handler;
+        asio::cancellation_slot slot() override { return handler.get_cancellation_slot(); }
+
+        buffer buf; // the kernel writes here: owned until the last CQE, even once abandoned
+        read_handler handler;
     };
 
     struct stat_op final : base_op {
-        stat_op(uring& r, std::string p, std::uint64_t g, handler_type h) : base_op(r, g, std::move(h)), path(std::move(p)) {}
+        stat_op(uring& r, file_ref f, std::uint64_t g, size_handler h) : base_op(r, std::move(f), g), handler(std::move(h)) {}
         bool prepare() override
         {
             io_uring_sqe* sqe = ring.get_sqe(1);
-            io_uring_prep_statx(sqe, AT_FDCWD, path.c_str(), 0, STATX_TYPE | STATX_SIZE, &st);
+            io_uring_prep_statx(sqe, file.dirfd(), file.path.c_str(), 0, STATX_TYPE | STATX_SIZE, &st);
             io_uring_sqe_set_data64(sqe, tagged(this, 0));
             pending = 1;
             return true;
         }
         void on_cqe(unsigned, int r) override { res = r; }
+        void cancel_in_kernel(std::error_code) override { ring.cancel_sqe(this, 0); }
+        void deliver_error(std::error_code ec, bool post) override { deliver(handler, post, ec, std::uint64_t{0}); }
+        asio::cancellation_slot slot() override { return handler.get_cancellation_slot(); }
         void finish() override
         {
-            if (res < 0) return complete(detail::errno_code(res), 0);
-            if (!S_ISREG(st.stx_mode)) return complete(make_error_code(errc::not_a_regular_file), 0);
-            complete({}, st.stx_size);
+            if (res < 0) return deliver_error(detail::errno_code(res), false);
+            if (!S_ISREG(st.stx_mode)) return deliver_error(make_error_code(errc::not_a_regular_file), false);
+            deliver(handler, false, std::error_code{}, static_cast<std::uint64_t>(st.stx_size));
         }
-        std::string path;
+        size_handler handler;
         struct statx st {};
         int res = 0;
     };
 
-    struct small_read_op final : base_op {
-        small_read_op(uring& r, std::string p, std::byte* d, std::uint32_t l, std::uint64_t g, handler_type h)
-            : base_op(r, g, std::move(h)), path(std::move(p)), dst(d), len(l)
-        {
-        }
+    // statx (tag 0) → openat2 (1) → read (2) → close (3), linked. The read is hard-linked
+    // to the close, so the close runs even if the read fails.
+    struct small_read_op final : read_op {
+        using read_op::read_op;
         bool prepare() override
         {
-            slot = ring.take_slot();
-            if (slot < 0) return false;
+            slot_id = ring.take_slot();
+            if (slot_id < 0) return false;
+            io_uring_sqe* stat = ring.get_sqe(4);
+            io_uring_prep_statx(stat, file.dirfd(), file.path.c_str(), 0, STATX_TYPE, &st);
+            stat->flags |= IOSQE_IO_LINK;
+            io_uring_sqe_set_data64(stat, tagged(this, 0));
             io_uring_sqe* open = ring.get_sqe(3);
-            io_uring_prep_openat_direct(open, AT_FDCWD, path.c_str(), O_RDONLY, 0, static_cast<unsigned>(slot));
+            prep_open(open, file, how, slot_id);
             open->flags |= IOSQE_IO_LINK;
-            io_uring_sqe_set_data64(open, tagged(this, 0));
+            io_uring_sqe_set_data64(open, tagged(this, 1));
             io_uring_sqe* read = ring.get_sqe(2);
-            io_uring_prep_read(read, slot, dst, len, 0);
-            read->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK; // close runs even if the read fails
-            io_uring_sqe_set_data64(read, tagged(this, 1));
+            io_uring_prep_read(read, slot_id, buf.data(), static_cast<unsigned>(buf.size()), 0);
+            read->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;
+            io_uring_sqe_set_data64(read, tagged(this, 2));
             io_uring_sqe* close = ring.get_sqe(1);
-            io_uring_prep_close_direct(close, static_cast<unsigned>(slot));
-            io_uring_sqe_set_data64(close, tagged(this, 2));
-            pending = 3;
+            io_uring_prep_close_direct(close, static_cast<unsigned>(slot_id));
+            io_uring_sqe_set_data64(close, tagged(this, 3));
+            pending = 4;
             return true;
         }
-        void on_cqe(unsigned tag, int r) override { res[tag] = r; }
+        bool special() const { return done[0] && res[0] >= 0 && !S_ISREG(st.stx_mode); }
+        void on_cqe(unsigned tag, int r) override
+        {
+            res[tag] = r;
+            done[tag] = true;
+            // A FIFO or device: its read may wait forever for data. The read starts once the
+            // open is done, so cancel it then too (the first cancel may come before it).
+            if ((tag == 0 || tag == 1) && special() && !done[2]) ring.cancel_sqe(this, 2);
+        }
+        void cancel_in_kernel(std::error_code) override
+        {
+            // Not the close: it must run, or the slot would stay open.
+            for (unsigned tag = 0; tag < 3; ++tag)
+                if (!done[tag]) ring.cancel_sqe(this, tag);
+        }
         void finish() override
         {
-            // A failed open cancels the rest of the chain, close included: close alone.
-            if (res[2] == -ECANCELED && res[0] >= 0) ring.close_slot_alone(slot);
-            else ring.release_slot(slot);
+            // A failed statx or open cancels the rest of the chain, close included.
+            if (res[3] == -ECANCELED && res[1] >= 0) ring.close_slot_alone(slot_id);
+            else ring.release_slot(slot_id);
             if (res[0] < 0) return complete(detail::errno_code(res[0]), 0);
-            if (res[1] < 0) return complete(detail::errno_code(res[1]), 0);
-            complete({}, static_cast<std::uint64_t>(res[1]));
+            if (special()) return complete(make_error_code(errc::not_a_regular_file), 0);
+            if (res[1] < 0) return complete(open_error(res[1], file), 0);
+            if (res[2] < 0) return complete(detail::errno_code(res[2]), 0);
+            complete({}, static_cast<std::uint64_t>(res[2]));
         }
-        std::string path;
-        std::byte* dst;
-        std::uint32_t len;
-        int slot = -1;
-        int res[3] = {0, 0, 0};
+        int slot_id = -1;
+        open_how how{};
+        struct statx st {};
+        int res[4] = {0, 0, 0, 0};
+        bool done[4] = {false, false, false, false};
     };
 
-    // open (direct) → up to `parallel` chunk reads at a time → close (direct). Each chunk
-    // read is an op of its own that reports to this one; this op holds one pending count
-    // from the open's success until its close completes.
-    struct large_read_op final : base_op {
-        large_read_op(uring& r, std::string p, std::byte* d, std::uint64_t l, std::uint32_t c, unsigned par,
-                      std::uint64_t g, handler_type h)
-            : base_op(r, g, std::move(h)), path(std::move(p)), dst(d), len(l), chunk(c), parallel(par)
+    // statx (tag 0) → openat2 (1), linked; then up to `parallel` chunk reads at a time, each
+    // an op of its own that reports here; then close (2). This op holds one pending count
+    // from the open's success until its close completes, so it outlives its chunk reads.
+    struct large_read_op final : read_op {
+        large_read_op(uring& r, file_ref f, buffer b, std::uint32_t c, unsigned par, std::uint64_t g, read_handler h)
+            : read_op(r, std::move(f), std::move(b), g, std::move(h)), len(buf.size()), chunk(c), parallel(par)
         {
         }
 
@@ -478,6 +652,7 @@ private:
             chunk_read(large_read_op& p, std::uint64_t off, std::uint32_t n) : parent(p), offset(off), length(n)
             {
                 group = p.group;
+                owner = &p;
                 pending = 1;
             }
             void on_cqe(unsigned, int r) override { parent.chunk_done(offset, length, r); }
@@ -489,29 +664,46 @@ private:
 
         bool prepare() override
         {
-            slot = ring.take_slot();
-            if (slot < 0) return false;
+            slot_id = ring.take_slot();
+            if (slot_id < 0) return false;
+            io_uring_sqe* stat = ring.get_sqe(2);
+            io_uring_prep_statx(stat, file.dirfd(), file.path.c_str(), 0, STATX_TYPE, &st);
+            stat->flags |= IOSQE_IO_LINK;
+            io_uring_sqe_set_data64(stat, tagged(this, 0));
             io_uring_sqe* open = ring.get_sqe(1);
-            io_uring_prep_openat_direct(open, AT_FDCWD, path.c_str(), O_RDONLY, 0, static_cast<unsigned>(slot));
-            io_uring_sqe_set_data64(open, tagged(this, 0));
-            pending = 1;
+            prep_open(open, file, how, slot_id);
+            io_uring_sqe_set_data64(open, tagged(this, 1));
+            pending = 2;
             return true;
         }
 
         void on_cqe(unsigned tag, int r) override
         {
-            if (tag == 0) { // the open
+            if (tag == 0) { // the statx
+                stat_res = r;
+                stat_done = true;
+                if (opened) begin();
+            } else if (tag == 1) { // the open
                 if (r < 0) {
-                    err = detail::errno_code(r);
-                    ring.release_slot(slot);
+                    if (!err) err = stat_done && stat_res < 0 ? detail::errno_code(stat_res) : open_error(r, file);
+                    ring.release_slot(slot_id);
                     return;
                 }
+                opened = true;
                 ++pending; // held until the close completes
-                refill();
+                if (stat_done) begin();
             } else { // the close
-                if (r == -ECANCELED) ring.close_slot_alone(slot);
-                else ring.release_slot(slot);
+                if (r == -ECANCELED) ring.close_slot_alone(slot_id);
+                else ring.release_slot(slot_id);
             }
+        }
+
+        // Both the statx and the open are in: read, or close at once if this is no regular file.
+        void begin()
+        {
+            if (!err && stat_res < 0) err = detail::errno_code(stat_res);
+            if (!err && !S_ISREG(st.stx_mode)) err = make_error_code(errc::not_a_regular_file);
+            refill();
         }
 
         void chunk_done(std::uint64_t offset, std::uint32_t length, int r)
@@ -540,8 +732,8 @@ private:
             if (reading == 0 && !closing) {
                 closing = true;
                 io_uring_sqe* close = ring.get_sqe(1);
-                io_uring_prep_close_direct(close, static_cast<unsigned>(slot));
-                io_uring_sqe_set_data64(close, tagged(this, 1));
+                io_uring_prep_close_direct(close, static_cast<unsigned>(slot_id));
+                io_uring_sqe_set_data64(close, tagged(this, 2));
                 ring.schedule_flush();
             }
         }
@@ -550,7 +742,7 @@ private:
         {
             auto* c = new chunk_read(*this, offset, n);
             io_uring_sqe* sqe = ring.get_sqe(1);
-            io_uring_prep_read(sqe, slot, dst + offset, n, offset);
+            io_uring_prep_read(sqe, slot_id, buf.data() + offset, n, offset);
             sqe->flags |= IOSQE_FIXED_FILE;
             io_uring_sqe_set_data64(sqe, tagged(c, 0));
             c->started = true;
@@ -559,18 +751,30 @@ private:
             ring.schedule_flush();
         }
 
+        void cancel_in_kernel(std::error_code why) override
+        {
+            if (!err) err = why; // no further chunks; the close follows the last one in flight
+            if (!stat_done) ring.cancel_sqe(this, 0);
+            if (!opened) ring.cancel_sqe(this, 1);
+            for (auto* op = ring.head_; op; op = op->next)
+                if (op->owner == this) ring.cancel_sqe(op, 0);
+        }
+
         void finish() override
         {
             if (err) return complete(err, 0);
             complete({}, done_bytes);
         }
 
-        std::string path;
-        std::byte* dst;
         std::uint64_t len;
         std::uint32_t chunk;
         unsigned parallel;
-        int slot = -1;
+        int slot_id = -1;
+        open_how how{};
+        struct statx st {};
+        int stat_res = 0;
+        bool stat_done = false;
+        bool opened = false;
         std::error_code err;
         std::uint64_t next_offset = 0;
         std::uint64_t done_bytes = 0;
@@ -597,6 +801,8 @@ private:
                 reap();
                 submit_now(false); // closes queued by operations winding down
             }
+            // What is still in the kernel now (a read on a mount that never answers) keeps its
+            // memory: freeing buffers the kernel may still write to would be worse than a leak.
         }
         for (auto* op : backlog_) delete op;
         backlog_.clear();
