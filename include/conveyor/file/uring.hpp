@@ -551,8 +551,28 @@ private:
         }
         asio::cancellation_slot slot() override { return handler.get_cancellation_slot(); }
 
+        // Takes a file slot and prepares the head of every read: `statx` (tag 0), linked to
+        // `openat2` into the slot (tag 1), with `more` entries kept free after them for the
+        // rest of the chain. Returns the open's SQE, or null if no slot is free.
+        io_uring_sqe* prepare_open(unsigned more)
+        {
+            slot_id = ring.take_slot();
+            if (slot_id < 0) return nullptr;
+            io_uring_sqe* stat = ring.get_sqe(2 + more);
+            io_uring_prep_statx(stat, file.dirfd(), file.path.c_str(), 0, STATX_TYPE, &st);
+            stat->flags |= IOSQE_IO_LINK;
+            io_uring_sqe_set_data64(stat, tagged(this, 0));
+            io_uring_sqe* open = ring.get_sqe(1 + more);
+            prep_open(open, file, how, slot_id);
+            io_uring_sqe_set_data64(open, tagged(this, 1));
+            return open;
+        }
+
         buffer buf; // the kernel writes here: owned until the last CQE, even once abandoned
         read_handler handler;
+        int slot_id = -1;
+        open_how how{};
+        struct statx st {};
     };
 
     struct stat_op final : base_op {
@@ -586,16 +606,9 @@ private:
         using read_op::read_op;
         bool prepare() override
         {
-            slot_id = ring.take_slot();
-            if (slot_id < 0) return false;
-            io_uring_sqe* stat = ring.get_sqe(4);
-            io_uring_prep_statx(stat, file.dirfd(), file.path.c_str(), 0, STATX_TYPE, &st);
-            stat->flags |= IOSQE_IO_LINK;
-            io_uring_sqe_set_data64(stat, tagged(this, 0));
-            io_uring_sqe* open = ring.get_sqe(3);
-            prep_open(open, file, how, slot_id);
+            io_uring_sqe* open = prepare_open(2);
+            if (!open) return false;
             open->flags |= IOSQE_IO_LINK;
-            io_uring_sqe_set_data64(open, tagged(this, 1));
             io_uring_sqe* read = ring.get_sqe(2);
             io_uring_prep_read(read, slot_id, buf.data(), static_cast<unsigned>(buf.size()), 0);
             read->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;
@@ -632,9 +645,6 @@ private:
             if (res[2] < 0) return complete(detail::errno_code(res[2]), 0);
             complete({}, static_cast<std::uint64_t>(res[2]));
         }
-        int slot_id = -1;
-        open_how how{};
-        struct statx st {};
         int res[4] = {0, 0, 0, 0};
         bool done[4] = {false, false, false, false};
     };
@@ -664,15 +674,7 @@ private:
 
         bool prepare() override
         {
-            slot_id = ring.take_slot();
-            if (slot_id < 0) return false;
-            io_uring_sqe* stat = ring.get_sqe(2);
-            io_uring_prep_statx(stat, file.dirfd(), file.path.c_str(), 0, STATX_TYPE, &st);
-            stat->flags |= IOSQE_IO_LINK;
-            io_uring_sqe_set_data64(stat, tagged(this, 0));
-            io_uring_sqe* open = ring.get_sqe(1);
-            prep_open(open, file, how, slot_id);
-            io_uring_sqe_set_data64(open, tagged(this, 1));
+            if (!prepare_open(0)) return false;
             pending = 2;
             return true;
         }
@@ -769,9 +771,6 @@ private:
         std::uint64_t len;
         std::uint32_t chunk;
         unsigned parallel;
-        int slot_id = -1;
-        open_how how{};
-        struct statx st {};
         int stat_res = 0;
         bool stat_done = false;
         bool opened = false;
