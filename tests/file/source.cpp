@@ -16,8 +16,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1010,6 +1012,48 @@ TEST_CASE("a listed file replaced by a FIFO fails at once as not_a_regular_file,
         CHECK(e->code() == cf::errc::not_a_regular_file);
         CHECK(e->where() == fifo.string());
         CHECK(std::string(e->what()).find("not a regular file") != std::string::npos);
+    }
+}
+
+TEST_CASE("a listed file replaced by a socket or a device fails at once as not_a_regular_file")
+{
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name));
+        temp_dir d;
+        write_file(d / "a.bin", "aaaa");
+        write_file(d / "b.bin", "bbbb");
+        write_file(d / "c.bin", "cccc");
+        const auto l = cf::walk(d.path());
+        REQUIRE(l.size() == 3);
+        // a.bin becomes a listening Unix socket, b.bin a symlink to /dev/zero (a device that
+        // would fill any buffer: the size check alone would not notice it).
+        fs::remove(d / "a.bin");
+        const int sock = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(sock >= 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        const std::string sp = (d / "a.bin").string();
+        REQUIRE(sp.size() < sizeof addr.sun_path);
+        std::memcpy(addr.sun_path, sp.c_str(), sp.size() + 1);
+        REQUIRE(::bind(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+        REQUIRE(::listen(sock, 1) == 0);
+        fs::remove(d / "b.bin");
+        fs::create_symlink("/dev/zero", d / "b.bin");
+        ftest::log_capture cap;
+        cv::runtime rt(opts_for(bc, &cap));
+        // Symlinks may leave the root here, so that it is the device itself that is refused.
+        auto p = cf::files(l, {.concurrency = 3, .errors = cv::on_error::skip, .symlinks_may_leave_root = true}).on(rt);
+        const auto out = ftest::run_all(p, "reading a socket and a device where files were listed");
+        ::close(sock);
+        REQUIRE_FALSE(out.error);
+        CHECK(out.skipped == 2);
+        REQUIRE(out.blobs.size() == 1);
+        CHECK(out.blobs[0].key == "c.bin");
+        CHECK(ftest::bytes_of(out.blobs[0]) == "cccc");
+        // Refused for what they are, not for a failed open (ENXIO) or a size that did not
+        // match (a device read as a file that grew).
+        CHECK(cap.matching({"conveyor: skipped:", "a.bin", "not a regular file"}).size() == 1);
+        CHECK(cap.matching({"conveyor: skipped:", "b.bin", "not a regular file"}).size() == 1);
     }
 }
 

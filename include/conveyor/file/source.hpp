@@ -174,8 +174,14 @@ inline int open_for_read(const file_ref& f)
 inline read_result pread_file(buffer_pool pool, const file_ref& f, const entry& e, std::string origin, std::size_t i)
 {
     const int fd = open_for_read(f);
-    if (fd < 0) return read_failed(fd == -EXDEV && f.beneath ? make_error_code(errc::path_escapes_root)
-                                                             : std::error_code(-fd, std::system_category()));
+    if (fd < 0) {
+        if (fd == -EXDEV && f.beneath) return read_failed(make_error_code(errc::path_escapes_root));
+        // A socket cannot be opened at all (ENXIO): say what it is, as the ring's statx does.
+        struct stat st {};
+        if (::fstatat(f.dirfd(), f.path.c_str(), &st, 0) == 0 && !S_ISREG(st.st_mode))
+            return read_failed(make_error_code(errc::not_a_regular_file));
+        return read_failed(std::error_code(-fd, std::system_category()));
+    }
     struct closer {
         int fd;
         ~closer() { ::close(fd); }
