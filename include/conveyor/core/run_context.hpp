@@ -12,6 +12,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <tuple>
 
@@ -255,7 +256,7 @@ public:
     {
         // The signal lives as long as the run, never shorter than the task bound to it:
         // destroying a signal while its operation runs is undefined.
-        auto sig = std::make_shared<asio::cancellation_signal>();
+        auto sig = std::make_shared<task_signal>();
         bool cancel_now;
         {
             std::lock_guard lk(mu_);
@@ -263,12 +264,12 @@ public:
             signals_.push_back({asio::any_io_executor(ex), sig});
             cancel_now = stopping_;
         }
-        asio::co_spawn(ex, std::move(task),
-                       asio::bind_cancellation_slot(sig->slot(), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
+        asio::co_spawn(ex, started(sig, std::move(task)),
+                       asio::bind_cancellation_slot(sig->signal.slot(), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
                            if (e) self->fail(e, stage);
                            self->task_done();
                        }));
-        if (cancel_now) asio::post(ex, [sig] { sig->emit(asio::cancellation_type::terminal); });
+        if (cancel_now) asio::post(ex, [sig] { sig->cancel(); });
     }
 
     /** Registers `fn` to run on `ex` when the run is cancelled (at once, if it already is).
@@ -337,8 +338,7 @@ public:
             if (c != keep) c->cancel();
         for (auto& h : hooks) asio::post(h.ex, std::move(h.fn));
         // A signal must be emitted on its task's executor. Copies: the list keeps them alive.
-        for (auto& s : signals)
-            asio::post(s.ex, [sig = s.signal] { sig->emit(asio::cancellation_type::terminal); });
+        for (auto& s : signals) asio::post(s.ex, [sig = s.signal] { sig->cancel(); });
     }
 
     /// True once the run failed or was cancelled.
@@ -388,9 +388,45 @@ private:
         if (auto* r = rt_.load()) r->log(line);
     }
 
+    /* A task's cancellation signal, and whether the task has started. A cancellation
+       that comes before the task's first step waits for it: Boost 1.81's co_spawn checks
+       the cancellation state once more between its own first step and the task's, and
+       throws there, outside of its try block, so the exception escaped io_context::run
+       (std::terminate; seen under TSan in about one run in four of the pread fallback
+       test, where a failing worker cancels workers on the other lane before they run).
+       Touched only on the task's executor, which runs one handler at a time. */
+    struct task_signal {
+        asio::cancellation_signal signal;
+        bool running = false;
+        bool pending = false;
+        void cancel()
+        {
+            if (running) signal.emit(asio::cancellation_type::terminal);
+            else pending = true;
+        }
+    };
+
+    /* The task, marked as started first (and cancelled then, if that was asked before).
+       On the way out, throw_if_cancelled is turned off: co_spawn's entry point posts once
+       more after a task that never suspended, and a cancellation emitted meanwhile made
+       that post throw outside of co_spawn's try block too. */
+    static asio::awaitable<void> started(std::shared_ptr<task_signal> sig, asio::awaitable<void> task)
+    {
+        sig->running = true;
+        if (sig->pending) sig->signal.emit(asio::cancellation_type::terminal);
+        std::exception_ptr e;
+        try {
+            co_await std::move(task);
+        } catch (...) {
+            e = std::current_exception();
+        }
+        co_await asio::this_coro::throw_if_cancelled(false);
+        if (e) std::rethrow_exception(e);
+    }
+
     struct signal_entry {
         asio::any_io_executor ex;
-        std::shared_ptr<asio::cancellation_signal> signal;
+        std::shared_ptr<task_signal> signal;
     };
 
     struct cancel_hook {
