@@ -1183,9 +1183,13 @@ TEST_CASE("no part of a URL's user-info reaches a message, whatever the secret h
     const char* hosts[] = {"@minio:9000", "@minio:9000/base", "@[::1]:9000", "@", "@minio:9000/a@b"};
 
     std::size_t checked = 0;
+    // The sandbox's own path (a random mkdtemp name, named by messages about its files) is
+    // taken out first: "conveyor-s3-config-8ZqptV" once matched the "Zqp" of a secret.
     auto check = [&](const std::string& url, const secret& s, const std::string& text) {
         ++checked;
-        if (shows_part_of(text, s.text, s.run)) FAIL_CHECK("'" << url << "' shows part of its secret in: " << text);
+        std::string t = text;
+        for (std::size_t at; (at = t.find(sb.dir.path())) != std::string::npos;) t.erase(at, sb.dir.path().size());
+        if (shows_part_of(t, s.text, s.run)) FAIL_CHECK("'" << url << "' shows part of its secret in: " << text);
     };
     for (const auto& s : secrets) {
         for (const char* scheme : schemes) {
