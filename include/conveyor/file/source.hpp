@@ -154,18 +154,14 @@ inline std::error_code size_check(std::uint64_t expected, std::uint64_t got, std
     return make_error_code(got < expected ? errc::file_shrank : errc::file_grew);
 }
 
-/// Opens `f` read-only and non-blocking (a FIFO or device must not block the open; it is
-/// refused just after; for regular files the flag changes nothing), below its directory
-/// when `f.beneath` (`openat2` with `RESOLVE_BENEATH`). Returns the fd, or -errno.
+/// Opens `f` as the ring does (`how_to_open`). Returns the fd, or -errno.
 inline int open_for_read(const file_ref& f)
 {
-    if (!f.beneath) {
-        const int fd = ::openat(f.dirfd(), f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const open_how how = how_to_open(f, O_CLOEXEC);
+    if (!f.beneath) { // plain openat: this backend also serves kernels older than openat2 (5.6)
+        const int fd = ::openat(f.dirfd(), f.path.c_str(), static_cast<int>(how.flags));
         return fd < 0 ? -errno : fd;
     }
-    open_how how{};
-    how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
-    how.resolve = RESOLVE_BENEATH;
     const long fd = ::syscall(SYS_openat2, f.dirfd(), f.path.c_str(), &how, sizeof how);
     return fd < 0 ? -errno : static_cast<int>(fd);
 }
@@ -175,12 +171,11 @@ inline read_result pread_file(buffer_pool pool, const file_ref& f, const entry& 
 {
     const int fd = open_for_read(f);
     if (fd < 0) {
-        if (fd == -EXDEV && f.beneath) return read_failed(make_error_code(errc::path_escapes_root));
         // A socket cannot be opened at all (ENXIO): say what it is, as the ring's statx does.
         struct stat st {};
-        if (::fstatat(f.dirfd(), f.path.c_str(), &st, 0) == 0 && !S_ISREG(st.st_mode))
+        if (fd != -EXDEV && ::fstatat(f.dirfd(), f.path.c_str(), &st, 0) == 0 && !S_ISREG(st.st_mode))
             return read_failed(make_error_code(errc::not_a_regular_file));
-        return read_failed(std::error_code(-fd, std::system_category()));
+        return read_failed(open_error(fd, f));
     }
     struct closer {
         int fd;

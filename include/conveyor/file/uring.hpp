@@ -117,6 +117,29 @@ struct file_ref {
     int dirfd() const noexcept { return dir ? dir->fd() : AT_FDCWD; }
 };
 
+namespace detail {
+
+/// How a read opens `f` (`openat2`): read-only, with `extra` flags, and non-blocking (a
+/// FIFO or device must not hold the open; it is refused after; for regular files the flag
+/// changes nothing); below `f.dir` when `f.beneath`.
+inline open_how how_to_open(const file_ref& f, std::uint64_t extra = 0) noexcept
+{
+    open_how how{};
+    how.flags = O_RDONLY | O_NONBLOCK | extra;
+    how.resolve = f.beneath ? RESOLVE_BENEATH : 0;
+    return how;
+}
+
+/// The error of a failed open of `f` (-errno `res`): leaving the root under
+/// RESOLVE_BENEATH is EXDEV, which says `errc::path_escapes_root`.
+inline std::error_code open_error(int res, const file_ref& f) noexcept
+{
+    if (res == -EXDEV && f.beneath) return make_error_code(errc::path_escapes_root);
+    return errno_code(res);
+}
+
+} // namespace detail
+
 /** An io_uring ring whose completions are delivered on an `asio::io_context`.
 
     The ring's eventfd is registered with the kernel and watched by Asio, so completions
@@ -462,23 +485,6 @@ private:
         schedule_flush();
     }
 
-    // Prepares an `openat2` of `f` into direct slot `slot`: read-only, non-blocking (a FIFO
-    // or device must not hold the open; for regular files the flag changes nothing).
-    static void prep_open(io_uring_sqe* sqe, const file_ref& f, open_how& how, int slot)
-    {
-        how = {};
-        how.flags = O_RDONLY | O_NONBLOCK;
-        how.resolve = f.beneath ? RESOLVE_BENEATH : 0;
-        io_uring_prep_openat2_direct(sqe, f.dirfd(), f.path.c_str(), &how, static_cast<unsigned>(slot));
-    }
-
-    // The error of a failed open: leaving the root under RESOLVE_BENEATH is EXDEV.
-    static std::error_code open_error(int res, const file_ref& f)
-    {
-        if (res == -EXDEV && f.beneath) return make_error_code(errc::path_escapes_root);
-        return detail::errno_code(res);
-    }
-
     /* What every operation started by a caller has: its file, its handler, and the state
        of its completion. `delivered` is set once the handler was called (or handed to the
        executor): an abandoned operation still receives its CQEs but calls nobody. */
@@ -563,7 +569,8 @@ private:
             stat->flags |= IOSQE_IO_LINK;
             io_uring_sqe_set_data64(stat, tagged(this, 0));
             io_uring_sqe* open = ring.get_sqe(1 + more);
-            prep_open(open, file, how, slot_id);
+            how = detail::how_to_open(file); // direct descriptors take no O_CLOEXEC
+            io_uring_prep_openat2_direct(open, file.dirfd(), file.path.c_str(), &how, static_cast<unsigned>(slot_id));
             io_uring_sqe_set_data64(open, tagged(this, 1));
             return open;
         }
@@ -641,7 +648,7 @@ private:
             else ring.release_slot(slot_id);
             if (res[0] < 0) return complete(detail::errno_code(res[0]), 0);
             if (special()) return complete(make_error_code(errc::not_a_regular_file), 0);
-            if (res[1] < 0) return complete(open_error(res[1], file), 0);
+            if (res[1] < 0) return complete(detail::open_error(res[1], file), 0);
             if (res[2] < 0) return complete(detail::errno_code(res[2]), 0);
             complete({}, static_cast<std::uint64_t>(res[2]));
         }
@@ -686,8 +693,8 @@ private:
                 stat_done = true;
                 if (opened) begin();
             } else if (tag == 1) { // the open
-                if (r < 0) {
-                    if (!err) err = stat_done && stat_res < 0 ? detail::errno_code(stat_res) : open_error(r, file);
+                if (r < 0) { // -ECANCELED when the statx failed: finish() says why
+                    if (!err) err = detail::open_error(r, file);
                     ring.release_slot(slot_id);
                     return;
                 }
@@ -764,6 +771,9 @@ private:
 
         void finish() override
         {
+            // The statx's failure is the cause, whichever of its CQE and the cancelled
+            // open's arrived first.
+            if (stat_done && stat_res < 0) return complete(detail::errno_code(stat_res), 0);
             if (err) return complete(err, 0);
             complete({}, done_bytes);
         }
