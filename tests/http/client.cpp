@@ -55,6 +55,7 @@ namespace ch = conveyor::http;
 namespace fs = std::filesystem;
 using tcp = asio::ip::tcp;
 using conveyor_test::eventually;
+using conveyor_test::never_answers;
 using conveyor_test::peer;
 using conveyor_test::reply;
 using conveyor_test::test_server;
@@ -752,10 +753,7 @@ TEST_CASE("http client returns a 404 with its body as a response, not an error")
 
 TEST_CASE("http client reports a response header that does not come as first_byte_timeout")
 {
-    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     ch::client c(rt, srv.endpoint(), quick(200ms));
     auto [ec, resp] = send_on(rt, c, get("/slow"));
@@ -789,10 +787,7 @@ TEST_CASE("http client reports a body that stalls as idle_timeout")
 
 TEST_CASE("http client reports total_timeout, also while waiting for a connection")
 {
-    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     auto o = quick();
     o.max_connections = 1;
@@ -810,10 +805,7 @@ TEST_CASE("http client reports total_timeout, also while waiting for a connectio
 
 TEST_CASE("http client ends a request at its attempt limit and at the caller's deadline, each with its own code")
 {
-    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     {
         auto o = quick();
@@ -915,10 +907,7 @@ TEST_CASE("http client resolves a host name, shared by the first requests on a l
 
 TEST_CASE("http client aborts an in-flight request when its cancellation slot is emitted")
 {
-    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     ch::client c(rt, srv.endpoint(), quick(60'000ms));
     const auto req = get("/hang");
@@ -987,10 +976,7 @@ TEST_CASE("http client aborts a request waiting for a connection, and the lane g
 TEST_CASE("http client request raced against a timer with || is cancelled and its connection closed")
 {
     using namespace asio::experimental::awaitable_operators;
-    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     ch::client c(rt, srv.endpoint(), quick(60'000ms));
     const auto req = get("/hang");

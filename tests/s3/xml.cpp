@@ -197,6 +197,7 @@ namespace asio = boost::asio;
 namespace bhttp = boost::beast::http;
 namespace cv = conveyor;
 namespace ch = conveyor::http;
+using conveyor_test::never_answers;
 using conveyor_test::peer;
 using conveyor_test::reply;
 using conveyor_test::test_server;
@@ -362,10 +363,7 @@ TEST_CASE("s3 timeouts.total bounds a whole request, retries and backoff include
 {
     // A server that accepts and never answers; the default retries (ten attempts, backoff
     // up to 20 s). Ten attempts of 3 s each and their backoff took about 45 s.
-    test_server srv([](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     s3::client_options o;
     o.http.timeouts.total = 3s;
@@ -428,10 +426,7 @@ TEST_CASE("s3 client gives up on a silent endpoint after a few timed-out attempt
 {
     // With the default retries, ten attempts that each time out add up (ten first-byte
     // timeouts and up to a minute of backoff): timeouts have a smaller budget of attempts.
-    test_server srv([](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.wait_closed();
-        co_return false;
-    });
+    test_server srv(never_answers);
     cv::runtime rt(two_lanes());
     s3::client_options o;
     o.http.timeouts.first_byte = 300ms;

@@ -232,8 +232,17 @@ inline std::string reply(unsigned status, std::string_view body, std::string_vie
     return s;
 }
 
+/// A script for a server that reads the request and never answers (a silent endpoint): it
+/// waits for the client to give up and close.
+inline asio::awaitable<bool> never_answers(peer& p, const bhttp::request<bhttp::string_body>&, std::size_t)
+{
+    co_await p.wait_closed();
+    co_return false;
+}
+
 } // namespace http_server_detail
 
+using http_server_detail::never_answers;
 using http_server_detail::peer;
 using http_server_detail::reply;
 using http_server_detail::script;
