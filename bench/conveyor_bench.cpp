@@ -510,7 +510,7 @@ int cmd_random_access(const random_args& a)
             std::uint64_t my_bytes = 0;
             for (std::size_t j = w; j < idx.size(); j += k) {
                 cb::stopwatch t;
-                cv::blob b = co_await ds.get(idx[j]);
+                cv::blob b = co_await ds.async_get(idx[j]);
                 h.record(t.elapsed());
                 if (static_cast<std::int64_t>(b.data.size()) != s.sizes[idx[j]])
                     fail("random-access: " + s.paths[idx[j]] + ": got " + std::to_string(b.data.size()) + " bytes, expected " +

@@ -6,8 +6,16 @@ include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# Header-only and ARCH_INDEPENDENT: the package lives under share/, not lib/<arch>/.
-set(CONVEYOR_INSTALL_CMAKEDIR "${CMAKE_INSTALL_DATADIR}/cmake/conveyor"
+# Header-only, the package is ARCH_INDEPENDENT and lives under share/; with
+# CONVEYOR_SEPARATE_COMPILATION it carries a static library and lives under lib/<arch>/.
+if(CONVEYOR_SEPARATE_COMPILATION)
+  set(_conveyor_cmakedir "${CMAKE_INSTALL_LIBDIR}/cmake/conveyor")
+  set(_conveyor_arch_independent "")
+else()
+  set(_conveyor_cmakedir "${CMAKE_INSTALL_DATADIR}/cmake/conveyor")
+  set(_conveyor_arch_independent ARCH_INDEPENDENT)
+endif()
+set(CONVEYOR_INSTALL_CMAKEDIR "${_conveyor_cmakedir}"
     CACHE STRING "Where conveyor's CMake package files are installed (relative to the prefix)")
 mark_as_advanced(CONVEYOR_INSTALL_CMAKEDIR)
 
@@ -32,7 +40,7 @@ write_basic_package_version_file(
   "${conveyor_BINARY_DIR}/conveyorConfigVersion.cmake"
   VERSION "${conveyor_VERSION}"
   COMPATIBILITY SameMajorVersion
-  ARCH_INDEPENDENT)
+  ${_conveyor_arch_independent})
 
 install(FILES
           "${conveyor_BINARY_DIR}/conveyorConfig.cmake"

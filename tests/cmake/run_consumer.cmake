@@ -3,7 +3,10 @@
 #   cmake -DMODE=add_subdirectory|fetchcontent|find_package
 #         -DCONVEYOR_SOURCE_DIR=<conveyor's source tree> -DWORK_DIR=<scratch dir, wiped first>
 #         [-DGENERATOR=Ninja] [-DMAKE_PROGRAM=...] [-DCXX_COMPILER=...] [-DCXX_LAUNCHER=...]
-#         [-DEXPECTED_VERSION=...] -P run_consumer.cmake
+#         [-DEXPECTED_VERSION=...] [-DSEPARATE=ON|OFF] -P run_consumer.cmake
+#
+# SEPARATE=ON consumes conveyor built with CONVEYOR_SEPARATE_COMPILATION (a static library
+# behind conveyor::conveyor); OFF (the default) consumes it header-only.
 #
 # Any failing step stops the script with an error, which fails the ctest test.
 cmake_minimum_required(VERSION 3.25)
@@ -15,6 +18,9 @@ foreach(required MODE CONVEYOR_SOURCE_DIR WORK_DIR)
 endforeach()
 if(NOT MODE MATCHES "^(add_subdirectory|fetchcontent|find_package)$")
   message(FATAL_ERROR "run_consumer.cmake: MODE='${MODE}': expected add_subdirectory, fetchcontent or find_package")
+endif()
+if(NOT SEPARATE)
+  set(SEPARATE OFF)
 endif()
 if(NOT GENERATOR)
   set(GENERATOR Ninja)
@@ -52,6 +58,7 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 set(consumer_args
   -S "${consumer_src}" -B "${consumer_build}" ${common_args}
   "-DCONVEYOR_CONSUME=${MODE}"
+  "-DCONVEYOR_SEPARATE_COMPILATION=${SEPARATE}"
   "-DCONVEYOR_SOURCE_DIR=${CONVEYOR_SOURCE_DIR}")
 
 if(MODE STREQUAL "find_package")
@@ -61,14 +68,22 @@ if(MODE STREQUAL "find_package")
   run("configure conveyor" "${CMAKE_COMMAND}"
       -S "${CONVEYOR_SOURCE_DIR}" -B "${conveyor_build}" ${common_args}
       -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_EXAMPLES=OFF -DCONVEYOR_BUILD_BENCH=OFF
-      -DCONVEYOR_INSTALL=ON "-DCMAKE_INSTALL_PREFIX=${prefix}")
+      -DCONVEYOR_INSTALL=ON "-DCONVEYOR_SEPARATE_COMPILATION=${SEPARATE}"
+      "-DCMAKE_INSTALL_PREFIX=${prefix}" -DCMAKE_INSTALL_LIBDIR=lib)
   run("build conveyor" "${CMAKE_COMMAND}" --build "${conveyor_build}")
   run("install conveyor" "${CMAKE_COMMAND}" --install "${conveyor_build}" --prefix "${prefix}")
-  foreach(f include/conveyor/conveyor.hpp
-            share/cmake/conveyor/conveyorConfig.cmake
-            share/cmake/conveyor/conveyorConfigVersion.cmake
-            share/cmake/conveyor/conveyorTargets.cmake
-            share/cmake/conveyor/conveyorDependencies.cmake)
+  if(SEPARATE)
+    set(cmakedir lib/cmake/conveyor)
+    set(extra lib/libconveyor.a)
+  else()
+    set(cmakedir share/cmake/conveyor)
+    set(extra "")
+  endif()
+  foreach(f include/conveyor/conveyor.hpp include/conveyor/src.hpp ${extra}
+            ${cmakedir}/conveyorConfig.cmake
+            ${cmakedir}/conveyorConfigVersion.cmake
+            ${cmakedir}/conveyorTargets.cmake
+            ${cmakedir}/conveyorDependencies.cmake)
     if(NOT EXISTS "${prefix}/${f}")
       message(FATAL_ERROR "[${MODE}] the install lacks ${f}")
     endif()
@@ -82,4 +97,4 @@ endif()
 run("configure consumer" "${CMAKE_COMMAND}" ${consumer_args})
 run("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}")
 run("run consumer" "${consumer_build}/consumer")
-message(STATUS "[${MODE}] ok")
+message(STATUS "[${MODE}, separate compilation ${SEPARATE}] ok")

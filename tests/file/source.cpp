@@ -682,7 +682,7 @@ TEST_CASE("dataset get(i) returns the right bytes to coroutines on the runtime's
         res->got.resize(2 * l.size());
         auto reader = [&ds, res](std::size_t slot, std::size_t i) -> asio::awaitable<void> {
             try {
-                cv::blob b = co_await ds.get(i);
+                cv::blob b = co_await ds.async_get(i);
                 std::lock_guard lk(res->mu);
                 res->got[slot].emplace(std::move(b));
             } catch (const std::exception& e) {
@@ -721,13 +721,13 @@ TEST_CASE("dataset get(i) returns the right bytes to coroutines on the runtime's
         cv::runtime other_rt(cv::runtime_options{.io_threads = 1});
         std::optional<cv::blob> from_other;
         ftest::must_finish("get() from another runtime's lane", [&] {
-            from_other = asio::co_spawn(other_rt.io_executor(0), ds.get(17), asio::use_future).get();
+            from_other = asio::co_spawn(other_rt.io_executor(0), ds.async_get(17), asio::use_future).get();
         });
         REQUIRE(from_other);
         CHECK(ftest::bytes_of(*from_other) == t.contents[17]);
 
-        ftest::must_finish("get() of a chunked file", [&] {
-            large = asio::co_spawn(rt.io_executor(0), big.get(300), asio::use_future).get();
+        ftest::must_finish("async_get() of a chunked file", [&] {
+            large = asio::co_spawn(rt.io_executor(0), big.async_get(300), asio::use_future).get();
         });
         REQUIRE(large);
         CHECK(ftest::bytes_of(*large) == ftest::content(999, 700 * 1024 + 3));
@@ -745,7 +745,7 @@ TEST_CASE("dataset read(i) blocks and returns the file")
         cf::dataset ds(l, rt);
         ftest::must_finish("dataset::read", [&] {
             for (std::size_t i = 0; i < l.size(); ++i) {
-                const auto b = ds.read(i);
+                const auto b = ds.get(i);
                 CHECK(b.index == i);
                 CHECK(b.key == t.rel[i]);
                 CHECK(ftest::bytes_of(b) == t.contents[i]);
@@ -763,7 +763,7 @@ TEST_CASE("dataset get(i) past the end is a result_out_of_range error")
     std::exception_ptr caught;
     ftest::must_finish("get() past the end", [&] {
         try {
-            (void)asio::co_spawn(rt.io_executor(0), ds.get(1), asio::use_future).get();
+            (void)asio::co_spawn(rt.io_executor(0), ds.async_get(1), asio::use_future).get();
         } catch (...) {
             caught = std::current_exception();
         }
@@ -790,7 +790,7 @@ TEST_CASE("dataset read(i) past the end is a result_out_of_range conveyor::error
         std::exception_ptr caught;
         ftest::must_finish("read() past the end", [&] {
             try {
-                (void)ds.read(1);
+                (void)ds.get(1);
             } catch (...) {
                 caught = std::current_exception();
             }
@@ -815,12 +815,12 @@ TEST_CASE("dataset get(i) and read(i) of a missing file throw an error naming th
         std::exception_ptr from_get, from_read;
         ftest::must_finish("get()/read() of a missing file", [&] {
             try {
-                (void)asio::co_spawn(rt.io_executor(0), ds.get(2), asio::use_future).get();
+                (void)asio::co_spawn(rt.io_executor(0), ds.async_get(2), asio::use_future).get();
             } catch (...) {
                 from_get = std::current_exception();
             }
             try {
-                (void)ds.read(2);
+                (void)ds.get(2);
             } catch (...) {
                 from_read = std::current_exception();
             }
@@ -834,7 +834,7 @@ TEST_CASE("dataset get(i) and read(i) of a missing file throw an error naming th
             CHECK(std::string(e->what()).find(bad) != std::string::npos);
         }
         // The others still read.
-        CHECK(ftest::bytes_of(ds.read(3)) == t.contents[3]);
+        CHECK(ftest::bytes_of(ds.get(3)) == t.contents[3]);
     }
 }
 
@@ -1189,12 +1189,12 @@ TEST_CASE("dataset get(i) with a read deadline fails with errc::read_timed_out i
         cv::runtime rt(opts_for(bc));
         cf::dataset dset(ds.files, rt, {.read_timeout = 300ms});
         ftest::must_finish("dataset read of a stuck file", [&] {
-            const auto e = ftest::error_from([&] { (void)dset.read(1); }); // entries are sorted: a.bin, hang0.bin
+            const auto e = ftest::error_from([&] { (void)dset.get(1); }); // entries are sorted: a.bin, hang0.bin
             REQUIRE(e);
             CHECK(e->code() == cf::errc::read_timed_out);
             CHECK(e->stage() == "dataset");
         });
-        CHECK(ftest::bytes_of(dset.read(0)) == ds.contents.at("a.bin"));
+        CHECK(ftest::bytes_of(dset.get(0)) == ds.contents.at("a.bin"));
         ds.mount->release();
     }
 }

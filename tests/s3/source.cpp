@@ -129,7 +129,7 @@ TEST_CASE("s3 source reads keys from an index file, local or in the bucket")
     REQUIRE(from_local.size() == keys.size());
     CHECK(from_local.objects[3].key == keys[3]);
 
-    c.run(c.put(bucket(), "source/index.json", bytes_of(json)));
+    c.run(c.async_put(bucket(), "source/index.json", bytes_of(json)));
     auto from_bucket = s3::read_index(c, "s3://" + bucket() + "/source/index.json", "source/");
     REQUIRE(from_bucket.size() == keys.size());
     std::size_t n = 0;
@@ -139,7 +139,7 @@ TEST_CASE("s3 source reads keys from an index file, local or in the bucket")
     }
     CHECK(n == keys.size());
 
-    c.run(c.put(bucket(), "source/bad-index.json", bytes_of(std::string("{\"not\": \"an array\"}"))));
+    c.run(c.async_put(bucket(), "source/bad-index.json", bytes_of(std::string("{\"not\": \"an array\"}"))));
     CHECK_THROWS_WITH_AS(s3::read_index(c, "s3://" + bucket() + "/source/bad-index.json"), doctest::Contains("JSON array"), cv::error);
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("s3 source reads everything under a prefix")
     auto c = make_client();
     auto a = ensure_objects(c, "source/tree/a/", 5);
     auto b = ensure_objects(c, "source/tree/b/", 7);
-    c.run(c.put(bucket(), "source/tree/top.bin", bytes_of(std::string("top"))));
+    c.run(c.async_put(bucket(), "source/tree/top.bin", bytes_of(std::string("top"))));
     auto list = s3::list_url(c, "s3://" + bucket() + "/source/tree/");
     REQUIRE(list.size() == 13);
     CHECK(list.objects.back().key == "source/tree/top.bin");
@@ -168,20 +168,20 @@ TEST_CASE("s3 dataset fetches any object by index, many at once")
     auto keys = ensure_objects(c, "source/dataset/", 30);
     s3::dataset ds(c, s3::object_list::from_keys(bucket(), keys));
     CHECK(ds.size() == 30);
-    auto b = ds.read(17);
+    auto b = ds.get(17);
     CHECK(b.key == keys[17]);
     CHECK(b.data.view() == pattern(20'017, 117));
 
     auto all = asio::co_spawn(rt().io_executor(0),
                               [&]() -> asio::awaitable<std::size_t> {
                                   std::size_t total = 0;
-                                  for (std::size_t i = 0; i < ds.size(); i += 3) total += (co_await ds.get(i)).data.size();
+                                  for (std::size_t i = 0; i < ds.size(); i += 3) total += (co_await ds.async_get(i)).data.size();
                                   co_return total;
                               },
                               asio::use_future)
                    .get();
     CHECK(all == 10 * 20'000 + (0 + 3 + 6 + 9 + 12 + 15 + 18 + 21 + 24 + 27));
-    CHECK_THROWS_AS(ds.read(30), cv::error);
+    CHECK_THROWS_AS(ds.get(30), cv::error);
 }
 
 TEST_CASE("breaking out of an s3 source stops its requests promptly")

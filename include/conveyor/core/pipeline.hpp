@@ -45,11 +45,11 @@ public:
     /** The next item, or nullopt at the end.
         @par Completion Signature
         `std::optional<T>`; throws the pipeline's error. */
-    [[nodiscard]] asio::awaitable<std::optional<T>> next() { return ch_->receive(); }
+    [[nodiscard]] asio::awaitable<std::optional<T>> async_next() { return ch_->receive(); }
 
     /** Appends between 1 and `max` items to `out`; false at the end. Cheaper per item
-        than `next()` when items arrive in bursts. */
-    [[nodiscard]] asio::awaitable<bool> next_batch(std::vector<T>& out, std::size_t max = 256)
+        than `async_next()` when items arrive in bursts. */
+    [[nodiscard]] asio::awaitable<bool> async_next_batch(std::vector<T>& out, std::size_t max = 256)
     {
         return ch_->receive_some(out, max);
     }

@@ -84,7 +84,7 @@ private:
                               [in, f = f_, o = o_, ctx = ctx.get()](detail::channel<U>& out) mutable -> asio::awaitable<void> {
                                   std::vector<T> got;
                                   std::vector<U> put;
-                                  while (co_await in.next_batch(got, 256)) {
+                                  while (co_await in.async_next_batch(got, 256)) {
                                       for (auto& x : got) {
                                           // The key is taken before the item moves into `f` (free
                                           // for items without one), so errors can name it.
@@ -217,7 +217,7 @@ public:
         return make_stream<T>(ctx, "filter", default_stream_capacity,
                               [in, p = p_](detail::channel<T>& out) mutable -> asio::awaitable<void> {
                                   std::vector<T> got, put;
-                                  while (co_await in.next_batch(got, 256)) {
+                                  while (co_await in.async_next_batch(got, 256)) {
                                       for (auto& x : got)
                                           if (p(std::as_const(x))) put.push_back(std::move(x));
                                       got.clear();
@@ -255,7 +255,7 @@ public:
                                   // No co_await inside `&&`: GCC 12 evaluates it even when the
                                   // left side is false.
                                   while (left > 0) {
-                                      if (!co_await in.next_batch(got, std::min<std::uint64_t>(left, 256))) break;
+                                      if (!co_await in.async_next_batch(got, std::min<std::uint64_t>(left, 256))) break;
                                       left -= got.size();
                                       if (!co_await out.send_all(got)) break;
                                   }
@@ -283,7 +283,7 @@ public:
     {
         return make_stream<T>(ctx, "prefetch", n_, [in](detail::channel<T>& out) mutable -> asio::awaitable<void> {
             std::vector<T> got;
-            while (co_await in.next_batch(got, 256))
+            while (co_await in.async_next_batch(got, 256))
                 if (!co_await out.send_all(got)) {
                     in.close();
                     co_return;
@@ -326,7 +326,7 @@ public:
                 std::vector<T> cur;
                 cur.reserve(n);
                 std::vector<T> got;
-                while (co_await in.next_batch(got, n - cur.size())) {
+                while (co_await in.async_next_batch(got, n - cur.size())) {
                     for (auto& x : got) cur.push_back(std::move(x));
                     got.clear();
                     if (cur.size() == n) {
@@ -417,7 +417,7 @@ public:
                                   pool.reserve(o.buffer + 1);
                                   std::uint64_t arrived = 0;
                                   std::vector<T> got, put;
-                                  while (co_await in.next_batch(got, 256)) {
+                                  while (co_await in.async_next_batch(got, 256)) {
                                       for (auto& x : got) {
                                           pool.push_back(std::move(x));
                                           ++arrived;

@@ -4,10 +4,16 @@
 #include <cstdint>
 #include <cstdio>
 
+std::size_t consumer_second_lanes(conveyor::runtime& rt); // second.cpp
+
 int main()
 {
     namespace cv = conveyor;
     cv::runtime rt({.io_threads = 1, .compute_threads = 2});
+    if (consumer_second_lanes(rt) != 1) {
+        std::fprintf(stderr, "consumer: the second translation unit sees %zu lanes, want 1\n", consumer_second_lanes(rt));
+        return 1;
+    }
     auto pipe = cv::generate(100, [](std::uint64_t i) { return i; }).on(rt)
               | cv::map([](std::uint64_t x) { return 2 * x; })
               | cv::batch(10);

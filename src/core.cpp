@@ -1,0 +1,2 @@
+// conveyor's static library, core module (CONVEYOR_SEPARATE_COMPILATION).
+#include <conveyor/core/impl/src.hpp>

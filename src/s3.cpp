@@ -1,0 +1,2 @@
+// conveyor's static library, s3 module (CONVEYOR_SEPARATE_COMPILATION).
+#include <conveyor/s3/impl/src.hpp>
