@@ -7,7 +7,7 @@
 #include <conveyor/file/error.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
-#include <conveyor/file/uring.hpp>
+#include <conveyor/file/detail/uring.hpp>
 
 #include <doctest/doctest.h>
 
@@ -245,7 +245,7 @@ inline outcome run_all_rescued(conveyor::pipeline<conveyor::blob>& p, const run_
                         asio::post(rt.io_executor(lane), [&rt, lane] {
                             auto& ctx = rt.io_context(lane);
                             const auto& ro = rt.options();
-                            auto& ring = asio::use_service<conveyor::file::uring_service>(ctx).get(
+                            auto& ring = asio::use_service<conveyor::file::detail::uring_service>(ctx).get(
                                 ctx, {.entries = ro.ring_entries, .max_files = ro.ring_max_in_flight});
                             if (ring.available()) ring.cancel_group(~std::uint64_t{0}); // a group nobody uses: just a submit
                         });
@@ -297,11 +297,11 @@ std::optional<conveyor::error> error_from(F&& f)
 template <class F>
 auto on_lane_ring(conveyor::runtime& rt, std::size_t lane, F f)
 {
-    using R = std::invoke_result_t<F&, conveyor::file::uring&>;
+    using R = std::invoke_result_t<F&, conveyor::file::detail::uring&>;
     std::packaged_task<R()> task([&rt, lane, f]() mutable {
         auto& ctx = rt.io_context(lane);
         const auto& o = rt.options();
-        auto& ring = asio::use_service<conveyor::file::uring_service>(ctx).get(
+        auto& ring = asio::use_service<conveyor::file::detail::uring_service>(ctx).get(
             ctx, {.entries = o.ring_entries, .max_files = o.ring_max_in_flight});
         return f(ring);
     });

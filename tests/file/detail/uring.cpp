@@ -2,13 +2,13 @@
 // small reads into direct slots, chunked large reads, the slot backlog, group cancellation,
 // shutdown), the per-context ring service, which backend a runtime really uses, and the
 // pread fallback where the kernel refuses io_uring.
-#include "support.hpp"
+#include "../support.hpp"
 
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/error.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
-#include <conveyor/file/uring.hpp>
+#include <conveyor/file/detail/uring.hpp>
 
 #include <boost/asio/io_context.hpp>
 
@@ -22,6 +22,7 @@
 namespace asio = boost::asio;
 namespace cv = conveyor;
 namespace cf = conveyor::file;
+namespace cfd = conveyor::file::detail;
 namespace fs = std::filesystem;
 using ftest::temp_dir;
 using ftest::write_file;
@@ -60,7 +61,7 @@ cv::buffer bytes(std::size_t n)
 }
 
 /// A file named by path, as given.
-cf::file_ref at(std::string path) { return {nullptr, std::move(path), false}; }
+cfd::file_ref at(std::string path) { return {nullptr, std::move(path), false}; }
 
 /// Runs `io` on this thread until `pred()` holds (bounded: false if it never does).
 template <class Pred>
@@ -101,7 +102,7 @@ TEST_CASE("uring async_file_size gives a regular file's size and refuses what is
     fs::create_symlink(d / "five", d / "link-to-five");
 
     asio::io_context io;
-    cf::uring ring(io, {});
+    cfd::uring ring(io, {});
     REQUIRE_MESSAGE(ring.available(), ring.unavailable_reason());
     const std::pair<const char*, std::uint64_t> regular[] = {{"empty", 0}, {"five", 5}, {"mib", 1 << 20}, {"link-to-five", 5}};
     result res[std::size(regular)];
@@ -133,7 +134,7 @@ TEST_CASE("uring async_read_small reads a file whole with one statx/open/read/cl
     fs::create_directory(d / "dir");
 
     asio::io_context io;
-    cf::uring ring(io, {.entries = 8, .max_files = 4});
+    cfd::uring ring(io, {.entries = 8, .max_files = 4});
     REQUIRE_MESSAGE(ring.available(), ring.unavailable_reason());
     result r_whole, r_part, r_empty, r_dir, r_missing;
     ring.async_read_small(at((d / "f").string()), bytes(3001), 1, into(r_whole)); // one more: at EOF, fewer
@@ -163,7 +164,7 @@ TEST_CASE("uring gives back the file slot of a failed open")
     temp_dir d;
     write_file(d / "good", "good bytes");
     asio::io_context io;
-    cf::uring ring(io, {.entries = 16, .max_files = 2});
+    cfd::uring ring(io, {.entries = 16, .max_files = 2});
     REQUIRE(ring.available());
     std::vector<result> bad(40), good(10);
     for (std::size_t i = 0; i < bad.size(); ++i)
@@ -187,7 +188,7 @@ TEST_CASE("uring reads beyond its file table wait for a slot, then all complete"
     temp_dir d;
     const auto t = ftest::make_tree(d.path(), 300, 3, [](std::size_t i) { return 1 + i * 13; });
     asio::io_context io;
-    cf::uring ring(io, {.entries = 32, .max_files = 4});
+    cfd::uring ring(io, {.entries = 32, .max_files = 4});
     REQUIRE(ring.available());
     std::vector<result> res(t.rel.size());
     for (std::size_t i = 0; i < t.rel.size(); ++i)
@@ -210,7 +211,7 @@ TEST_CASE("uring async_read_large reads in chunks, several at once, and stops at
     write_file(d / "big", text);
     fs::create_directory(d / "dir");
     asio::io_context io;
-    cf::uring ring(io, {});
+    cfd::uring ring(io, {});
     REQUIRE(ring.available());
 
     struct read_case {
@@ -262,7 +263,7 @@ TEST_CASE("uring cancel_group cancels that group's queued reads and leaves other
     temp_dir d;
     const auto t = ftest::make_tree(d.path(), 60, 1, [](std::size_t i) { return 10 + i; });
     asio::io_context io;
-    cf::uring ring(io, {.entries = 16, .max_files = 1});
+    cfd::uring ring(io, {.entries = 16, .max_files = 1});
     REQUIRE(ring.available());
     std::vector<result> res(60);
     // Group 8 first: its first read takes the only slot; everything else waits for it.
@@ -300,7 +301,7 @@ TEST_CASE("destroying a ring with reads in flight destroys their handlers withou
     int calls = 0;
     {
         asio::io_context io;
-        auto ring = std::make_unique<cf::uring>(io, cf::uring_options{.entries = 16, .max_files = 8});
+        auto ring = std::make_unique<cfd::uring>(io, cfd::uring_options{.entries = 16, .max_files = 8});
         REQUIRE(ring->available());
         for (std::size_t i = 0; i < 40; ++i) {
             auto h = [token, &calls](std::error_code, cv::buffer) { ++calls; };
@@ -322,9 +323,9 @@ TEST_CASE("uring_service gives one ring per io_context, created on first use wit
 {
     REQUIRE_KERNEL_URING();
     asio::io_context a, b;
-    auto& ra = asio::use_service<cf::uring_service>(a).get(a, {.entries = 8, .max_files = 3});
-    auto& ra2 = asio::use_service<cf::uring_service>(a).get(a, {.entries = 64, .max_files = 64});
-    auto& rb = asio::use_service<cf::uring_service>(b).get(b, {});
+    auto& ra = asio::use_service<cfd::uring_service>(a).get(a, {.entries = 8, .max_files = 3});
+    auto& ra2 = asio::use_service<cfd::uring_service>(a).get(a, {.entries = 64, .max_files = 64});
+    auto& rb = asio::use_service<cfd::uring_service>(b).get(b, {});
     CHECK(&ra == &ra2);
     CHECK(&ra != &rb);
     CHECK(&ra.context() == &a);
@@ -354,7 +355,7 @@ TEST_CASE("by default a runtime reads files with io_uring on every I/O lane, and
     ftest::check_in_order(out.blobs, l, t);
     for (std::size_t lane = 0; lane < rt.io_lanes(); ++lane) {
         CAPTURE(lane);
-        const auto [available, reason, in_flight] = ftest::on_lane_ring(rt, lane, [](cf::uring& r) {
+        const auto [available, reason, in_flight] = ftest::on_lane_ring(rt, lane, [](cfd::uring& r) {
             return std::tuple(r.available(), r.unavailable_reason(), r.in_flight());
         });
         CHECK_MESSAGE(available, reason);
@@ -381,8 +382,8 @@ TEST_CASE("pread fallback: the file source reads with pread when io_uring is ref
         }
         cf::dataset ds(l, rt, {.chunk_size = 64 * 1024});
         ftest::must_finish("dataset::read", [&] {
-            CHECK(ftest::bytes_of(ds.read(7)) == t.contents[7]);
-            CHECK(ftest::bytes_of(ds.read(8)) == t.contents[8]);
+            CHECK(ftest::bytes_of(ds.get(7)) == t.contents[7]);
+            CHECK(ftest::bytes_of(ds.get(8)) == t.contents[8]);
         });
     };
 
@@ -420,7 +421,7 @@ TEST_CASE("pread fallback: the file source reads with pread when io_uring is ref
         std::exception_ptr caught;
         ftest::must_finish("dataset::read with io_backend::uring", [&] {
             try {
-                (void)ds.read(0);
+                (void)ds.get(0);
             } catch (...) {
                 caught = std::current_exception();
             }
