@@ -1,11 +1,14 @@
-// Tests of conveyor/http/client.hpp and conveyor/http/error.hpp: keep-alive pools and
-// their limits, stale connections, bodies (Content-Length, chunked, to the close, HEAD,
-// body_into), every timeout, refused connections, cancellation, and HTTPS verification.
+// Tests of conveyor/http/client.hpp: keep-alive pools and their limits, stale connections,
+// bodies (Content-Length, chunked, to the close, HEAD, body_into), every timeout, refused
+// connections, cancellation, and HTTPS verification. (The error codes and is_transient:
+// tests/http/error.cpp; endpoints: tests/http/endpoint.cpp.)
 //
 // The servers are scripted in each test (tests/support/http_server.hpp: raw Asio and
 // Beast's request parser on their own io_context and thread, listening on 127.0.0.1 port
 // 0), so that each misbehaviour can be produced on purpose.
 #include <conveyor/http/client.hpp>
+
+#include <conveyor/core/runtime.hpp>
 #include <conveyor/http/error.hpp>
 
 #include "../support/common.hpp"
@@ -143,7 +146,7 @@ T wait_for(std::future<T>& f, const char* what, std::chrono::seconds limit = 30s
 /// Sends `req` from a coroutine on lane `lane` of `rt` and waits for the result.
 result send_on(cv::runtime& rt, ch::client& c, const ch::request& req, std::size_t lane = 0)
 {
-    auto f = asio::co_spawn(rt.io_executor(lane), c.send(req), asio::use_future);
+    auto f = asio::co_spawn(rt.io_executor(lane), c.async_send(req), asio::use_future);
     return wait_for(f, "http request");
 }
 
@@ -181,7 +184,7 @@ void echo_many(cv::runtime& rt, ch::client& c, int n, const char* what)
     for (int i = 0; i < n; ++i) reqs.push_back(get("/" + std::to_string(i)));
     std::vector<std::future<result>> fs;
     for (std::size_t i = 0; i < reqs.size(); ++i)
-        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.send(reqs[i]), asio::use_future));
+        fs.push_back(asio::co_spawn(rt.io_executor(i % 2), c.async_send(reqs[i]), asio::use_future));
     for (std::size_t i = 0; i < fs.size(); ++i) {
         auto [ec, resp] = wait_for(fs[i], what);
         REQUIRE_MESSAGE(!ec, ec.message());
@@ -190,61 +193,6 @@ void echo_many(cv::runtime& rt, ch::client& c, int n, const char* what)
 }
 
 } // namespace
-
-// =======================================================================================
-// Error codes
-
-TEST_CASE("http errc values have their own messages in the conveyor.http category")
-{
-    const std::pair<ch::errc, const char*> cases[] = {
-        {ch::errc::connect_timeout, "timed out connecting to the server"},
-        {ch::errc::first_byte_timeout, "timed out waiting for the response header"},
-        {ch::errc::idle_timeout, "timed out: no data moved for the idle timeout"},
-        {ch::errc::total_timeout, "timed out: the request took longer than its total timeout"},
-        {ch::errc::body_truncated, "the server closed the connection before the whole body arrived"},
-        {ch::errc::body_too_large, "the response body is larger than the destination buffer"},
-        {ch::errc::stale_connection, "the server closed the connection without responding"},
-        {ch::errc::attempt_timeout, "timed out: the attempt took longer than its attempt timeout"},
-    };
-    for (const auto& [e, text] : cases) {
-        const std::error_code ec = e; // is_error_code_enum: converts implicitly
-        CAPTURE(text);
-        CHECK(ec.category() == ch::http_category());
-        CHECK(std::string(ec.category().name()) == "conveyor.http");
-        CHECK(ec.message() == text);
-        CHECK(ec == e);
-    }
-    CHECK(ch::http_category().message(999) == "unknown conveyor.http error");
-    // Distinct from the core module's codes with the same values.
-    CHECK(std::error_code(ch::errc::connect_timeout) != std::error_code(cv::errc::cancelled));
-}
-
-TEST_CASE("is_transient tells failures worth a retry from final ones")
-{
-    using ch::is_transient;
-    for (auto e : {ch::errc::connect_timeout, ch::errc::first_byte_timeout, ch::errc::idle_timeout, ch::errc::total_timeout,
-                   ch::errc::attempt_timeout, ch::errc::body_truncated, ch::errc::stale_connection})
-        CHECK(is_transient(e));
-    CHECK_FALSE(is_transient(ch::errc::body_too_large));
-    CHECK_FALSE(is_transient(std::error_code{}));
-
-    for (int e : {ECONNRESET, ECONNREFUSED, ECONNABORTED, EPIPE, ENETUNREACH, EHOSTUNREACH, ETIMEDOUT, ENETDOWN})
-        CHECK(is_transient(std::error_code(e, std::system_category())));
-    CHECK(is_transient(std_code(asio::error::connection_reset)));
-    CHECK(is_transient(cv::to_std_error(asio::error::eof)));
-    CHECK(is_transient(cv::to_std_error(asio::error::host_not_found_try_again)));
-    CHECK(is_transient(cv::to_std_error(asio::ssl::error::stream_truncated)));
-    CHECK(is_transient(cv::to_std_error(bhttp::error::end_of_stream)));
-    CHECK(is_transient(cv::to_std_error(bhttp::error::partial_message)));
-
-    CHECK_FALSE(is_transient(std_code(asio::error::operation_aborted)));
-    CHECK_FALSE(is_transient(cv::to_std_error(asio::error::host_not_found)));
-    CHECK_FALSE(is_transient(std::make_error_code(std::errc::operation_not_permitted)));
-    CHECK_FALSE(is_transient(std::make_error_code(std::errc::invalid_argument)));
-    CHECK_FALSE(is_transient(cv::to_std_error(bhttp::error::bad_version)));
-    // A certificate that fails verification: OpenSSL's error, in Asio's ssl category.
-    CHECK_FALSE(is_transient(cv::to_std_error(boost::system::error_code(0x0A000086, asio::error::get_ssl_category()))));
-}
 
 // =======================================================================================
 // Requests, responses, keep-alive
@@ -388,7 +336,7 @@ TEST_CASE("http client serves requests waiting for a connection in arrival order
     std::vector<ch::request> reqs;
     for (int i = 0; i < 6; ++i) reqs.push_back(get("/" + std::to_string(i)));
     std::vector<std::future<result>> fs;
-    for (auto& r : reqs) fs.push_back(asio::co_spawn(rt.io_executor(0), c.send(r), asio::use_future));
+    for (auto& r : reqs) fs.push_back(asio::co_spawn(rt.io_executor(0), c.async_send(r), asio::use_future));
     for (auto& f : fs) {
         auto [ec, resp] = wait_for(f, "queued request");
         REQUIRE_MESSAGE(!ec, ec.message());
@@ -794,8 +742,8 @@ TEST_CASE("http client reports total_timeout, also while waiting for a connectio
     o.timeouts.total = 300ms;
     ch::client c(rt, srv.endpoint(), o);
     auto a = get("/a"), b = get("/b");
-    auto fa = asio::co_spawn(rt.io_executor(0), c.send(a), asio::use_future);
-    auto fb = asio::co_spawn(rt.io_executor(0), c.send(b), asio::use_future); // waits for a's connection
+    auto fa = asio::co_spawn(rt.io_executor(0), c.async_send(a), asio::use_future);
+    auto fb = asio::co_spawn(rt.io_executor(0), c.async_send(b), asio::use_future); // waits for a's connection
     auto [ea, ra] = wait_for(fa, "total timeout");
     auto [eb, rb] = wait_for(fb, "total timeout while waiting");
     CHECK(ea == ch::errc::total_timeout);
@@ -912,7 +860,7 @@ TEST_CASE("http client aborts an in-flight request when its cancellation slot is
     ch::client c(rt, srv.endpoint(), quick(60'000ms));
     const auto req = get("/hang");
     asio::cancellation_signal sig;
-    auto f = asio::co_spawn(rt.io_executor(1), c.send(req), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
+    auto f = asio::co_spawn(rt.io_executor(1), c.async_send(req), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
     REQUIRE(eventually([&] { return srv.requests() == 1; }, 10s));
     asio::post(rt.io_executor(1), [&] { sig.emit(asio::cancellation_type::terminal); });
     auto [ec, resp] = wait_for(f, "cancelled request", 10s);
@@ -932,7 +880,7 @@ TEST_CASE("http client aborts a connect in progress when cancelled")
     ch::client c(rt, ep, o);
     const auto req = get("/");
     asio::cancellation_signal sig;
-    auto f = asio::co_spawn(rt.io_executor(0), c.send(req), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
+    auto f = asio::co_spawn(rt.io_executor(0), c.async_send(req), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
     REQUIRE(eventually([&] { return c.stats().requests == 1; }, 10s));
     asio::post(rt.io_executor(0), [&] { sig.emit(asio::cancellation_type::terminal); });
     auto [ec, resp] = wait_for(f, "cancelled connect", 10s);
@@ -955,8 +903,8 @@ TEST_CASE("http client aborts a request waiting for a connection, and the lane g
     ch::client c(rt, srv.endpoint(), o);
     const auto hang = get("/hang"), queued = get("/queued"), later = get("/later");
     asio::cancellation_signal sig_hang, sig_queued;
-    auto fh = asio::co_spawn(rt.io_executor(0), c.send(hang), asio::bind_cancellation_slot(sig_hang.slot(), asio::use_future));
-    auto fq = asio::co_spawn(rt.io_executor(0), c.send(queued), asio::bind_cancellation_slot(sig_queued.slot(), asio::use_future));
+    auto fh = asio::co_spawn(rt.io_executor(0), c.async_send(hang), asio::bind_cancellation_slot(sig_hang.slot(), asio::use_future));
+    auto fq = asio::co_spawn(rt.io_executor(0), c.async_send(queued), asio::bind_cancellation_slot(sig_queued.slot(), asio::use_future));
     REQUIRE(eventually([&] { return srv.requests() == 1; }, 10s));
     asio::post(rt.io_executor(0), [&] { sig_queued.emit(asio::cancellation_type::terminal); });
     auto [eq, rq] = wait_for(fq, "cancelled waiting request", 10s);
@@ -982,7 +930,7 @@ TEST_CASE("http client request raced against a timer with || is cancelled and it
     const auto req = get("/hang");
     auto race = [&]() -> asio::awaitable<std::size_t> {
         asio::steady_timer t(co_await asio::this_coro::executor, 100ms);
-        auto winner = co_await (c.send(req) || t.async_wait(asio::use_awaitable));
+        auto winner = co_await (c.async_send(req) || t.async_wait(asio::use_awaitable));
         co_return winner.index();
     };
     auto f = asio::co_spawn(rt.io_executor(0), race(), asio::use_future);
@@ -998,7 +946,7 @@ TEST_CASE("http client refuses to run off the runtime's I/O threads")
     const auto req = get("/");
 
     asio::io_context other;
-    auto f = asio::co_spawn(other, c.send(req), asio::use_future);
+    auto f = asio::co_spawn(other, c.async_send(req), asio::use_future);
     other.run();
     auto [ec, resp] = f.get();
     CHECK(ec == std::errc::operation_not_permitted);
@@ -1006,7 +954,7 @@ TEST_CASE("http client refuses to run off the runtime's I/O threads")
 
     // Another runtime's lane 0 is not this runtime's lane 0.
     cv::runtime rt2(two_lanes());
-    auto f2 = asio::co_spawn(rt2.io_executor(0), c.send(req), asio::use_future);
+    auto f2 = asio::co_spawn(rt2.io_executor(0), c.async_send(req), asio::use_future);
     auto [ec2, resp2] = wait_for(f2, "request from another runtime");
     CHECK(ec2 == std::errc::operation_not_permitted);
     CHECK(srv.requests() == 0);
@@ -1020,7 +968,7 @@ TEST_CASE("http client leaves the caller's throw_if_cancelled as it was")
     const auto req = get("/");
     auto probe = [&]() -> asio::awaitable<std::pair<bool, bool>> {
         const bool before = co_await asio::this_coro::throw_if_cancelled();
-        auto [ec, resp] = co_await c.send(req);
+        auto [ec, resp] = co_await c.async_send(req);
         const bool after = co_await asio::this_coro::throw_if_cancelled();
         co_return std::pair{before == after, !ec};
     };
@@ -1058,7 +1006,7 @@ TEST_CASE("http client sends many concurrent requests over both lanes")
     auto task = [&](int t) -> asio::awaitable<void> {
         for (int i = 0; i < per_task; ++i) {
             const auto req = get("/" + std::to_string(t) + "/" + std::to_string(i));
-            auto [ec, resp] = co_await c.send(req);
+            auto [ec, resp] = co_await c.async_send(req);
             if (!ec && resp.status == 200 && resp.body.view() == req.target) ++good;
         }
     };

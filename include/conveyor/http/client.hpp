@@ -4,16 +4,14 @@
 #define CONVEYOR_HTTP_CLIENT_HPP
 
 #include <conveyor/core/buffer.hpp>
-#include <conveyor/core/runtime.hpp>
+#include <conveyor/detail/config.hpp>
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/http/error.hpp>
 
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/ssl/context.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/verb.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,16 +20,16 @@
 #include <string>
 #include <system_error>
 #include <utility>
-#include <vector>
+
+namespace conveyor {
+namespace asio = boost::asio;
+class runtime;
+} // namespace conveyor
 
 namespace conveyor::http {
 
 namespace detail {
-struct lane_pool;
-struct lease;
-struct limit;
-class connection;
-enum class phase : std::uint8_t;
+struct client_impl;
 } // namespace detail
 
 /** How long a request may take. Zero means "no limit" for every field.
@@ -51,11 +49,11 @@ struct timeouts {
     std::chrono::milliseconds idle{15'000};
     /** The whole call, from its start to its end, whatever happens in between: waiting for
         a free connection, connecting, the request and its response, and, for a caller that
-        retries (the S3 client), every attempt and the backoff between them. For `send`
-        alone, the whole `send` (its one resend on a fresh connection included). 0: no
+        retries (the S3 client), every attempt and the backoff between them. For `async_send`
+        alone, the whole `async_send` (its one resend on a fresh connection included). 0: no
         limit. */
     std::chrono::milliseconds total{0};
-    /** Each attempt alone: one `send`, waiting for a free connection included (a caller
+    /** Each attempt alone: one `async_send`, waiting for a free connection included (a caller
         that retries starts a new one for each attempt). 0: no limit. */
     std::chrono::milliseconds attempt{0};
 };
@@ -63,7 +61,7 @@ struct timeouts {
 /** Which limit of `t` the error `ec` stands for, with its value, for messages:
     "first byte timeout (10 s)", "total timeout (300 ms)"; "" when `ec` is not one of
     the timeout codes of `errc`. */
-inline std::string timeout_name(std::error_code ec, const timeouts& t);
+CONVEYOR_DECL std::string timeout_name(std::error_code ec, const timeouts& t);
 
 /// Settings of a `client`.
 struct client_options {
@@ -84,7 +82,7 @@ struct client_options {
     std::string user_agent = "conveyor";
 };
 
-/** One HTTP request. The client reads its fields only while `send` runs: they must stay
+/** One HTTP request. The client reads its fields only while `async_send` runs: they must stay
     valid until its awaitable completes. */
 struct request {
     boost::beast::http::verb method = boost::beast::http::verb::get;
@@ -135,7 +133,7 @@ struct response {
     used. When a request on a kept-alive connection fails before any byte of its response
     arrives (reset, end of stream), or is answered 408 (the server's farewell crossed the
     request on the wire), it is sent again at once on a new connection, once, within the
-    same call of `send`.
+    same call of `async_send`.
 
     Response bodies are read into buffers from the runtime's pool (or into
     `request::body_into`): for a Content-Length body, the bytes that came with the header
@@ -148,7 +146,7 @@ struct response {
     `is_transient` tells which of them a retry may cure.
 
     @par Thread Safety
-    `send` may be called concurrently from coroutines running on any of the runtime's
+    `async_send` may be called concurrently from coroutines running on any of the runtime's
     I/O threads (each uses its own thread's pool). Called from any other thread it
     completes at once with `std::errc::operation_not_permitted`: it does not hop threads,
     because its caller's coroutine would then continue on a thread it did not choose.
@@ -163,16 +161,16 @@ public:
         Throws `conveyor::error` (`std::errc::invalid_argument`) when the TLS settings
         cannot be used, e.g. a `ca_file` that cannot be read. Nothing is connected until
         the first request. */
-    inline client(runtime& rt, endpoint ep, client_options o = {});
-    inline ~client();
+    CONVEYOR_DECL client(runtime& rt, endpoint ep, client_options o = {});
+    CONVEYOR_DECL ~client();
 
     client(const client&) = delete;
     client& operator=(const client&) = delete;
 
     /// The server this client talks to.
-    const endpoint& where() const noexcept { return ep_; }
+    CONVEYOR_DECL const endpoint& where() const noexcept;
     /// The settings it was made with.
-    const client_options& options() const noexcept { return opts_; }
+    CONVEYOR_DECL const client_options& options() const noexcept;
 
     /** Sends `req` and reads the whole response.
 
@@ -195,53 +193,28 @@ public:
         connection, and completes with `operation_aborted`. The awaiting coroutine's
         `throw_if_cancelled` setting is left as it found it.
     */
-    inline asio::awaitable<std::pair<std::error_code, response>> send(const request& req);
+    CONVEYOR_DECL asio::awaitable<std::pair<std::error_code, response>> async_send(const request& req);
 
     /// Counts since the client was made.
     struct counters {
         std::uint64_t connections_opened; ///< connections established (TCP, and TLS if used)
-        std::uint64_t requests;           ///< calls of `send` that reached the pool
+        std::uint64_t requests;           ///< calls of `async_send` that reached the pool
         std::uint64_t reused;             ///< requests sent on a kept-alive connection
         std::uint64_t stale_retries;      ///< requests sent again after a kept-alive connection was found closed
         std::uint64_t discarded;          ///< kept-alive connections closed instead of reused: bytes waited on them, or the server had closed its side
     };
     /// The counters (relaxed atomic reads: safe from any thread).
-    counters stats() const noexcept
-    {
-        return {opened_.load(std::memory_order_relaxed), requests_.load(std::memory_order_relaxed),
-                reused_.load(std::memory_order_relaxed), stale_retries_.load(std::memory_order_relaxed),
-                discarded_.load(std::memory_order_relaxed)};
-    }
+    CONVEYOR_DECL counters stats() const noexcept;
 
 private:
-    using time_point = std::chrono::steady_clock::time_point;
-
-    inline asio::awaitable<std::pair<std::error_code, response>> perform(detail::lane_pool& pool, const request& req);
-    inline asio::awaitable<std::error_code> resolve(detail::lane_pool& pool, time_point deadline, detail::phase deadline_phase);
-    inline asio::awaitable<std::error_code> connect(detail::lane_pool& pool, detail::connection& c, const detail::limit& outer);
-    template <class Stream>
-    asio::awaitable<std::error_code> exchange(Stream& s, detail::connection& c, const request& req, response& resp,
-                                              bool reused, bool& stale, bool& keep, const detail::limit& outer);
-    inline void write_head(std::string& out, const request& req) const;
-
-    runtime* rt_;
-    endpoint ep_;
-    client_options opts_;
-    std::string host_header_;
-    std::string port_;
-    bool host_is_address_ = false;
-    std::chrono::steady_clock::duration watch_step_{};
-    std::unique_ptr<asio::ssl::context> tls_;
-    std::vector<std::unique_ptr<detail::lane_pool>> lanes_;
-    std::atomic<std::uint64_t> opened_{0};
-    std::atomic<std::uint64_t> requests_{0};
-    std::atomic<std::uint64_t> reused_{0};
-    std::atomic<std::uint64_t> stale_retries_{0};
-    std::atomic<std::uint64_t> discarded_{0};
+    // Sockets, TLS, pools and counters: defined where only the library's own code sees them.
+    std::unique_ptr<detail::client_impl> impl_;
 };
 
 } // namespace conveyor::http
 
-#include <conveyor/http/impl/client.hpp>
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/http/impl/client.ipp>
+#endif
 
 #endif

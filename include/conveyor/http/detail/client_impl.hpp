@@ -1,0 +1,230 @@
+// conveyor/http/detail/client_impl.hpp — the state behind `http::client` (its pimpl) and
+// its request coroutines; `exchange`, the one template among them (a plain socket or a
+// TLS stream), is defined here. Included only by the http module's .ipp files.
+#ifndef CONVEYOR_HTTP_DETAIL_CLIENT_IMPL_HPP
+#define CONVEYOR_HTTP_DETAIL_CLIENT_IMPL_HPP
+
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/http/client.hpp>
+#include <conveyor/http/detail/connection.hpp>
+#include <conveyor/http/error.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/optional/optional.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace conveyor::http::detail {
+
+/** What a `client` holds (see `http::client`): its endpoint and settings, the TLS
+    context, one pool per I/O lane and the counters, with the coroutines that carry a
+    request. Only `client` makes one, and it is never moved. */
+struct client_impl {
+    using time_point = std::chrono::steady_clock::time_point;
+
+    /// Throws `conveyor::error` (`std::errc::invalid_argument`) when the TLS settings
+    /// cannot be used (see `client::client`).
+    CONVEYOR_DECL client_impl(runtime& rt, endpoint ep, client_options o);
+
+    CONVEYOR_DECL asio::awaitable<std::pair<std::error_code, response>> perform(lane_pool& pool, const request& req);
+    CONVEYOR_DECL asio::awaitable<std::error_code> resolve(lane_pool& pool, time_point deadline, phase deadline_phase);
+    CONVEYOR_DECL asio::awaitable<std::error_code> connect(lane_pool& pool, connection& c, const limit& outer);
+    template <class Stream>
+    asio::awaitable<std::error_code> exchange(Stream& s, connection& c, const request& req, response& resp,
+                                              bool reused, bool& stale, bool& keep, const limit& outer);
+    CONVEYOR_DECL void write_head(std::string& out, const request& req) const;
+
+    runtime* rt_;
+    endpoint ep_;
+    client_options opts_;
+    std::string host_header_;
+    std::string port_;
+    bool host_is_address_ = false;
+    std::chrono::steady_clock::duration watch_step_{};
+    std::unique_ptr<asio::ssl::context> tls_;
+    std::vector<std::unique_ptr<lane_pool>> lanes_;
+    std::atomic<std::uint64_t> opened_{0};
+    std::atomic<std::uint64_t> requests_{0};
+    std::atomic<std::uint64_t> reused_{0};
+    std::atomic<std::uint64_t> stale_retries_{0};
+    std::atomic<std::uint64_t> discarded_{0};
+};
+
+template <class Stream>
+asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c, const request& req, response& resp,
+                                                       bool reused, bool& stale, bool& keep, const limit& outer)
+{
+    namespace bhttp = boost::beast::http;
+    using detail::clock_type;
+    using detail::phase;
+    const auto cs = co_await asio::this_coro::cancellation_state;
+    const auto& limits = opts_.timeouts;
+
+    // The request: header and body in as few writes as the socket takes.
+    write_head(c.head, req);
+    const std::size_t head_size = c.head.size();
+    const std::size_t request_size = head_size + req.body.size();
+    for (std::size_t done = 0; done < request_size;) {
+        if (detail::cancelled(cs)) co_return detail::aborted();
+        const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
+        c.expire_at(at, ph);
+        const std::size_t body_done = done > head_size ? done - head_size : 0;
+        const std::array<asio::const_buffer, 2> parts{
+            asio::const_buffer(c.head.data() + std::min(done, head_size), head_size - std::min(done, head_size)),
+            asio::const_buffer(req.body.data() + body_done, req.body.size() - body_done)};
+        auto [ec, n] = co_await s.async_write_some(parts, detail::no_throw_for<Stream>());
+        if (ec) {
+            stale = reused && !detail::cancelled(cs) && c.expired() == phase::none && detail::is_peer_close(ec);
+            co_return detail::failure(c, cs, ec);
+        }
+        done += n;
+    }
+
+    // The header. Interim responses (100 Continue, 103 Early Hints) are read past.
+    std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
+    for (;;) {
+        parser.emplace();
+        parser->header_limit(detail::max_header_bytes);
+        parser->body_limit(boost::none);
+        if (req.method == bhttp::verb::head) parser->skip(true);
+        if (detail::cancelled(cs)) co_return detail::aborted();
+        const auto [at, ph] = detail::bound(clock_type::now(), limits.first_byte, phase::first_byte, outer);
+        c.expire_at(at, ph);
+        auto [ec, n] = co_await bhttp::async_read_header(s, c.buf, *parser, detail::no_throw);
+        if (ec) {
+            if (!parser->got_some() && !detail::cancelled(cs) && c.expired() == phase::none && detail::is_peer_close(ec)) {
+                stale = reused;
+                if (ec == bhttp::error::end_of_stream || ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+                    co_return make_error_code(errc::stale_connection);
+            }
+            co_return detail::failure(c, cs, ec);
+        }
+        const unsigned status = parser->get().result_int();
+        if (status >= 100 && status < 200 && status != 101) continue;
+        if (status == 408 && reused) {
+            // A server that drops an idle connection may send 408 first; here it crossed
+            // the request on the wire (the connection was clean when it was taken). Like
+            // browsers, take it for the server's farewell: the caller sends again.
+            stale = true;
+            co_return make_error_code(errc::stale_connection);
+        }
+        break;
+    }
+    auto& p = *parser;
+
+    std::size_t received = 0;
+    const bool into = !req.body_into.empty();
+    if (p.is_done()) {
+        // No body: HEAD, 1xx, 204, 304, or Content-Length: 0.
+    } else if (const auto length = p.content_length(); length && !p.chunked()) {
+        // Content-Length: the bytes that came with the header, then the rest straight from
+        // the socket into place.
+        const std::uint64_t len = *length;
+        std::byte* dst = nullptr;
+        if (into) {
+            if (len > req.body_into.size()) co_return make_error_code(errc::body_too_large);
+            dst = req.body_into.data();
+        } else {
+            if (len > std::numeric_limits<std::size_t>::max()) co_return make_error_code(errc::body_too_large);
+            resp.body = rt_->buffers().acquire(static_cast<std::size_t>(len));
+            dst = resp.body.data();
+        }
+        const auto size = static_cast<std::size_t>(len);
+        received = std::min(size, c.buf.size());
+        if (received > 0) std::memcpy(dst, c.buf.data().data(), received);
+        c.buf.consume(received);
+        while (received < size) {
+            if (detail::cancelled(cs)) co_return detail::aborted();
+            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
+            c.expire_at(at, ph);
+            auto [ec, n] = co_await s.async_read_some(asio::mutable_buffer(dst + received, size - received), detail::no_throw_for<Stream>());
+            received += n;
+            if (ec) {
+                if (!detail::cancelled(cs) && c.expired() == phase::none &&
+                    (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated))
+                    co_return make_error_code(errc::body_truncated);
+                co_return detail::failure(c, cs, ec);
+            }
+        }
+    } else {
+        // Chunked, or up to the connection's close: Beast's parser decodes into the
+        // destination, which grows (pooled) as the body arrives.
+        p.eager(true); // decode every chunk already read, not one per call
+        std::byte* dst = nullptr;
+        std::size_t capacity = 0;
+        if (into) {
+            dst = req.body_into.data();
+            capacity = req.body_into.size();
+        } else {
+            resp.body = rt_->buffers().acquire(detail::first_unsized_body_bytes);
+            dst = resp.body.data();
+            capacity = resp.body.capacity();
+        }
+        while (!p.is_done()) {
+            if (received == capacity && !into) {
+                auto bigger = rt_->buffers().acquire(capacity * 2);
+                std::memcpy(bigger.data(), dst, received);
+                resp.body = std::move(bigger);
+                dst = resp.body.data();
+                capacity = resp.body.capacity();
+            }
+            // With no room left in body_into, a read still finishes a body that is complete
+            // (the last chunk is all that is left); more body bytes are too many.
+            const std::size_t room = capacity - received;
+            auto& b = p.get().body();
+            b.data = dst + received;
+            b.size = room;
+            if (detail::cancelled(cs)) co_return detail::aborted();
+            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
+            c.expire_at(at, ph);
+            auto [ec, n] = co_await bhttp::async_read_some(s, c.buf, p, detail::no_throw);
+            received += room - b.size;
+            if (ec == bhttp::error::need_buffer) {
+                if (room == 0) co_return make_error_code(errc::body_too_large);
+                continue;
+            }
+            if (ec) {
+                if (!detail::cancelled(cs) && c.expired() == phase::none &&
+                    (ec == bhttp::error::partial_message || ec == asio::error::eof ||
+                     ec == bhttp::error::end_of_stream || ec == asio::ssl::error::stream_truncated))
+                    co_return make_error_code(errc::body_truncated);
+                co_return detail::failure(c, cs, ec);
+            }
+        }
+        if (!into) resp.body.resize(received);
+    }
+
+    resp.status = p.get().result_int();
+    resp.headers = std::move(static_cast<bhttp::fields&>(p.get()));
+    resp.body_size = received;
+    if (!into && received == 0) resp.body = buffer{};
+    // Bytes beyond the response mean the connection's framing is lost: do not reuse it.
+    keep = p.keep_alive() && c.buf.size() == 0 && resp.status != 101;
+    co_return std::error_code{};
+}
+
+} // namespace conveyor::http::detail
+
+#endif
