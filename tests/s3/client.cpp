@@ -1,7 +1,19 @@
 // Tests of conveyor/s3/client.hpp against a real S3-compatible server (s3rver) behind a
 // proxy that checks every request's SigV4 signature with botocore: objects, ranges,
-// listings, multipart uploads, awkward keys, errors, retries.
+// listings, multipart uploads, awkward keys, errors, retries. Then the client against
+// servers scripted here (tests/support/http_server.hpp), for what needs a server that
+// misbehaves on purpose and no real S3: listings that go round in circles, deadlines and
+// timeouts, aborted uploads.
 #include "support.hpp"
+
+#include "../support/http_server.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include <set>
 
@@ -12,19 +24,19 @@ TEST_CASE("s3 client puts an object, heads it and gets it back")
 {
     auto c = make_client();
     const std::string body = pattern(110'000, 1);
-    auto put = c.run(c.put(bucket(), "client/roundtrip.bin", bytes_of(body), "application/octet-stream"));
+    auto put = c.run(c.async_put(bucket(), "client/roundtrip.bin", bytes_of(body), "application/octet-stream"));
     CHECK(put.bytes == body.size());
     CHECK(put.parts == 0);
     CHECK_FALSE(put.etag.empty());
 
-    auto info = c.run(c.head(bucket(), "client/roundtrip.bin"));
+    auto info = c.run(c.async_head(bucket(), "client/roundtrip.bin"));
     CHECK(info.size == 110'000);
     CHECK(info.etag == put.etag);
 
-    auto got = c.run(c.get(bucket(), "client/roundtrip.bin"));
+    auto got = c.run(c.async_get(bucket(), "client/roundtrip.bin"));
     CHECK(got.view() == body);
     // Unknown size: a ranged first request is the whole object when it is smaller than a part.
-    CHECK(c.run(c.get(bucket(), "client/roundtrip.bin", 110'000)).view() == body);
+    CHECK(c.run(c.async_get(bucket(), "client/roundtrip.bin", 110'000)).view() == body);
     CHECK(c.stats().retries == 0);
 }
 
@@ -32,10 +44,10 @@ TEST_CASE("s3 client reads byte ranges")
 {
     auto c = make_client();
     const std::string body = pattern(100'000, 2);
-    c.run(c.put(bucket(), "client/range.bin", bytes_of(body)));
-    CHECK(c.run(c.get_range(bucket(), "client/range.bin", 0, 10)).view() == body.substr(0, 10));
-    CHECK(c.run(c.get_range(bucket(), "client/range.bin", 12'345, 54'321)).view() == body.substr(12'345, 54'321));
-    CHECK(c.run(c.get_range(bucket(), "client/range.bin", 99'990, 100)).view() == body.substr(99'990));
+    c.run(c.async_put(bucket(), "client/range.bin", bytes_of(body)));
+    CHECK(c.run(c.async_get_range(bucket(), "client/range.bin", 0, 10)).view() == body.substr(0, 10));
+    CHECK(c.run(c.async_get_range(bucket(), "client/range.bin", 12'345, 54'321)).view() == body.substr(12'345, 54'321));
+    CHECK(c.run(c.async_get_range(bucket(), "client/range.bin", 99'990, 100)).view() == body.substr(99'990));
 }
 
 TEST_CASE("s3 client round-trips keys with spaces, unicode, plus, equals, percent and tilde")
@@ -46,11 +58,11 @@ TEST_CASE("s3 client round-trips keys with spaces, unicode, plus, equals, percen
     for (std::size_t i = 0; i < keys.size(); ++i) {
         CAPTURE(keys[i]);
         const auto body = pattern(1000 + i, 10 + i);
-        c.run(c.put(bucket(), keys[i], bytes_of(body)));
-        CHECK(c.run(c.get(bucket(), keys[i])).view() == body);
-        CHECK(c.run(c.head(bucket(), keys[i])).size == static_cast<std::int64_t>(body.size()));
+        c.run(c.async_put(bucket(), keys[i], bytes_of(body)));
+        CHECK(c.run(c.async_get(bucket(), keys[i])).view() == body);
+        CHECK(c.run(c.async_head(bucket(), keys[i])).size == static_cast<std::int64_t>(body.size()));
     }
-    auto listed = c.run(c.list_all(bucket(), "odd keys/"));
+    auto listed = c.run(c.async_list_all(bucket(), "odd keys/"));
     std::set<std::string> got;
     for (auto& o : listed) got.insert(o.key);
     CHECK(got == std::set<std::string>(keys.begin(), keys.end()));
@@ -69,18 +81,18 @@ TEST_CASE("s3 client lists more than 1,000 keys across pages, with prefix and de
     CHECK(n == 1100);
     CHECK(bytes > 0);
 
-    auto all = c.run(c.list_all(bucket(), "many/"));
+    auto all = c.run(c.async_list_all(bucket(), "many/"));
     REQUIRE(all.size() == 1100);
     CHECK(std::is_sorted(all.begin(), all.end(), [](auto& a, auto& b) { return a.key < b.key; }));
     std::set<std::string> unique;
     for (auto& o : all) unique.insert(o.key);
     CHECK(unique.size() == 1100);
 
-    auto page = c.run(c.list(bucket(), {.prefix = "many/", .delimiter = "/"}));
+    auto page = c.run(c.async_list(bucket(), {.prefix = "many/", .delimiter = "/"}));
     CHECK(page.objects.empty());
     CHECK(page.common_prefixes == std::vector<std::string>{"many/dir0/", "many/dir1/", "many/dir2/"});
 
-    auto small = c.run(c.list(bucket(), {.prefix = "many/dir1/", .max_keys = 100}));
+    auto small = c.run(c.async_list(bucket(), {.prefix = "many/dir1/", .max_keys = 100}));
     CHECK(small.objects.size() == 100);
     CHECK(small.truncated);
 
@@ -100,35 +112,35 @@ TEST_CASE("s3 client uploads in parts and downloads in ranged parts, reassembled
     o.parts_in_flight = 3;
     auto c = make_client(o);
     const std::string body = pattern((12u << 20) + 12345, 3);
-    auto put = c.run(c.put(bucket(), "client/multipart.bin", bytes_of(body)));
+    auto put = c.run(c.async_put(bucket(), "client/multipart.bin", bytes_of(body)));
     CHECK(put.parts == 3);
     CHECK(put.bytes == body.size());
-    CHECK(c.run(c.head(bucket(), "client/multipart.bin")).size == static_cast<std::int64_t>(body.size()));
+    CHECK(c.run(c.async_head(bucket(), "client/multipart.bin")).size == static_cast<std::int64_t>(body.size()));
 
     const auto before = requests_for(path_of("client/multipart.bin"));
-    auto got = c.run(c.get(bucket(), "client/multipart.bin"));
+    auto got = c.run(c.async_get(bucket(), "client/multipart.bin"));
     REQUIRE(got.size() == body.size());
     CHECK(got.view() == body);
     // 12 MiB + 12345 bytes in 4 MiB parts: 4 ranged GETs.
     CHECK(requests_for(path_of("client/multipart.bin")) - before == 4);
 
     // A known size skips nothing: still 4 parts, same bytes.
-    CHECK(c.run(c.get(bucket(), "client/multipart.bin", static_cast<std::int64_t>(body.size()))).view() == body);
+    CHECK(c.run(c.async_get(bucket(), "client/multipart.bin", static_cast<std::int64_t>(body.size()))).view() == body);
 }
 
 TEST_CASE("s3 client reads an empty object")
 {
     auto c = make_client();
-    c.run(c.put(bucket(), "client/empty", {}));
-    CHECK(c.run(c.get(bucket(), "client/empty")).size() == 0);
-    CHECK(c.run(c.head(bucket(), "client/empty")).size == 0);
+    c.run(c.async_put(bucket(), "client/empty", {}));
+    CHECK(c.run(c.async_get(bucket(), "client/empty")).size() == 0);
+    CHECK(c.run(c.async_head(bucket(), "client/empty")).size == 0);
 }
 
 TEST_CASE("a missing key is a clear 404 error, not retried")
 {
     auto c = make_client();
     const auto before = requests_for(path_of("client/no such key.jpg"));
-    auto e = error_of([&] { c.run(c.get(bucket(), "client/no such key.jpg")); });
+    auto e = error_of([&] { c.run(c.async_get(bucket(), "client/no such key.jpg")); });
     REQUIRE(e);
     CHECK(e->code() == s3::errc::no_such_key);
     CHECK(e->reply().status == 404);
@@ -140,7 +152,7 @@ TEST_CASE("a missing key is a clear 404 error, not retried")
     CHECK(what.find("NoSuchKey") != std::string::npos);
     CHECK(requests_for(path_of("client/no such key.jpg")) - before == 1);
 
-    auto h = error_of([&] { c.run(c.head(bucket(), "client/no such key.jpg")); });
+    auto h = error_of([&] { c.run(c.async_head(bucket(), "client/no such key.jpg")); });
     REQUIRE(h);
     CHECK(h->code() == s3::errc::no_such_key);
 }
@@ -150,7 +162,7 @@ TEST_CASE("wrong credentials are a clear 403 error that never shows the secret")
     auto o = good_options();
     o.creds->secret_access_key = "not-the-secret-" + secret();
     s3::client c(rt(), o, fast_retries());
-    auto e = error_of([&] { c.run(c.get(bucket(), "client/roundtrip.bin")); });
+    auto e = error_of([&] { c.run(c.async_get(bucket(), "client/roundtrip.bin")); });
     REQUIRE(e);
     CHECK(e->code() == s3::errc::access_denied);
     CHECK(e->reply().status == 403);
@@ -166,7 +178,7 @@ TEST_CASE("wrong credentials are a clear 403 error that never shows the secret")
     auto o2 = good_options();
     o2.creds->access_key_id = "AKIDUNKNOWN000000000";
     s3::client c2(rt(), o2, fast_retries());
-    auto e2 = error_of([&] { c2.run(c2.head(bucket(), "client/roundtrip.bin")); });
+    auto e2 = error_of([&] { c2.run(c2.async_head(bucket(), "client/roundtrip.bin")); });
     REQUIRE(e2);
     CHECK(e2->code() == s3::errc::access_denied);
 }
@@ -177,7 +189,7 @@ TEST_CASE("an endpoint that refuses connections fails after the configured attem
     auto o = good_options();
     o.endpoint_url = "http://127.0.0.1:1";
     s3::client c(rt(), o, fast_retries(3));
-    auto e = error_of([&] { c.run(c.get(bucket(), "client/roundtrip.bin")); });
+    auto e = error_of([&] { c.run(c.async_get(bucket(), "client/roundtrip.bin")); });
     REQUIRE(e);
     CHECK(e->code() == std::errc::connection_refused);
     CHECK(e->attempts() == 3);
@@ -190,7 +202,7 @@ TEST_CASE("transient failures are retried: 503 SlowDown, 500, connection reset, 
 {
     auto c = make_client();
     const std::string body = pattern(200'000, 4);
-    c.run(c.put(bucket(), "retry/object.bin", bytes_of(body)));
+    c.run(c.async_put(bucket(), "retry/object.bin", bytes_of(body)));
     clear_faults();
 
     struct fault {
@@ -206,7 +218,7 @@ TEST_CASE("transient failures are retried: 503 SlowDown, 500, connection reset, 
         const auto retries_before = c.stats().retries;
         const auto requests_before = requests_for(path_of("retry/object.bin"));
         arm_fault("retry/object.bin", f.kind, 2, f.status, f.code);
-        auto got = c.run(c.get(bucket(), "retry/object.bin"));
+        auto got = c.run(c.async_get(bucket(), "retry/object.bin"));
         CHECK(got.view() == body);
         CHECK(requests_for(path_of("retry/object.bin")) - requests_before == 3);
         // A reset before any reply byte on a kept-alive connection looks like a stale
@@ -220,9 +232,9 @@ TEST_CASE("transient failures are retried: 503 SlowDown, 500, connection reset, 
 TEST_CASE("a failure that outlasts every attempt names the status, code and attempts")
 {
     auto c = make_client(fast_retries(3));
-    c.run(c.put(bucket(), "retry/always.bin", bytes_of(std::string("x"))));
+    c.run(c.async_put(bucket(), "retry/always.bin", bytes_of(std::string("x"))));
     arm_fault("retry/always.bin", "status", 10, 503, "SlowDown");
-    auto e = error_of([&] { c.run(c.get(bucket(), "retry/always.bin")); });
+    auto e = error_of([&] { c.run(c.async_get(bucket(), "retry/always.bin")); });
     clear_faults();
     REQUIRE(e);
     CHECK(e->code() == s3::errc::throttled);
@@ -239,7 +251,7 @@ TEST_CASE("a failed multipart upload is aborted and says so")
     auto c = make_client(o);
     const std::string body = pattern(11u << 20, 5);
     arm_fault("multipart-fail.bin", "status", 100, 400, "InvalidPart", "PUT");
-    auto e = error_of([&] { c.run(c.put(bucket(), "client/multipart-fail.bin", bytes_of(body))); });
+    auto e = error_of([&] { c.run(c.async_put(bucket(), "client/multipart-fail.bin", bytes_of(body))); });
     clear_faults();
     REQUIRE(e);
     CHECK(e->code() == s3::errc::upload_aborted);
@@ -259,16 +271,16 @@ TEST_CASE("anonymous access reads a public bucket")
     auto admin_client = make_client();
     const std::string pub = env("CONVEYOR_TEST_S3_PUBLIC_BUCKET");
     const std::string body = pattern(5000, 6);
-    admin_client.run(admin_client.put(pub, "open/data.bin", bytes_of(body)));
+    admin_client.run(admin_client.async_put(pub, "open/data.bin", bytes_of(body)));
 
     auto o = good_options();
     o.creds.reset();
     o.anonymous = true;
     s3::client anon(rt(), o, fast_retries());
     CHECK(anon.cfg().creds.anonymous());
-    CHECK(anon.run(anon.get(pub, "open/data.bin")).view() == body);
+    CHECK(anon.run(anon.async_get(pub, "open/data.bin")).view() == body);
     // The private bucket refuses unsigned requests.
-    auto e = error_of([&] { anon.run(anon.get(bucket(), "client/roundtrip.bin")); });
+    auto e = error_of([&] { anon.run(anon.async_get(bucket(), "client/roundtrip.bin")); });
     REQUIRE(e);
     CHECK(e->code() == s3::errc::access_denied);
 }
@@ -277,7 +289,7 @@ TEST_CASE("a presigned URL fetches the object without other credentials")
 {
     auto c = make_client();
     const std::string body = pattern(3000, 7);
-    c.run(c.put(bucket(), "client/presigned file+1.bin", bytes_of(body)));
+    c.run(c.async_put(bucket(), "client/presigned file+1.bin", bytes_of(body)));
     auto t = s3::target_for(c.cfg(), bucket(), "client/presigned file+1.bin");
     s3::signer sg(c.cfg().creds, c.cfg().region);
     const std::string target = sg.presign(verb::get, t.path, t.host, std::chrono::seconds(300));
@@ -302,7 +314,7 @@ TEST_CASE("a blocking S3 call on one of the runtime's I/O threads is refused, no
     auto code = asio::co_spawn(rt().io_executor(0),
                                [c]() -> asio::awaitable<std::error_code> {
                                    try {
-                                       (void)c.run(c.head(bucket(), "client/roundtrip.bin"));
+                                       (void)c.run(c.async_head(bucket(), "client/roundtrip.bin"));
                                    } catch (const cv::error& e) {
                                        co_return e.code();
                                    }
@@ -311,4 +323,282 @@ TEST_CASE("a blocking S3 call on one of the runtime's I/O threads is refused, no
                                asio::use_future)
                     .get();
     CHECK(code == std::errc::operation_not_permitted);
+}
+
+// =======================================================================================
+// The client against scripted servers
+
+namespace {
+
+namespace bhttp = boost::beast::http;
+namespace ch = conveyor::http;
+using conveyor_test::never_answers;
+using conveyor_test::peer;
+using conveyor_test::reply;
+using conveyor_test::test_server;
+using namespace std::chrono_literals;
+using http_request = bhttp::request<bhttp::string_body>;
+
+cv::runtime_options two_lanes()
+{
+    cv::runtime_options o;
+    o.io_threads = 2;
+    o.compute_threads = 1;
+    return o;
+}
+
+/// Anonymous, path-style requests to `srv`.
+s3::config config_for(const test_server& srv)
+{
+    s3::config c;
+    c.creds.source = "test";
+    c.region = "us-east-1";
+    c.endpoint = srv.endpoint();
+    c.aws_endpoint = false;
+    c.style = s3::addressing::path;
+    return c;
+}
+
+bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+
+/// The value of query parameter `name` in a request target, as sent (still encoded).
+std::string query_param(std::string_view target, std::string_view name)
+{
+    const auto q = target.find('?');
+    if (q == std::string_view::npos) return {};
+    std::string_view query = target.substr(q + 1);
+    while (!query.empty()) {
+        const auto amp = query.find('&');
+        const auto pair = query.substr(0, amp);
+        const auto eq = pair.find('=');
+        if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
+        if (amp == std::string_view::npos) break;
+        query.remove_prefix(amp + 1);
+    }
+    return {};
+}
+
+/// A ListObjectsV2 page of `keys` and `prefixes`; truncated, with `next_token`, unless that is empty.
+std::string list_page_reply(const std::vector<std::string>& keys, const std::vector<std::string>& prefixes, std::string_view next_token)
+{
+    std::string s = R"(<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">)";
+    s += "<Name>pictures</Name><KeyCount>" + std::to_string(keys.size() + prefixes.size()) + "</KeyCount>";
+    if (next_token.empty()) s += "<IsTruncated>false</IsTruncated>";
+    else s += "<IsTruncated>true</IsTruncated><NextContinuationToken>" + std::string(next_token) + "</NextContinuationToken>";
+    for (const auto& k : keys) s += "<Contents><Key>" + k + "</Key><Size>1</Size></Contents>";
+    for (const auto& p : prefixes) s += "<CommonPrefixes><Prefix>" + p + "</Prefix></CommonPrefixes>";
+    s += "</ListBucketResult>";
+    return reply(200, s, "Content-Type: application/xml\r\n");
+}
+
+} // namespace
+
+TEST_CASE("s3 list_all stops at a continuation token the server sends again, naming bucket, prefix and token")
+{
+    // Every page says "truncated, go on from same-token". (After 50 pages the server
+    // relents, so that a client that does not check ends too.)
+    std::atomic<int> pages{0};
+    test_server srv([&](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
+        const int n = ++pages;
+        const std::string page = list_page_reply({"photos/" + std::to_string(n) + ".jpg"}, {}, std::string(n < 50 ? "same-token" : ""));
+        co_return co_await p.write(page);
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, config_for(srv), fast_retries());
+    auto e = error_of([&] { c.run(c.async_list_all("pictures", "photos/")); });
+    REQUIRE(e);
+    CHECK(e->code() == s3::errc::bad_reply);
+    const std::string what = e->what();
+    MESSAGE("repeated token: ", what);
+    CHECK(contains(what, "s3://pictures/"));
+    CHECK(contains(what, "'photos/'"));
+    CHECK(contains(what, "'same-token'"));
+    CHECK(pages.load() == 2); // the first repeat ends it
+}
+
+TEST_CASE("s3 listings that go round in circles are errors; empty pages with new tokens are followed")
+{
+    std::atomic<int> cycle_pages{0};
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        const std::string token = query_param(req.target(), "continuation-token");
+        const std::string prefix = query_param(req.target(), "prefix");
+        if (prefix == "cycle%2F") {
+            // A, B, A, B...: no token repeats twice in a row.
+            const int n = ++cycle_pages;
+            const std::string page = list_page_reply({"cycle/" + std::to_string(n)}, {}, std::string(n >= 50 ? "" : token == "A" ? "B" : "A"));
+            co_return co_await p.write(page);
+        }
+        // Pages with nothing on them are legitimate (S3 sends them), as long as they move on.
+        std::string page;
+        if (token.empty()) page = list_page_reply({}, {}, "t1");
+        else if (token == "t1") page = list_page_reply({}, {}, "t2");
+        else page = list_page_reply({"sparse/only.jpg"}, {}, "");
+        co_return co_await p.write(page);
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, config_for(srv), fast_retries());
+
+    auto sparse = c.run(c.async_list_all("pictures", "sparse/"));
+    REQUIRE(sparse.size() == 1);
+    CHECK(sparse[0].key == "sparse/only.jpg");
+
+    auto e = error_of([&] { c.run(c.async_list_all("pictures", "cycle/")); });
+    REQUIRE(e);
+    CHECK(e->code() == s3::errc::bad_reply);
+    INFO(std::string(e->what()));
+    CHECK(contains(e->what(), "'A'"));
+    CHECK(contains(e->what(), "'cycle/'"));
+    CHECK(cycle_pages.load() == 3);
+}
+
+TEST_CASE("s3 list_objects (the parallel lister) stops at a repeated continuation token too")
+{
+    std::atomic<int> top_pages{0};
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        if (!query_param(req.target(), "delimiter").empty()) {
+            const int n = ++top_pages;
+            const std::string page = list_page_reply({}, {"photos/d" + std::to_string(n) + "/"}, std::string(n < 50 ? "top-token" : ""));
+            co_return co_await p.write(page);
+        }
+        const std::string page = list_page_reply({"photos/d/x.jpg"}, {}, "");
+        co_return co_await p.write(page);
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, config_for(srv), fast_retries());
+    auto e = error_of([&] { (void)s3::list_objects(c, "pictures", "photos/"); });
+    REQUIRE(e);
+    CHECK(e->code() == s3::errc::bad_reply);
+    INFO(std::string(e->what()));
+    CHECK(contains(e->what(), "'top-token'"));
+    CHECK(contains(e->what(), "'photos/'"));
+    CHECK(top_pages.load() == 2);
+}
+
+TEST_CASE("s3 timeouts.total bounds a whole request, retries and backoff included, and the error names it")
+{
+    // A server that accepts and never answers; the default retries (ten attempts, backoff
+    // up to 20 s). Ten attempts of 3 s each and their backoff took about 45 s.
+    test_server srv(never_answers);
+    cv::runtime rt(two_lanes());
+    s3::client_options o;
+    o.http.timeouts.total = 3s;
+    s3::client c(rt, config_for(srv), o);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = error_of([&] { c.run(c.async_get("pictures", "silent.jpg")); });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(e);
+    INFO(std::string(e->what()));
+    MESSAGE("total timeout: ", std::string(e->what()));
+    CHECK(e->code() == ch::errc::total_timeout);
+    CHECK(took < 20s);
+    CHECK(contains(e->what(), "total timeout (3 s)"));
+    CHECK(contains(e->what(), "s3://pictures/silent.jpg"));
+}
+
+TEST_CASE("s3 timeouts.total also ends the backoff: no attempt starts past it")
+{
+    // A server that always answers 503 SlowDown, and backoff draws of up to 5 s: the second
+    // or third draw reaches past the 1 s deadline, and the request ends then, not after
+    // ten attempts (about 20 s).
+    test_server srv([](peer& p, const http_request&, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await p.write(reply(503, "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"));
+    });
+    cv::runtime rt(two_lanes());
+    s3::client_options o;
+    o.http.timeouts.total = 1s;
+    o.retry.base_delay = 5s;
+    o.retry.max_delay = 5s;
+    s3::client c(rt, config_for(srv), o);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto e = error_of([&] { c.run(c.async_get("pictures", "busy.jpg")); });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(e);
+    MESSAGE("total timeout in the backoff: ", std::string(e->what()));
+    CHECK(e->code() == ch::errc::total_timeout);
+    CHECK(contains(e->what(), "total timeout (1 s)"));
+    CHECK(took < 10s);
+}
+
+TEST_CASE("with the default settings an endpoint that never answers, stalls or cannot be reached is reported within a minute")
+{
+    // Worst cases, from the defaults alone: every attempt that the retry options allow to
+    // time out takes the longest limit, and every backoff before the next its longest draw.
+    const s3::client_options o;
+    const auto& t = o.http.timeouts;
+    const auto& r = o.retry;
+    REQUIRE(r.max_timeouts > 0);
+    const unsigned attempts = std::min(r.max_attempts, r.max_timeouts);
+    std::chrono::milliseconds backoff{0};
+    for (unsigned k = 1; k < attempts; ++k) backoff += std::min(r.max_delay, r.base_delay * (1u << (k - 1)));
+    for (auto limit : {t.connect, t.first_byte, t.idle}) {
+        CAPTURE(limit.count());
+        CHECK(limit.count() > 0);
+        CHECK(limit * attempts + backoff <= 60s);
+    }
+}
+
+TEST_CASE("s3 client gives up on a silent endpoint after a few timed-out attempts, naming the timeout")
+{
+    // With the default retries, ten attempts that each time out add up (ten first-byte
+    // timeouts and up to a minute of backoff): timeouts have a smaller budget of attempts.
+    test_server srv(never_answers);
+    cv::runtime rt(two_lanes());
+    s3::client_options o;
+    o.http.timeouts.first_byte = 300ms;
+    s3::client c(rt, config_for(srv), o);
+    auto e = error_of([&] { c.run(c.async_head("pictures", "silent.jpg")); });
+    REQUIRE(e);
+    INFO(std::string(e->what()));
+    MESSAGE("silent endpoint: ", std::string(e->what()));
+    CHECK(e->code() == ch::errc::first_byte_timeout);
+    CHECK(e->attempts() == 3);
+    CHECK(contains(e->what(), "first byte timeout (300 ms) after 3 attempts"));
+    CHECK(srv.accepts() == 3);
+}
+
+TEST_CASE("a multipart upload whose part fails is aborted, raised as upload_aborted with the cause kept")
+{
+    std::atomic<int> aborts{0};
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.method() == bhttp::verb::post)
+            co_return co_await p.write(reply(200, "<InitiateMultipartUploadResult><Bucket>pictures</Bucket><Key>big.bin</Key>"
+                                                  "<UploadId>upload-1</UploadId></InitiateMultipartUploadResult>"));
+        if (req.method() == bhttp::verb::delete_) {
+            ++aborts;
+            co_return co_await p.write(reply(204, ""));
+        }
+        co_return co_await p.write(reply(400, "<Error><Code>InvalidPart</Code><Message>part refused</Message></Error>"));
+    });
+    cv::runtime rt(two_lanes());
+    auto o = fast_retries(2);
+    o.multipart_threshold = 5u << 20;
+    o.upload_part_size = 5u << 20;
+    s3::client c(rt, config_for(srv), o);
+    const std::vector<std::byte> data(11u << 20, std::byte{42});
+    std::exception_ptr failed;
+    try {
+        c.run(c.async_put("pictures", "big.bin", data));
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    REQUIRE(failed);
+    std::optional<s3::request_error> cause;
+    try {
+        std::rethrow_exception(failed);
+    } catch (const s3::request_error& e) {
+        MESSAGE("upload aborted: ", std::string(e.what()));
+        CHECK(e.code() == s3::errc::upload_aborted);
+        CHECK(contains(e.what(), "aborted"));
+        CHECK(contains(e.what(), "InvalidPart")); // the cause, in the detail
+        CHECK(e.reply().code == "InvalidPart");
+        // And nested, whole.
+        try {
+            std::rethrow_if_nested(e);
+        } catch (const s3::request_error& inner) {
+            cause = inner;
+        }
+    }
+    REQUIRE(cause);
+    CHECK(cause->code() == s3::errc::request_refused);
+    CHECK(conveyor_test::eventually([&] { return aborts.load() == 1; }, 10s));
 }

@@ -1,0 +1,162 @@
+// conveyor/s3/detail/client_state.hpp — what an S3 client shares between its copies: the
+// configuration, the signer, the connection pools and the counters, and the request
+// executor, transfers and listings built on them. Only impl/*.ipp files include it: it
+// brings in the HTTP client (Beast) and the signer.
+//
+// conveyor/s3/client.hpp is included before this file's guard: in header-only mode that
+// header includes the .ipp files, which include this one, so whichever of the two comes
+// first, client_state is defined before the .ipp files use it.
+#include <conveyor/s3/client.hpp>
+
+#ifndef CONVEYOR_S3_DETAIL_CLIENT_STATE_HPP
+#define CONVEYOR_S3_DETAIL_CLIENT_STATE_HPP
+
+#include <conveyor/detail/config.hpp>
+
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/http/client.hpp>
+#include <conveyor/s3/config.hpp>
+#include <conveyor/s3/error.hpp>
+#include <conveyor/s3/sigv4.hpp>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace conveyor::s3::detail {
+
+/// A uniformly random number of milliseconds in [0, bound_ms] (the backoff's full jitter).
+CONVEYOR_DECL std::uint64_t jitter_draw(std::uint64_t bound_ms);
+
+// A whole decimal number, nothing else (no sign, no spaces).
+CONVEYOR_DECL bool parse_decimal(std::string_view s, std::uint64_t& out);
+
+// "bytes 0-8388607/1073741824" → (first, last, total); total -1 for "*".
+CONVEYOR_DECL bool parse_content_range(std::string_view v, std::uint64_t& first, std::uint64_t& last, std::int64_t& total);
+
+/// One S3 request, before signing.
+struct op {
+    boost::beast::http::verb method = boost::beast::http::verb::get;
+    const char* name = "GetObject";            // for messages
+    std::string_view bucket;
+    std::string_view key;
+    std::string query;                          // encoded, without '?'
+    std::vector<std::pair<boost::beast::http::field, std::string>> headers;
+    std::span<const std::byte> body;
+    std::string payload_hash;                   // empty: UNSIGNED-PAYLOAD
+    std::span<std::byte> body_into;
+};
+
+struct client_state;
+
+/** The way through one listing's pages (one bucket and prefix), for every lister: it
+    hands each page's continuation token on to the next request, and refuses a server
+    that goes round in circles. A token it sent before for this listing (the same one
+    again, or an older one: the listing would never end), on a truncated page with or
+    without objects, is an error the first time it comes back. */
+class listing_cursor {
+public:
+    listing_cursor(std::string_view bucket, std::string_view prefix) : bucket_(bucket), prefix_(prefix) {}
+
+    /** After `page`, the answer to `lo`: puts its continuation token into `lo` and returns
+        true when there is a next page to ask for, false when `page` was the last.
+        @throws request_error (`errc::bad_reply`) naming the bucket, the prefix and the
+        token when the token is one that was sent before. */
+    CONVEYOR_DECL bool next(const client_state& s, list_page& page, list_options& lo);
+
+private:
+    std::string bucket_, prefix_;
+    std::unordered_set<std::string> sent_;
+    std::size_t pages_ = 0;
+};
+
+struct client_state : std::enable_shared_from_this<client_state> {
+    CONVEYOR_DECL client_state(runtime& r, config c, client_options o);
+
+    runtime& rt;
+    config cfg;
+    client_options opts;
+    signer sign;
+    std::mutex mu;
+    std::map<std::string, std::shared_ptr<http::client>, std::less<>> pools;  // by endpoint URL
+    std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0};
+
+    CONVEYOR_DECL http::client& pool_for(const http::endpoint& ep);
+
+    bool on_lane() const { return rt.current_io_lane().has_value(); }
+
+    // The error for `o`, its detail "<operation>: <detail>".
+    CONVEYOR_DECL request_error error_for(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const;
+
+    CONVEYOR_DECL request_error failure(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const;
+
+    // A request given up: what its last attempt met (an error reply as S3 described it, or
+    // a transport failure: the endpoint, and the timeout that struck, named with its value),
+    // the attempts and the time they took, and `then`, why no other attempt follows if that
+    // is not plain from the rest.
+    CONVEYOR_DECL request_error given_up(const op& o, const request_target& t, std::error_code ec, reply_error reply, unsigned attempts,
+                                         const std::string& what, std::chrono::steady_clock::time_point started,
+                                         std::string_view then = {}) const;
+
+    /** Sends `o`, signing each attempt afresh, and retries what is transient. Returns the
+        2xx response; throws `request_error` otherwise (or operation_aborted if cancelled).
+        Must run on an I/O thread. */
+    CONVEYOR_DECL asio::awaitable<http::response> execute(const op& o);
+
+    CONVEYOR_DECL asio::awaitable<http::response> get_range(std::string_view bucket, std::string_view key, std::uint64_t first,
+                                                            std::uint64_t last, std::span<std::byte> into, std::string_view if_match);
+
+    CONVEYOR_DECL request_error bad(std::string_view bucket, std::string_view key, std::string detail) const;
+
+    // get_rest, payload_hash and put_multipart are inline in both forms of the library:
+    // only impl/transfer.ipp calls them, and they hand lambdas to coroutines (the transfer
+    // workers, the hash job), which have linkage only in an inline function (compiled
+    // once and not inline, GCC warns of coroutine frames whose members have no linkage).
+
+    // Fetches parts [1, n) of an object of `total` bytes into `whole` (part 0 is there).
+    inline asio::awaitable<void> get_rest(std::string_view bucket, std::string_view key, std::span<std::byte> whole,
+                                                 std::string_view etag);
+
+    /// The whole object: one GET, or ranged parts in parallel when it is large.
+    CONVEYOR_DECL asio::awaitable<buffer> get_object(std::string_view bucket, std::string_view key, std::int64_t size_hint);
+
+    CONVEYOR_DECL asio::awaitable<object_info> head(std::string_view bucket, std::string_view key);
+
+    CONVEYOR_DECL asio::awaitable<list_page> list(std::string_view bucket, const list_options& lo);
+
+    /// Every object under `prefix`, page after page.
+    CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_all(std::string_view bucket, std::string_view prefix);
+
+    // SHA-256 of a payload: on the compute pool when it is large (it is ~2 ms per MiB).
+    inline asio::awaitable<std::string> payload_hash(std::span<const std::byte> data);
+
+    CONVEYOR_DECL asio::awaitable<std::string> put_one(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
+                                                       std::string_view content_type, std::string_view query = {},
+                                                       const char* name = "PutObject");
+
+    CONVEYOR_DECL asio::awaitable<void> abort_upload(std::string_view bucket, std::string_view key, std::string_view upload_id);
+
+    inline asio::awaitable<put_result> put_multipart(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
+                                                            std::string_view content_type);
+
+    CONVEYOR_DECL asio::awaitable<put_result> put(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
+                                                  std::string_view content_type);
+};
+
+} // namespace conveyor::s3::detail
+
+#endif

@@ -1,0 +1,138 @@
+// conveyor/s3/impl/client.ipp — the S3 client and its shared state.
+#ifndef CONVEYOR_S3_IMPL_CLIENT_IPP
+#define CONVEYOR_S3_IMPL_CLIENT_IPP
+
+#include <conveyor/s3/client.hpp>
+#include <conveyor/s3/detail/client_state.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+
+namespace conveyor::s3 {
+namespace detail {
+
+CONVEYOR_DECL client_state::client_state(runtime& r, config c, client_options o)
+    : rt(r), cfg(std::move(c)), opts(std::move(o)), sign(cfg.creds, cfg.region)
+{
+    if (opts.retry.max_attempts == 0) opts.retry.max_attempts = 1;
+    if (opts.parts_in_flight == 0) opts.parts_in_flight = 1;
+    if (opts.upload_parts_in_flight == 0) opts.upload_parts_in_flight = 1;
+    opts.upload_part_size = std::max<std::uint64_t>(opts.upload_part_size, 5u << 20);
+    opts.multipart_threshold = std::max(opts.multipart_threshold, opts.upload_part_size);
+}
+
+CONVEYOR_DECL http::client& client_state::pool_for(const http::endpoint& ep)
+{
+    std::string id = ep.url();
+    std::lock_guard lk(mu);
+    auto it = pools.find(id);
+    if (it == pools.end()) it = pools.emplace(std::move(id), std::make_shared<http::client>(rt, ep, opts.http)).first;
+    return *it->second;
+}
+
+} // namespace detail
+
+CONVEYOR_DECL client::client(runtime& rt, config cfg, client_options o)
+    : s_(std::make_shared<detail::client_state>(rt, std::move(cfg), std::move(o)))
+{
+}
+
+CONVEYOR_DECL client::client(runtime& rt, const config_options& co, client_options o) : client(rt, resolve_config(co), std::move(o)) {}
+
+CONVEYOR_DECL const config& client::cfg() const noexcept { return s_->cfg; }
+CONVEYOR_DECL const client_options& client::options() const noexcept { return s_->opts; }
+CONVEYOR_DECL runtime& client::rt() const noexcept { return s_->rt; }
+
+CONVEYOR_DECL asio::awaitable<buffer> client::async_get(std::string bucket, std::string key, std::int64_t size_hint) const
+{
+    return do_get(s_, std::move(bucket), std::move(key), size_hint);
+}
+
+CONVEYOR_DECL asio::awaitable<buffer> client::async_get_range(std::string bucket, std::string key, std::uint64_t offset,
+                                                             std::uint64_t length) const
+{
+    return do_get_range(s_, std::move(bucket), std::move(key), offset, length);
+}
+
+CONVEYOR_DECL asio::awaitable<object_info> client::async_head(std::string bucket, std::string key) const
+{
+    return do_head(s_, std::move(bucket), std::move(key));
+}
+
+CONVEYOR_DECL asio::awaitable<list_page> client::async_list(std::string bucket, list_options lo) const
+{
+    return do_list(s_, std::move(bucket), std::move(lo));
+}
+
+CONVEYOR_DECL asio::awaitable<std::vector<object_info>> client::async_list_all(std::string bucket, std::string prefix) const
+{
+    return do_list_all(s_, std::move(bucket), std::move(prefix));
+}
+
+CONVEYOR_DECL asio::awaitable<put_result> client::async_put(std::string bucket, std::string key, std::span<const std::byte> data,
+                                                           std::string content_type) const
+{
+    return do_put(s_, std::move(bucket), std::move(key), data, std::move(content_type));
+}
+
+CONVEYOR_DECL client_stats client::stats() const noexcept
+{
+    return {s_->requests.load(), s_->retries.load(), s_->bytes_in.load(), s_->bytes_out.load()};
+}
+
+CONVEYOR_DECL bool client::on_lane() const noexcept { return s_->on_lane(); }
+
+CONVEYOR_DECL runtime::io_executor_type client::next_io_executor() const { return s_->rt.next_io_executor(); }
+
+CONVEYOR_DECL asio::awaitable<buffer> client::do_get(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key, std::int64_t hint)
+{
+    if (s->on_lane()) co_return co_await s->get_object(bucket, key, hint);
+    co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->get_object(bucket, key, hint), asio::use_awaitable);
+}
+
+CONVEYOR_DECL asio::awaitable<buffer> client::range_here(detail::client_state& s, std::string_view bucket, std::string_view key, std::uint64_t offset,
+                                          std::uint64_t length)
+{
+    if (length == 0) co_return buffer{};
+    auto resp = co_await s.get_range(bucket, key, offset, offset + length - 1, {}, {});
+    co_return std::move(resp.body);
+}
+
+CONVEYOR_DECL asio::awaitable<buffer> client::do_get_range(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key,
+                                            std::uint64_t offset, std::uint64_t length)
+{
+    if (s->on_lane()) co_return co_await range_here(*s, bucket, key, offset, length);
+    co_return co_await asio::co_spawn(s->rt.next_io_executor(), range_here(*s, bucket, key, offset, length), asio::use_awaitable);
+}
+
+CONVEYOR_DECL asio::awaitable<object_info> client::do_head(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key)
+{
+    if (s->on_lane()) co_return co_await s->head(bucket, key);
+    co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->head(bucket, key), asio::use_awaitable);
+}
+
+CONVEYOR_DECL asio::awaitable<list_page> client::do_list(std::shared_ptr<detail::client_state> s, std::string bucket, list_options lo)
+{
+    if (s->on_lane()) co_return co_await s->list(bucket, lo);
+    co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->list(bucket, lo), asio::use_awaitable);
+}
+
+CONVEYOR_DECL asio::awaitable<std::vector<object_info>> client::do_list_all(std::shared_ptr<detail::client_state> s, std::string bucket,
+                                                             std::string prefix)
+{
+    if (s->on_lane()) co_return co_await s->list_all(bucket, prefix);
+    co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->list_all(bucket, prefix), asio::use_awaitable);
+}
+
+CONVEYOR_DECL asio::awaitable<put_result> client::do_put(std::shared_ptr<detail::client_state> s, std::string bucket, std::string key,
+                                          std::span<const std::byte> data, std::string content_type)
+{
+    if (s->on_lane()) co_return co_await s->put(bucket, key, data, content_type);
+    co_return co_await asio::co_spawn(s->rt.next_io_executor(), s->put(bucket, key, data, content_type), asio::use_awaitable);
+}
+
+} // namespace conveyor::s3
+
+#endif

@@ -1,0 +1,134 @@
+// conveyor/s3/impl/execute.ipp — the S3 request executor: signing, sending, retrying
+// with backoff, and the errors of a request given up.
+#ifndef CONVEYOR_S3_IMPL_EXECUTE_IPP
+#define CONVEYOR_S3_IMPL_EXECUTE_IPP
+
+#include <conveyor/s3/client.hpp>
+#include <conveyor/s3/detail/client_state.hpp>
+#include <conveyor/s3/detail/xml.hpp>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+namespace conveyor::s3 {
+namespace detail {
+
+CONVEYOR_DECL std::uint64_t jitter_draw(std::uint64_t bound_ms)
+{
+    thread_local std::minstd_rand gen{std::random_device{}()};
+    if (bound_ms == 0) return 0;
+    return std::uniform_int_distribution<std::uint64_t>(0, bound_ms)(gen);
+}
+
+CONVEYOR_DECL request_error client_state::error_for(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
+{
+    return request_error(ec, {.stage = "s3", .key = std::string(o.key), .where = object_uri(cfg, o.bucket, o.key), .offset = -1,
+                              .detail = std::string(o.name) + ": " + detail},
+                         std::move(reply), attempts);
+}
+
+CONVEYOR_DECL request_error client_state::failure(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
+{
+    if (attempts > 1) detail += " (after " + std::to_string(attempts) + " attempts)";
+    return error_for(o, ec, std::move(reply), attempts, std::move(detail));
+}
+
+CONVEYOR_DECL request_error client_state::given_up(const op& o, const request_target& t, std::error_code ec, reply_error reply, unsigned attempts,
+                       const std::string& what, std::chrono::steady_clock::time_point started, std::string_view then) const
+{
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    std::string d = reply.status != 0 ? what : "request to " + t.endpoint.url() + " failed: " + what;
+    if (attempts > 1) d += " after " + std::to_string(attempts) + " attempts, " + took + " in all";
+    else if (reply.status == 0) d += std::string(" after ") + took;
+    d += then;
+    return error_for(o, ec, std::move(reply), attempts, std::move(d));
+}
+
+CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
+{
+    const request_target t = target_for(cfg, o.bucket, o.key);
+    http::client& pool = pool_for(t.endpoint);
+    std::string target = t.path;
+    if (!o.query.empty()) {
+        target += '?';
+        target += o.query;
+    }
+    const std::string_view payload = o.payload_hash.empty() ? unsigned_payload : std::string_view(o.payload_hash);
+    const auto& r = opts.retry;
+    const auto& limits = opts.http.timeouts;
+    const auto started = std::chrono::steady_clock::now();
+    // The total timeout bounds the whole request: every attempt and the backoff between
+    // them (each send gets the same deadline).
+    const auto deadline = limits.total.count() > 0 ? started + limits.total : std::chrono::steady_clock::time_point::max();
+    unsigned timed_out = 0;
+    for (unsigned attempt = 1;; ++attempt) {
+        http::request req;
+        req.method = o.method;
+        req.target = target;
+        req.headers.set(boost::beast::http::field::host, t.host);
+        for (const auto& [f, v] : o.headers) req.headers.set(f, v);
+        req.body = o.body;
+        req.body_into = o.body_into;
+        req.deadline = deadline;
+        sign.sign(o.method, target, req.headers, payload);
+        requests.fetch_add(1, std::memory_order_relaxed);
+        if (attempt > 1) retries.fetch_add(1, std::memory_order_relaxed);
+        auto [ec, resp] = co_await pool.async_send(req);
+        if (ec == std::errc::operation_canceled)
+            throw boost::system::system_error(asio::error::operation_aborted);
+        bool retry;
+        reply_error reply;
+        std::error_code code;
+        std::string detail;
+        if (!ec) {
+            if (resp.status >= 200 && resp.status < 300) {
+                bytes_in.fetch_add(resp.body_size, std::memory_order_relaxed);
+                bytes_out.fetch_add(o.body.size(), std::memory_order_relaxed);
+                co_return std::move(resp);
+            }
+            std::string_view text = o.body_into.empty()
+                                        ? resp.body.view()
+                                        : std::string_view(reinterpret_cast<const char*>(o.body_into.data()),
+                                                           std::min(resp.body_size, o.body_into.size()));
+            reply = parse_error_reply(resp.status, text, std::string_view(resp.headers["x-amz-request-id"]));
+            if (reply.code.empty() && resp.status == 404 && o.method == boost::beast::http::verb::head) reply.code = "NoSuchKey";
+            retry = reply.retryable();
+            code = reply.to_error_code();
+            detail = reply.describe();
+        } else {
+            retry = http::is_transient(ec);
+            code = ec;
+            const std::string timeout = http::timeout_name(ec, limits);
+            detail = timeout.empty() ? ec.message() : timeout;
+            // The call's own deadline passed: no attempt is left. Other timeouts have
+            // their own, smaller budget of attempts.
+            if (ec == http::errc::total_timeout) retry = false;
+            else if (!timeout.empty() && ++timed_out >= r.max_timeouts && r.max_timeouts > 0) retry = false;
+        }
+        if (!retry || attempt >= r.max_attempts) throw given_up(o, t, code, std::move(reply), attempt, detail, started);
+        const auto exp = std::min<std::uint64_t>(attempt - 1, 30);
+        const std::uint64_t bound = std::min<std::uint64_t>(static_cast<std::uint64_t>(r.max_delay.count()),
+                                                            static_cast<std::uint64_t>(r.base_delay.count()) << exp);
+        const auto pause = std::chrono::milliseconds(jitter_draw(bound));
+        if (std::chrono::steady_clock::now() + pause >= deadline) {
+            // The next attempt would start past the deadline: say so now, not then.
+            const auto total = make_error_code(http::errc::total_timeout);
+            throw given_up(o, t, total, std::move(reply), attempt, detail, started,
+                           "; the next attempt would start past the " + http::timeout_name(total, limits));
+        }
+        asio::steady_timer timer(co_await asio::this_coro::executor, pause);
+        co_await timer.async_wait(asio::use_awaitable);
+    }
+}
+
+} // namespace detail
+} // namespace conveyor::s3
+
+#endif
