@@ -2,12 +2,11 @@
 #ifndef CONVEYOR_BENCH_HISTOGRAM_HPP
 #define CONVEYOR_BENCH_HISTOGRAM_HPP
 
-#include <algorithm>
+#include <conveyor/detail/config.hpp>
+
 #include <array>
-#include <atomic>
 #include <bit>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -39,36 +38,15 @@ public:
     /// Buckets in all: the exact ones below `sub_count` and 64 per octave above.
     static constexpr std::size_t bucket_count = (64 - sub_bits + 1) * sub_count;
 
-    latency_histogram() : counts_(std::make_unique<std::array<std::uint64_t, bucket_count>>()) { counts_->fill(0); }
+    CONVEYOR_DECL latency_histogram();
 
-    latency_histogram(const latency_histogram& o)
-        : counts_(std::make_unique<std::array<std::uint64_t, bucket_count>>(*o.counts_)), count_(o.count_),
-          min_(o.min_), max_(o.max_), sum_(o.sum_)
-    {
-    }
-    latency_histogram& operator=(const latency_histogram& o)
-    {
-        if (this != &o) {
-            *counts_ = *o.counts_;
-            count_ = o.count_;
-            min_ = o.min_;
-            max_ = o.max_;
-            sum_ = o.sum_;
-        }
-        return *this;
-    }
+    CONVEYOR_DECL latency_histogram(const latency_histogram& o);
+    CONVEYOR_DECL latency_histogram& operator=(const latency_histogram& o);
     latency_histogram(latency_histogram&&) noexcept = default;
     latency_histogram& operator=(latency_histogram&&) noexcept = default;
 
     /// Records one duration of `ns` nanoseconds.
-    void record(std::uint64_t ns) noexcept
-    {
-        ++(*counts_)[bucket_of(ns)];
-        ++count_;
-        min_ = std::min(min_, ns);
-        max_ = std::max(max_, ns);
-        sum_ += static_cast<double>(ns);
-    }
+    CONVEYOR_DECL void record(std::uint64_t ns) noexcept;
 
     /// Records one duration (negative durations count as zero).
     template <class Rep, class Period>
@@ -79,24 +57,10 @@ public:
     }
 
     /// Adds all of `o`'s recordings to this one.
-    void merge(const latency_histogram& o) noexcept
-    {
-        for (std::size_t i = 0; i < bucket_count; ++i) (*counts_)[i] += (*o.counts_)[i];
-        count_ += o.count_;
-        min_ = std::min(min_, o.min_);
-        max_ = std::max(max_, o.max_);
-        sum_ += o.sum_;
-    }
+    CONVEYOR_DECL void merge(const latency_histogram& o) noexcept;
 
     /// Forgets all recordings.
-    void reset() noexcept
-    {
-        counts_->fill(0);
-        count_ = 0;
-        min_ = std::numeric_limits<std::uint64_t>::max();
-        max_ = 0;
-        sum_ = 0;
-    }
+    CONVEYOR_DECL void reset() noexcept;
 
     /// How many durations were recorded.
     std::uint64_t count() const noexcept { return count_; }
@@ -110,23 +74,7 @@ public:
     /** The duration in nanoseconds below or at which `p` percent of the recordings lie
         (`p` in [0, 100]; 50 is the median). Returns the middle of the bucket that holds
         that rank, clamped to the exact minimum and maximum; 0 when empty. */
-    double percentile(double p) const noexcept
-    {
-        if (count_ == 0) return 0.0;
-        p = std::clamp(p, 0.0, 100.0);
-        // The rank of the wanted recording, 1-based: the smallest r with r >= p% of count.
-        auto rank = static_cast<std::uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
-        rank = std::clamp<std::uint64_t>(rank, 1, count_);
-        std::uint64_t seen = 0;
-        for (std::size_t i = 0; i < bucket_count; ++i) {
-            seen += (*counts_)[i];
-            if (seen >= rank) {
-                const double v = bucket_middle(i);
-                return std::clamp(v, static_cast<double>(min_), static_cast<double>(max_));
-            }
-        }
-        return static_cast<double>(max_);
-    }
+    CONVEYOR_DECL double percentile(double p) const noexcept;
 
     /// `percentile(p)` in microseconds.
     double percentile_us(double p) const noexcept { return percentile(p) / 1e3; }
@@ -180,15 +128,10 @@ private:
 class concurrent_histogram {
 public:
     /// `shards` shards (at least one); more than the recording threads buys nothing.
-    explicit concurrent_histogram(std::size_t shards = 16) : shards_(std::max<std::size_t>(shards, 1)) {}
+    CONVEYOR_DECL explicit concurrent_histogram(std::size_t shards = 16);
 
     /// Records one duration of `ns` nanoseconds.
-    void record(std::uint64_t ns)
-    {
-        auto& s = shards_[my_shard() % shards_.size()];
-        std::lock_guard lk(s.mu);
-        s.h.record(ns);
-    }
+    CONVEYOR_DECL void record(std::uint64_t ns);
 
     /// Records one duration (negative durations count as zero).
     template <class Rep, class Period>
@@ -199,24 +142,10 @@ public:
     }
 
     /// The sum of all shards, as of now.
-    latency_histogram merged() const
-    {
-        latency_histogram all;
-        for (auto& s : shards_) {
-            std::lock_guard lk(s.mu);
-            all.merge(s.h);
-        }
-        return all;
-    }
+    CONVEYOR_DECL latency_histogram merged() const;
 
     /// Forgets all recordings.
-    void reset()
-    {
-        for (auto& s : shards_) {
-            std::lock_guard lk(s.mu);
-            s.h.reset();
-        }
-    }
+    CONVEYOR_DECL void reset();
 
 private:
     struct alignas(64) shard {
@@ -224,29 +153,19 @@ private:
         latency_histogram h;
     };
 
-    static std::size_t my_shard() noexcept
-    {
-        static std::atomic<std::size_t> next{0};
-        thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
-        return mine;
-    }
+    CONVEYOR_DECL static std::size_t my_shard() noexcept;
 
     std::vector<shard> shards_;
 };
 
 /** The median of `v` (the mean of the middle two for an even count); 0 when empty.
     Takes `v` by value because it reorders it. */
-inline double median(std::vector<double> v)
-{
-    if (v.empty()) return 0.0;
-    const std::size_t mid = v.size() / 2;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-    const double hi = v[mid];
-    if (v.size() % 2 == 1) return hi;
-    const double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
-    return (lo + hi) / 2.0;
-}
+CONVEYOR_DECL double median(std::vector<double> v);
 
 } // namespace conveyor::bench
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/bench/impl/histogram.ipp>
+#endif
 
 #endif

@@ -2,13 +2,13 @@
 #ifndef CONVEYOR_BENCH_JSON_LINE_HPP
 #define CONVEYOR_BENCH_JSON_LINE_HPP
 
+#include <conveyor/detail/config.hpp>
+
 #include <charconv>
-#include <cmath>
 #include <concepts>
 #include <cstdio>
 #include <string>
 #include <string_view>
-#include <system_error>
 
 namespace conveyor::bench {
 
@@ -35,22 +35,12 @@ public:
     static constexpr int default_precision = 6;
 
     /// Adds a string field.
-    json_line& add(std::string_view key, std::string_view value)
-    {
-        field(key);
-        quote(value);
-        return *this;
-    }
-    json_line& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
-    json_line& add(std::string_view key, const std::string& value) { return add(key, std::string_view(value)); }
+    CONVEYOR_DECL json_line& add(std::string_view key, std::string_view value);
+    CONVEYOR_DECL json_line& add(std::string_view key, const char* value);
+    CONVEYOR_DECL json_line& add(std::string_view key, const std::string& value);
 
     /// Adds a boolean field.
-    json_line& add(std::string_view key, bool value)
-    {
-        field(key);
-        s_ += value ? "true" : "false";
-        return *this;
-    }
+    CONVEYOR_DECL json_line& add(std::string_view key, bool value);
 
     /// Adds an integer field.
     template <std::integral I>
@@ -65,74 +55,27 @@ public:
     }
 
     /// Adds a number with `precision` significant digits (`null` if not finite).
-    json_line& add(std::string_view key, double value, int precision = default_precision)
-    {
-        field(key);
-        if (!std::isfinite(value)) {
-            s_ += "null";
-            return *this;
-        }
-        char buf[64];
-        auto r = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::general, precision);
-        if (r.ec != std::errc{}) {
-            s_ += "null";
-            return *this;
-        }
-        s_.append(buf, r.ptr);
-        return *this;
-    }
-    json_line& add(std::string_view key, float value, int precision = default_precision)
-    {
-        return add(key, static_cast<double>(value), precision);
-    }
+    CONVEYOR_DECL json_line& add(std::string_view key, double value, int precision = default_precision);
+    CONVEYOR_DECL json_line& add(std::string_view key, float value, int precision = default_precision);
 
     /// The object as text, without a newline.
-    std::string str() const { return s_.empty() ? std::string("{}") : s_ + "}"; }
+    CONVEYOR_DECL std::string str() const;
 
     /// Writes the object and a newline to `out` (standard output by default) and flushes.
-    void print(std::FILE* out = stdout) const
-    {
-        const std::string line = str() + "\n";
-        std::fwrite(line.data(), 1, line.size(), out);
-        std::fflush(out);
-    }
+    CONVEYOR_DECL void print(std::FILE* out = stdout) const;
 
 private:
-    void field(std::string_view key)
-    {
-        s_ += s_.empty() ? "{" : ",";
-        quote(key);
-        s_ += ':';
-    }
+    CONVEYOR_DECL void field(std::string_view key);
 
-    void quote(std::string_view v)
-    {
-        s_ += '"';
-        for (const char c : v) {
-            switch (c) {
-            case '"': s_ += "\\\""; break;
-            case '\\': s_ += "\\\\"; break;
-            case '\n': s_ += "\\n"; break;
-            case '\r': s_ += "\\r"; break;
-            case '\t': s_ += "\\t"; break;
-            case '\b': s_ += "\\b"; break;
-            case '\f': s_ += "\\f"; break;
-            default:
-                if (static_cast<unsigned char>(c) < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-                    s_ += buf;
-                } else {
-                    s_ += c;
-                }
-            }
-        }
-        s_ += '"';
-    }
+    CONVEYOR_DECL void quote(std::string_view v);
 
     std::string s_;
 };
 
 } // namespace conveyor::bench
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/bench/impl/json_line.ipp>
+#endif
 
 #endif

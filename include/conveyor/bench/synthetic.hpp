@@ -2,23 +2,16 @@
 #ifndef CONVEYOR_BENCH_SYNTHETIC_HPP
 #define CONVEYOR_BENCH_SYNTHETIC_HPP
 
-#include <conveyor/core/error.hpp>
-#include <conveyor/core/stages.hpp> // detail::splitmix64
+#include <conveyor/detail/config.hpp>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <numbers>
 #include <string>
-#include <system_error>
-#include <vector>
+
+namespace conveyor::detail {
+class splitmix64; // conveyor/core/stages.hpp, which a caller of synthetic_files::rng includes
+} // namespace conveyor::detail
 
 namespace conveyor::bench {
 
@@ -36,31 +29,13 @@ struct synthetic_files {
     double sigma = 0.6;
 
     /// The generator of file `i` (1-based) for a stream `salt` (sizes and contents differ).
-    conveyor::detail::splitmix64 rng(std::uint64_t i, std::uint64_t salt = 0) const
-    {
-        conveyor::detail::splitmix64 r((seed ^ salt) ^ (i * 0xd1342543de82ef95ULL));
-        r();
-        return r;
-    }
+    CONVEYOR_DECL conveyor::detail::splitmix64 rng(std::uint64_t i, std::uint64_t salt = 0) const;
 
     /// Size of file `i`: lognormal with mu = ln(mean) - sigma^2 / 2, so the mean is `mean_bytes`.
-    std::uint64_t size(std::uint64_t i) const
-    {
-        auto r = rng(i);
-        const double u1 = r.unit(), u2 = r.unit();
-        const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2); // Box-Muller
-        const double mu = std::log(mean_bytes) - sigma * sigma / 2.0;
-        return static_cast<std::uint64_t>(std::clamp(std::exp(mu + sigma * normal), 1024.0, 4194304.0));
-    }
+    CONVEYOR_DECL std::uint64_t size(std::uint64_t i) const;
 
     /// Path of file `i` relative to `dir`: classes in turn.
-    std::string name(std::uint64_t i) const
-    {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "n%08llu/img_%08llu.JPEG", static_cast<unsigned long long>((i - 1) % classes),
-                      static_cast<unsigned long long>(i));
-        return buf;
-    }
+    CONVEYOR_DECL std::string name(std::uint64_t i) const;
 };
 
 /// What `generate` did.
@@ -74,49 +49,13 @@ struct generate_report {
 /** Creates the files of `set` that are missing or have the wrong size (so re-running is
     cheap). `progress(done, bytes)` is called after each file. Throws `conveyor::error`
     naming the path on failure. */
-inline generate_report generate(const synthetic_files& set,
-                                const std::function<void(std::uint64_t, std::uint64_t)>& progress = {})
-{
-    namespace fs = std::filesystem;
-    if (set.classes == 0)
-        throw conveyor::error(make_error_code(errc::invalid_argument), {.detail = "a synthetic set needs at least one class"});
-    constexpr std::uint64_t content_salt = 0x636f6e74656e7473ULL; // "contents"
-    generate_report rep;
-    rep.files = set.count;
-    std::vector<std::uint64_t> words;
-    for (std::uint64_t i = 1; i <= set.count; ++i) {
-        const std::uint64_t size = set.size(i);
-        rep.bytes += size;
-        const fs::path path = set.dir / set.name(i);
-        std::error_code ec;
-        if (fs::file_size(path, ec) != size || ec) {
-            fs::create_directories(path.parent_path(), ec);
-            auto r = set.rng(i, content_salt);
-            words.resize((size + 7) / 8);
-            for (auto& w : words) w = r();
-            const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (fd < 0)
-                throw conveyor::error(std::error_code(errno, std::system_category()), {.where = path.string(), .detail = "cannot create"});
-            const auto* p = reinterpret_cast<const char*>(words.data());
-            for (std::uint64_t off = 0; off < size;) {
-                const ssize_t n = ::write(fd, p + off, size - off);
-                if (n < 0 && errno == EINTR) continue;
-                if (n < 0) {
-                    const int e = errno;
-                    ::close(fd);
-                    throw conveyor::error(std::error_code(e, std::system_category()), {.where = path.string(), .detail = "cannot write"});
-                }
-                off += static_cast<std::uint64_t>(n);
-            }
-            ::close(fd);
-            ++rep.written;
-            rep.written_bytes += size;
-        }
-        if (progress) progress(i, rep.bytes);
-    }
-    return rep;
-}
+CONVEYOR_DECL generate_report generate(const synthetic_files& set,
+                                       const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
 } // namespace conveyor::bench
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/bench/impl/synthetic.ipp>
+#endif
 
 #endif

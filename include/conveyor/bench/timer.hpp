@@ -2,12 +2,10 @@
 #ifndef CONVEYOR_BENCH_TIMER_HPP
 #define CONVEYOR_BENCH_TIMER_HPP
 
-#include <sys/resource.h>
-#include <unistd.h>
+#include <conveyor/detail/config.hpp>
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 
 namespace conveyor::bench {
 
@@ -63,36 +61,20 @@ struct resource_usage {
     double max_rss_mb() const noexcept { return static_cast<double>(max_rss_bytes) / 1e6; }
 
     /// The CPU time and faults between `before` and `after`; the peak memory of `after`.
-    friend resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept
-    {
-        return {after.user_s - before.user_s, after.system_s - before.system_s, after.max_rss_bytes,
-                after.minor_faults - before.minor_faults, after.major_faults - before.major_faults};
-    }
+    CONVEYOR_DECL friend resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept;
 };
 
 /// The process's resource usage now (all zeros if `getrusage` fails, which it does not
 /// on Linux for `RUSAGE_SELF`).
-inline resource_usage usage_now() noexcept
-{
-    ::rusage ru{};
-    if (::getrusage(RUSAGE_SELF, &ru) != 0) return {};
-    auto secs = [](const ::timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
-    // Linux reports ru_maxrss in kibibytes.
-    return {secs(ru.ru_utime), secs(ru.ru_stime), static_cast<std::int64_t>(ru.ru_maxrss) * 1024,
-            static_cast<std::int64_t>(ru.ru_minflt), static_cast<std::int64_t>(ru.ru_majflt)};
-}
+CONVEYOR_DECL resource_usage usage_now() noexcept;
 
 /// The resident set size now, in bytes (from /proc/self/statm; 0 if unreadable).
-inline std::int64_t current_rss_bytes() noexcept
-{
-    std::FILE* f = std::fopen("/proc/self/statm", "r");
-    if (!f) return 0;
-    long long pages = 0, resident = 0;
-    const int n = std::fscanf(f, "%lld %lld", &pages, &resident);
-    std::fclose(f);
-    return n == 2 ? resident * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE)) : 0;
-}
+CONVEYOR_DECL std::int64_t current_rss_bytes() noexcept;
 
 } // namespace conveyor::bench
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/bench/impl/timer.ipp>
+#endif
 
 #endif

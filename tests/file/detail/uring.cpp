@@ -1,4 +1,4 @@
-// Tests of conveyor/file/uring.hpp: the io_uring ring on an Asio io_context (stat, linked
+// Tests of conveyor/file/detail/uring.hpp: the io_uring ring on an Asio io_context (stat, linked
 // small reads into direct slots, chunked large reads, the slot backlog, group cancellation,
 // shutdown), the per-context ring service, which backend a runtime really uses, and the
 // pread fallback where the kernel refuses io_uring.

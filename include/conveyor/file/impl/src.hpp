@@ -9,5 +9,8 @@
 
 // One line per impl/*.ipp file of the module.
 #include <conveyor/file/detail/impl/uring.ipp>
+#include <conveyor/file/impl/error.ipp>
+#include <conveyor/file/impl/index.ipp>
+#include <conveyor/file/impl/source.ipp>
 
 #endif
