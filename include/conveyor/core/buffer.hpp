@@ -2,7 +2,7 @@
 #ifndef CONVEYOR_CORE_BUFFER_HPP
 #define CONVEYOR_CORE_BUFFER_HPP
 
-#include <sys/mman.h>
+#include <conveyor/detail/config.hpp>
 
 #include <algorithm>
 #include <array>
@@ -62,68 +62,18 @@ inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 inline std::size_t mapped_size(std::size_t n) noexcept { return (n + huge_page - 1) & ~(huge_page - 1); }
 
 /// Memory for a buffer of `n` bytes, page-aligned (2 MiB-aligned when large).
-inline void* allocate_bytes(std::size_t n)
-{
-    if (n < huge_threshold) return ::operator new(n, std::align_val_t{buffer_alignment});
-    const std::size_t size = mapped_size(n);
-    // Map one huge page more than needed, then trim to a 2 MiB-aligned start.
-    void* raw = ::mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) throw std::bad_alloc();
-    const auto start = reinterpret_cast<std::uintptr_t>(raw);
-    const auto aligned = (start + huge_page - 1) & ~(std::uintptr_t{huge_page} - 1);
-    if (aligned > start) ::munmap(raw, aligned - start);
-    const auto end = start + size + huge_page;
-    if (end > aligned + size) ::munmap(reinterpret_cast<void*>(aligned + size), end - (aligned + size));
-    ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE); // a hint: ignored where THP is off
-    return reinterpret_cast<void*>(aligned);
-}
+CONVEYOR_DECL void* allocate_bytes(std::size_t n);
 
 /// Frees memory from `allocate_bytes(n)`.
-inline void deallocate_bytes(void* p, std::size_t n) noexcept
-{
-    if (n < huge_threshold) ::operator delete(p, std::align_val_t{buffer_alignment});
-    else ::munmap(p, mapped_size(n));
-}
+CONVEYOR_DECL void deallocate_bytes(void* p, std::size_t n) noexcept;
 
 struct pool_state {
     explicit pool_state(std::size_t max_cached) : max_cached_bytes(max_cached) {}
-    ~pool_state()
-    {
-        for (auto& l : free_lists)
-            for (void* p : l) deallocate_bytes(p, class_size(static_cast<std::size_t>(&l - free_lists.data())));
-    }
+    CONVEYOR_DECL ~pool_state();
 
-    void* take(std::size_t cls)
-    {
-        if (cls < class_count) {
-            std::lock_guard lk(mu);
-            auto& l = free_lists[cls];
-            if (!l.empty()) {
-                void* p = l.back();
-                l.pop_back();
-                cached_bytes -= class_size(cls);
-                return p;
-            }
-        }
-        allocations.fetch_add(1, std::memory_order_relaxed);
-        return allocate_bytes(cls < class_count ? class_size(cls) : 0);
-    }
+    CONVEYOR_DECL void* take(std::size_t cls);
 
-    void give(void* p, std::size_t cls, std::size_t bytes) noexcept
-    {
-        if (cls < class_count) {
-            std::lock_guard lk(mu);
-            if (cached_bytes + bytes <= max_cached_bytes) {
-                try {
-                    free_lists[cls].push_back(p);
-                    cached_bytes += bytes;
-                    return;
-                } catch (...) {
-                }
-            }
-        }
-        deallocate_bytes(p, bytes);
-    }
+    CONVEYOR_DECL void give(void* p, std::size_t cls, std::size_t bytes) noexcept;
 
     std::mutex mu;
     std::array<std::vector<void*>, class_count> free_lists{};
@@ -167,17 +117,7 @@ public:
     ~buffer() { release(); }
 
     /// Copies `bytes` into a new, unpooled buffer (for tests and small literals).
-    static buffer copy_of(std::span<const std::byte> bytes)
-    {
-        buffer b;
-        b.cls_ = detail::class_count;
-        b.capacity_ = bytes.size();
-        b.data_ = static_cast<std::byte*>(::operator new(std::max<std::size_t>(bytes.size(), 1),
-                                                         std::align_val_t{detail::buffer_alignment}));
-        if (!bytes.empty()) std::memcpy(b.data_, bytes.data(), bytes.size());
-        b.size_ = bytes.size();
-        return b;
-    }
+    CONVEYOR_DECL static buffer copy_of(std::span<const std::byte> bytes);
     static buffer copy_of(std::string_view s) { return copy_of(std::as_bytes(std::span(s.data(), s.size()))); }
 
     std::byte* data() noexcept { return data_; }
@@ -197,14 +137,7 @@ public:
 private:
     friend class buffer_pool;
 
-    void release() noexcept
-    {
-        if (!data_) return;
-        if (pool_) pool_->give(data_, cls_, capacity_);
-        else ::operator delete(data_, std::align_val_t{detail::buffer_alignment});
-        data_ = nullptr;
-        size_ = capacity_ = 0;
-    }
+    CONVEYOR_DECL void release() noexcept;
 
     std::byte* data_ = nullptr;
     std::size_t size_ = 0;
@@ -231,29 +164,10 @@ public:
     }
 
     /// A buffer with `size() == n` and `capacity() >= n`; contents are uninitialised.
-    buffer acquire(std::size_t n)
-    {
-        buffer b;
-        const std::size_t cls = detail::class_for(n);
-        if (cls < detail::class_count) {
-            b.data_ = static_cast<std::byte*>(state_->take(cls));
-            b.capacity_ = detail::class_size(cls);
-        } else {
-            b.data_ = static_cast<std::byte*>(detail::allocate_bytes(n));
-            b.capacity_ = n;
-        }
-        b.cls_ = cls;
-        b.size_ = n;
-        b.pool_ = state_;
-        return b;
-    }
+    CONVEYOR_DECL buffer acquire(std::size_t n);
 
     /// Bytes held idle in the pool now.
-    std::size_t cached_bytes() const
-    {
-        std::lock_guard lk(state_->mu);
-        return state_->cached_bytes;
-    }
+    CONVEYOR_DECL std::size_t cached_bytes() const;
     /// How many times the pool had to allocate fresh memory.
     std::uint64_t allocations() const noexcept { return state_->allocations.load(std::memory_order_relaxed); }
 
@@ -276,5 +190,8 @@ struct blob {
 
 } // namespace conveyor
 
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/core/impl/buffer.ipp>
+#endif
 
 #endif

@@ -2,7 +2,7 @@
 #ifndef CONVEYOR_CORE_PIPELINE_HPP
 #define CONVEYOR_CORE_PIPELINE_HPP
 
-#include <conveyor/core/channel.hpp>
+#include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/run_context.hpp>
 #include <conveyor/core/runtime.hpp>
 

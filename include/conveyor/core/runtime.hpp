@@ -4,16 +4,14 @@
 
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/detail/config.hpp>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -83,43 +81,15 @@ public:
     using io_executor_type = asio::io_context::executor_type;
     using pool_executor_type = asio::thread_pool::executor_type;
 
-    explicit runtime(runtime_options opts = {})
-        : opts_(resolve(std::move(opts))), compute_(opts_.compute_threads), buffers_(opts_.buffer_pool_bytes)
-    {
-        lanes_.reserve(opts_.io_threads);
-        for (std::size_t i = 0; i < opts_.io_threads; ++i) lanes_.push_back(std::make_unique<lane>());
-        for (std::size_t i = 0; i < lanes_.size(); ++i) {
-            auto* l = lanes_[i].get();
-            l->thread = std::thread([l, i] {
-                detail::current_lane = static_cast<int>(i);
-                l->ctx.run();
-            });
-        }
-    }
+    CONVEYOR_DECL explicit runtime(runtime_options opts = {});
 
     runtime(const runtime&) = delete;
     runtime& operator=(const runtime&) = delete;
 
-    ~runtime()
-    {
-        cancel_all_runs();
-        for (auto& l : lanes_) l->guard.reset();
-        for (auto& l : lanes_) l->ctx.stop();
-        for (auto& l : lanes_)
-            if (l->thread.joinable()) l->thread.join();
-        compute_.join();
-        if (auto* b = blocking_.load()) {
-            b->join();
-            delete b;
-        }
-    }
+    CONVEYOR_DECL ~runtime();
 
     /// The process-wide runtime used by pipelines that were not given one.
-    static runtime& shared()
-    {
-        static runtime rt;
-        return rt;
-    }
+    CONVEYOR_DECL static runtime& shared();
 
     const runtime_options& options() const noexcept { return opts_; }
     std::size_t io_lanes() const noexcept { return lanes_.size(); }
@@ -130,66 +100,24 @@ public:
     io_executor_type next_io_executor() { return io_executor(next_lane_++ % lanes_.size()); }
 
     /// The index of this runtime's I/O thread that the caller runs on, if it runs on one.
-    std::optional<std::size_t> current_io_lane() const noexcept
-    {
-        const int lane = detail::current_lane;
-        if (lane < 0 || static_cast<std::size_t>(lane) >= lanes_.size()) return std::nullopt;
-        const auto i = static_cast<std::size_t>(lane);
-        if (!lanes_[i]->ctx.get_executor().running_in_this_thread()) return std::nullopt;
-        return i;
-    }
+    CONVEYOR_DECL std::optional<std::size_t> current_io_lane() const noexcept;
 
     pool_executor_type compute_executor() { return compute_.get_executor(); }
 
     /// The pool for blocking system calls, created on first use.
-    pool_executor_type blocking_executor()
-    {
-        auto* b = blocking_.load();
-        if (!b) {
-            std::lock_guard lk(mu_);
-            b = blocking_.load();
-            if (!b) {
-                b = new asio::thread_pool(opts_.blocking_threads);
-                blocking_.store(b);
-            }
-        }
-        return b->get_executor();
-    }
+    CONVEYOR_DECL pool_executor_type blocking_executor();
 
     buffer_pool& buffers() noexcept { return buffers_; }
 
     /// Writes one diagnostic line.
-    void log(std::string_view line) const
-    {
-        if (opts_.log) opts_.log(line);
-        else std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
-    }
+    CONVEYOR_DECL void log(std::string_view line) const;
 
     /// Writes `line` unless a line with the same `topic` was already written by this runtime.
-    void log_once(std::string_view topic, std::string_view line)
-    {
-        {
-            std::lock_guard lk(mu_);
-            if (!logged_topics_.emplace(topic).second) return;
-        }
-        log(line);
-    }
+    CONVEYOR_DECL void log_once(std::string_view topic, std::string_view line);
 
     // Pipelines register their runs so that the destructor can stop them.
-    void attach(const std::shared_ptr<run_context>& r)
-    {
-        std::lock_guard lk(mu_);
-        runs_.emplace_back(r);
-    }
-    void detach(const run_context* r)
-    {
-        std::lock_guard lk(mu_);
-        std::erase_if(runs_, [r](const std::weak_ptr<run_context>& w) {
-            auto p = w.lock();
-            return !p || p.get() == r;
-        });
-        runs_cv_.notify_all();
-    }
+    CONVEYOR_DECL void attach(const std::shared_ptr<run_context>& r);
+    CONVEYOR_DECL void detach(const run_context* r);
 
 private:
     struct lane {
@@ -198,26 +126,9 @@ private:
         std::thread thread;
     };
 
-    static runtime_options resolve(runtime_options o)
-    {
-        const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
-        if (o.io_threads == 0) o.io_threads = std::min<std::size_t>(cores, 4);
-        if (o.compute_threads == 0) o.compute_threads = cores;
-        if (o.blocking_threads == 0) o.blocking_threads = 16;
-        if (o.ring_entries == 0) o.ring_entries = 256;
-        o.ring_entries = std::max(o.ring_entries, 8u); // a linked open/read/close needs 3 at once
-        if (o.ring_max_in_flight == 0) o.ring_max_in_flight = o.ring_entries;
-        if (o.backend == io_backend::automatic) {
-            if (const char* env = std::getenv("CONVEYOR_IO_BACKEND")) {
-                const std::string_view v(env);
-                if (v == "pread") o.backend = io_backend::pread;
-                else if (v == "uring") o.backend = io_backend::uring;
-            }
-        }
-        return o;
-    }
+    CONVEYOR_DECL static runtime_options resolve(runtime_options o);
 
-    inline void cancel_all_runs();
+    CONVEYOR_DECL void cancel_all_runs();
 
     runtime_options opts_;
     std::vector<std::unique_ptr<lane>> lanes_;
@@ -233,7 +144,10 @@ private:
 
 } // namespace conveyor
 
-// run_context needs the complete runtime; runtime's destructor needs run_context.
+#if CONVEYOR_HEADER_ONLY
+// The runtime's definitions need the complete run_context (its destructor stops the runs
+// still going), so run_context.hpp includes them, after its own class.
 #include <conveyor/core/run_context.hpp>
+#endif
 
 #endif

@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_CORE_STAGES_HPP
 #define CONVEYOR_CORE_STAGES_HPP
 
+#include <conveyor/core/detail/offload.hpp>
 #include <conveyor/core/pipeline.hpp>
 
 

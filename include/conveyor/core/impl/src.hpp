@@ -7,6 +7,10 @@
 #error "conveyor/core/impl/src.hpp is for CONVEYOR_SEPARATE_COMPILATION builds"
 #endif
 
-// One line per impl/*.ipp file of the module, e.g. #include <conveyor/core/impl/x.ipp>
+#include <conveyor/core/impl/buffer.ipp>
+#include <conveyor/core/impl/error.ipp>
+#include <conveyor/core/impl/run_context.ipp>
+#include <conveyor/core/impl/runtime.ipp>
+#include <conveyor/core/impl/source.ipp>
 
 #endif

@@ -1,9 +1,9 @@
 // Tests of conveyor/core/{error,buffer,channel}.hpp: error codes and messages, the buffer
 // pool, and the bounded sequenced channel between stages.
-#include "support.hpp"
+#include "../support.hpp"
 
 #include <conveyor/core/buffer.hpp>
-#include <conveyor/core/channel.hpp>
+#include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/run_context.hpp>
 

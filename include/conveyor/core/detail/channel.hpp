@@ -1,6 +1,6 @@
-// conveyor/core/channel.hpp — the bounded channel between stages.
-#ifndef CONVEYOR_CORE_CHANNEL_HPP
-#define CONVEYOR_CORE_CHANNEL_HPP
+// conveyor/core/detail/channel.hpp — the bounded channel between stages.
+#ifndef CONVEYOR_CORE_DETAIL_CHANNEL_HPP
+#define CONVEYOR_CORE_DETAIL_CHANNEL_HPP
 
 #include <conveyor/core/error.hpp>
 

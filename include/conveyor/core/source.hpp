@@ -1,0 +1,225 @@
+// conveyor/core/source.hpp — the one source core: N keyed reads in flight, ordered or not,
+// bad items failed or skipped, cancelled as a group. Every source is built on it.
+#ifndef CONVEYOR_CORE_SOURCE_HPP
+#define CONVEYOR_CORE_SOURCE_HPP
+
+#include <conveyor/core/detail/channel.hpp>
+#include <conveyor/core/error.hpp>
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/run_context.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/detail/config.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+namespace conveyor {
+
+/** What reading one item gave: the item, or the reason there is none.
+
+    A reader returns this when failing is part of its normal work (a missing file in a
+    listing of a million): building the error costs no throw. A reader may also simply
+    throw; the source core treats both the same way. */
+template <class T>
+class read_outcome {
+public:
+    /// The item.
+    read_outcome(T item) : v_(std::in_place_index<0>, std::move(item)) {}
+    /// No item: `e` says why (usually a `conveyor::error` naming the item).
+    read_outcome(std::exception_ptr e) : v_(std::in_place_index<1>, std::move(e)) {}
+    /// No item: `e` says why.
+    read_outcome(const error& e) : read_outcome(std::make_exception_ptr(e)) {}
+
+    bool has_value() const noexcept { return v_.index() == 0; }
+    explicit operator bool() const noexcept { return has_value(); }
+    T& value() & { return std::get<0>(v_); }
+    T&& value() && { return std::get<0>(std::move(v_)); }
+    /// Why there is no item (null when there is one).
+    std::exception_ptr error_ptr() const noexcept { return v_.index() == 1 ? std::get<1>(v_) : nullptr; }
+
+private:
+    std::variant<T, std::exception_ptr> v_;
+};
+
+/** Settings that every source built on `keyed_source` shares. The file and S3 sources
+    take them from their own options. */
+template <class T>
+struct source_settings {
+    /// Reads in flight at once, spread over the I/O lanes.
+    std::size_t concurrency = 64;
+    /// Deliver in key order (true) or as reads complete (false).
+    bool ordered = true;
+    /// An item that cannot be read fails the pipeline, or is skipped, counted and logged.
+    on_error errors = on_error::fail;
+    /// Items waiting between the source and the next stage (at least `concurrency`).
+    std::size_t capacity = default_stream_capacity;
+    /// Called on an I/O thread after each successful read with the time it took. Must be
+    /// thread-safe and cheap.
+    std::function<void(const T&, std::chrono::nanoseconds)> on_read;
+};
+
+/// A reader for `keyed_source`: called with a key index on an I/O lane, it completes with
+/// the item (`asio::awaitable<T>`, throwing on failure) or a `read_outcome<T>`.
+template <class R, class T>
+concept keyed_reader = std::invocable<R&, std::uint64_t> &&
+                       (std::same_as<std::invoke_result_t<R&, std::uint64_t>, asio::awaitable<T>> ||
+                        std::same_as<std::invoke_result_t<R&, std::uint64_t>, asio::awaitable<read_outcome<T>>>);
+
+namespace detail {
+
+/** Closes a source's stream when the last of its workers ends, however it ends. Each
+    worker holds one; `left` starts at the number of workers. */
+template <class T>
+struct last_worker_closes {
+    std::atomic<std::size_t>& left;
+    channel<T>& out;
+    ~last_worker_closes()
+    {
+        if (left.fetch_sub(1) == 1) out.close();
+    }
+};
+
+/// The shared state of one run of a keyed source.
+template <class T, class Reader>
+struct keyed_run {
+    keyed_run(Reader r, std::uint64_t n, source_settings<T> s, std::string name)
+        : reader(std::move(r)), count(n), settings(std::move(s)), stage(std::move(name))
+    {
+    }
+    Reader reader;
+    std::uint64_t count;
+    source_settings<T> settings;
+    std::string stage;
+    std::atomic<std::uint64_t> next{0};
+    std::atomic<std::size_t> workers_left{0};
+};
+
+/// Calls the reader for item `i`; whatever it throws becomes the outcome's error.
+template <class T, class Reader>
+asio::awaitable<read_outcome<T>> read_one(Reader& reader, std::uint64_t i)
+{
+    std::exception_ptr failed;
+    try {
+        if constexpr (std::same_as<std::invoke_result_t<Reader&, std::uint64_t>, asio::awaitable<T>>)
+            co_return read_outcome<T>(co_await reader(i));
+        else
+            co_return co_await reader(i);
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    co_return read_outcome<T>(std::move(failed));
+}
+
+/// The message of the exception `e` holds, for the skip log.
+CONVEYOR_DECL std::string what_of(const std::exception_ptr& e);
+
+/// One worker: takes the next key, reads it, applies the error policy, delivers.
+template <class T, class Reader>
+asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared_ptr<keyed_run<T, Reader>> st,
+                                   std::shared_ptr<channel<T>> out)
+{
+    last_worker_closes<T> closer{st->workers_left, *out};
+    const auto& s = st->settings;
+    for (;;) {
+        const std::uint64_t i = st->next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= st->count || ctx->stopping()) co_return;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = co_await read_one<T>(st->reader, i);
+        if (!r) {
+            if (ctx->stopping()) co_return; // the failure is the cancellation's doing
+            if (s.errors == on_error::fail) {
+                // Fail the run before this worker's exit can close the stream: closing
+                // first would let the consumer see a clean end and lose the error.
+                ctx->fail(r.error_ptr(), st->stage);
+                co_return;
+            }
+            ctx->note_skip(what_of(r.error_ptr()));
+            if (s.ordered && !co_await out->skip_at(i)) co_return;
+            continue;
+        }
+        if (s.on_read) s.on_read(r.value(), std::chrono::steady_clock::now() - t0);
+        const bool listening = s.ordered ? co_await out->send_at(i, std::move(r).value())
+                                         : co_await out->send(std::move(r).value());
+        if (!listening) co_return;
+    }
+}
+
+} // namespace detail
+
+/** A source of `count` items read by key index (0 … count-1): the core that the file and
+    S3 sources, and any source of your own, are built on.
+
+    For each run, `open(run_context&)` is called once, on the thread that starts the run,
+    and returns the run's reader. `settings.concurrency` workers, spread over the I/O
+    lanes of `io` (the run's runtime when null), then each take the next key and call
+    `reader(i)`, which completes with the item or the reason there is none (see
+    `keyed_reader`). The core does the rest, the same way for every source:
+    - at most `concurrency` reads in flight; items delivered in key order or as they come;
+    - a failed item fails the run (the consumer's iteration throws the error, named with
+      `stage` unless it names a stage itself), or, under `on_error::skip`, is counted in
+      the run's stats and logged, and its place in an ordered stream is left out;
+    - breaking out of the loop or destroying the range cancels every read in flight: each
+      worker's pending operation gets Asio's terminal cancellation;
+    - `settings.on_read` is told each item and how long it took.
+
+    The reader is shared by all workers of the run, on several I/O threads at once: what
+    it keeps per lane must be kept per lane (`detail::current_lane` says which). An
+    exception thrown by `open` fails the run (naming `stage`), whatever `errors` says.
+
+    @code
+    // A source of rows of a key-value store, 16 requests in flight.
+    auto rows = conveyor::keyed_source<row>("kv", keys->size(), {.concurrency = 16},
+        [keys, db](conveyor::run_context&) {
+            return [keys, db](std::uint64_t i) -> asio::awaitable<row> { co_return co_await db->async_get((*keys)[i]); };
+        });
+    @endcode
+    See examples/custom_source.cpp for a complete program. */
+template <class T, class Open>
+pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings<T> settings, Open open, runtime* io = nullptr)
+{
+    if (settings.concurrency == 0) settings.concurrency = 1;
+    return pipeline<T>([stage = std::move(stage), count, settings = std::move(settings), open = std::move(open),
+                        io](const std::shared_ptr<run_context>& ctx) {
+        using reader_type = std::decay_t<std::invoke_result_t<const Open&, run_context&>>;
+        static_assert(keyed_reader<reader_type, T>,
+                      "keyed_source: the reader must be callable with a std::uint64_t key index and return "
+                      "asio::awaitable<T> or asio::awaitable<read_outcome<T>>");
+        auto out = ctx->make_channel<T>(std::max(settings.capacity, settings.concurrency));
+        std::shared_ptr<detail::keyed_run<T, reader_type>> st;
+        try {
+            st = std::make_shared<detail::keyed_run<T, reader_type>>(open(*ctx), count, settings, stage);
+        } catch (...) {
+            ctx->fail(std::current_exception(), stage);
+            out->close();
+            return stream<T>(ctx, out);
+        }
+        runtime& lanes = io ? *io : ctx->rt();
+        const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(settings.concurrency, count));
+        st->workers_left = static_cast<std::size_t>(workers);
+        for (std::uint64_t w = 0; w < workers; ++w)
+            ctx->spawn(lanes.io_executor(static_cast<std::size_t>(w % lanes.io_lanes())), detail::keyed_worker<T>(ctx, st, out),
+                       stage);
+        return stream<T>(ctx, out);
+    });
+}
+
+} // namespace conveyor
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/core/impl/source.ipp>
+#endif
+
+#endif
