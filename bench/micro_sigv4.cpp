@@ -9,6 +9,9 @@
 
 #include <conveyor/s3/sigv4.hpp>
 
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/verb.hpp>
+
 #include <benchmark/benchmark.h>
 
 #include <chrono>

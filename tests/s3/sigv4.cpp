@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <boost/url/encode.hpp>

@@ -3,7 +3,9 @@
 #ifndef CONVEYOR_S3_CONFIG_HPP
 #define CONVEYOR_S3_CONFIG_HPP
 
-#include <conveyor/core/error.hpp>
+#include <conveyor/detail/config.hpp>
+
+#include <conveyor/core/error.hpp> // what these functions throw
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/s3/credentials.hpp>
 
@@ -25,7 +27,7 @@ namespace conveyor::s3 {
 enum class addressing { automatic, path, virtual_hosted };
 
 /// "automatic", "path" or "virtual-hosted".
-inline std::string_view to_string(addressing a) noexcept;
+CONVEYOR_DECL std::string_view to_string(addressing a) noexcept;
 
 /** What a user may set explicitly; anything empty comes from the chain (see
     `resolve_config`). */
@@ -61,7 +63,7 @@ struct config {
 
     /** One line for logs: endpoint, region, addressing and `creds.describe()`. Never a
         secret. */
-    inline std::string describe() const;
+    CONVEYOR_DECL std::string describe() const;
 };
 
 /** Resolves the configuration from `o`, the environment and the shared AWS files.
@@ -97,7 +99,7 @@ struct config {
     @par Thread Safety
     Reads the environment: do not call while another thread changes it.
 */
-inline config resolve_config(const config_options& o = {});
+CONVEYOR_DECL config resolve_config(const config_options& o = {});
 
 /// A bucket and a key.
 struct object_url {
@@ -114,7 +116,7 @@ struct object_url {
     @throws conveyor::error with `std::errc::invalid_argument` naming the URL when the
     scheme is not s3:// or the bucket is missing or not a bucket name.
 */
-inline object_url parse_s3_url(std::string_view url);
+CONVEYOR_DECL object_url parse_s3_url(std::string_view url);
 
 /** Where a request for (bucket, key) goes: the endpoint to connect to, the `Host` header
     and the encoded request path (no query). */
@@ -135,12 +137,12 @@ struct request_target {
     bucket name (letters, digits, '.', '-', '_'), or when `virtual_hosted` is forced for a
     bucket that cannot be a host name or an endpoint that is an IP address.
 */
-inline request_target target_for(const config& c, std::string_view bucket, std::string_view key);
+CONVEYOR_DECL request_target target_for(const config& c, std::string_view bucket, std::string_view key);
 
 /** True when `bucket` can go in the host name: 3 to 63 characters of lowercase letters,
     digits, hyphens and (without TLS only: a wildcard certificate covers one label) dots,
     starting and ending with a letter or digit, and not shaped like an IPv4 address. */
-inline bool virtual_hostable(std::string_view bucket, bool tls) noexcept;
+CONVEYOR_DECL bool virtual_hostable(std::string_view bucket, bool tls) noexcept;
 
 /// S3's limit on the length of an object key, in bytes (of UTF-8).
 inline constexpr std::size_t max_key_bytes = 1024;
@@ -148,17 +150,19 @@ inline constexpr std::size_t max_key_bytes = 1024;
 /** Percent-encodes an object key for a request path, S3's way: every byte but
     `A-Z a-z 0-9 - . _ ~` and '/' becomes %XX with uppercase hex (UTF-8 bytes one by one).
     This is also the canonical URI that SigV4 signs for S3. */
-inline std::string encode_key(std::string_view key);
+CONVEYOR_DECL std::string encode_key(std::string_view key);
 
 /// As `encode_key`, but '/' is encoded too: for query parameter names and values.
-inline std::string encode_query(std::string_view value);
+CONVEYOR_DECL std::string encode_query(std::string_view value);
 
 /** "s3://bucket/key", the key as written (not encoded): for messages and logs.
     `c` is accepted so callers need not change if messages come to name custom endpoints. */
-inline std::string object_uri(const config& c, std::string_view bucket, std::string_view key);
+CONVEYOR_DECL std::string object_uri(const config& c, std::string_view bucket, std::string_view key);
 
 } // namespace conveyor::s3
 
-#include <conveyor/s3/impl/config.hpp>
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/s3/impl/config.ipp>
+#endif
 
 #endif

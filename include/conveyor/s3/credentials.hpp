@@ -2,6 +2,8 @@
 #ifndef CONVEYOR_S3_CREDENTIALS_HPP
 #define CONVEYOR_S3_CREDENTIALS_HPP
 
+#include <conveyor/detail/config.hpp>
+
 #include <string>
 
 namespace conveyor::s3 {
@@ -21,15 +23,13 @@ struct credentials {
     bool anonymous() const noexcept { return access_key_id.empty(); }
 
     /// "access key AKIA…WXYZ from environment": the key id shortened, never the secret.
-    std::string describe() const
-    {
-        if (anonymous()) return "anonymous access" + (source.empty() ? std::string() : " (" + source + ")");
-        std::string id = access_key_id.size() > 8 ? access_key_id.substr(0, 4) + "..." + access_key_id.substr(access_key_id.size() - 4)
-                                                  : access_key_id;
-        return "access key " + id + (source.empty() ? std::string() : " from " + source);
-    }
+    CONVEYOR_DECL std::string describe() const;
 };
 
 } // namespace conveyor::s3
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/s3/impl/credentials.ipp>
+#endif
 
 #endif

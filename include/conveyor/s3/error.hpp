@@ -2,6 +2,8 @@
 #ifndef CONVEYOR_S3_ERROR_HPP
 #define CONVEYOR_S3_ERROR_HPP
 
+#include <conveyor/detail/config.hpp>
+
 #include <conveyor/core/error.hpp>
 
 #include <string>
@@ -37,40 +39,11 @@ enum class errc {
     upload_aborted,
 };
 
-namespace detail {
-class s3_category_impl final : public std::error_category {
-public:
-    const char* name() const noexcept override { return "conveyor.s3"; }
-    std::string message(int ev) const override
-    {
-        switch (static_cast<errc>(ev)) {
-        case errc::access_denied: return "access denied";
-        case errc::no_such_key: return "no such key";
-        case errc::no_such_bucket: return "no such bucket";
-        case errc::request_refused: return "request refused by the server";
-        case errc::server_error: return "server error";
-        case errc::throttled: return "throttled by the server (slow down)";
-        case errc::bad_reply: return "malformed reply from the server";
-        case errc::object_changed: return "object changed while being read";
-        case errc::upload_aborted: return "multipart upload aborted";
-        }
-        return "unknown conveyor.s3 error";
-    }
-};
-} // namespace detail
-
 /// The category of `conveyor::s3::errc`.
-inline const std::error_category& s3_category() noexcept
-{
-    static const detail::s3_category_impl cat;
-    return cat;
-}
+CONVEYOR_DECL const std::error_category& s3_category() noexcept;
 
 /// Makes a `std::error_code` from an S3 error value.
-inline std::error_code make_error_code(errc e) noexcept
-{
-    return {static_cast<int>(e), s3_category()};
-}
+CONVEYOR_DECL std::error_code make_error_code(errc e) noexcept;
 
 /** An S3 error reply: the HTTP status and what the XML body said.
 
@@ -87,33 +60,14 @@ struct reply_error {
     std::string resource;
 
     /// "HTTP 404 NoSuchKey: The specified key does not exist. (request id 4442587FB7D0A2F9)"
-    std::string describe() const
-    {
-        std::string s = "HTTP " + std::to_string(status);
-        if (!code.empty()) s += " " + code;
-        if (!message.empty()) s += ": " + message;
-        if (!request_id.empty()) s += " (request id " + request_id + ")";
-        return s;
-    }
+    CONVEYOR_DECL std::string describe() const;
 
     /// The `errc` this reply stands for.
-    std::error_code to_error_code() const
-    {
-        if (status == 403 || status == 401) return make_error_code(errc::access_denied);
-        if (status == 404) return make_error_code(code == "NoSuchBucket" ? errc::no_such_bucket : errc::no_such_key);
-        if (status == 412 && code == "PreconditionFailed") return make_error_code(errc::object_changed);
-        if (status == 503 || status == 429 || code == "SlowDown") return make_error_code(errc::throttled);
-        if (status >= 500) return make_error_code(errc::server_error);
-        return make_error_code(errc::request_refused);
-    }
+    CONVEYOR_DECL std::error_code to_error_code() const;
 
     /// Whether S3's advice is to try again: 500, 502, 503, 504, 429, and the 400s that
     /// only say the connection was slow (RequestTimeout) or the clock was off by a retry.
-    bool retryable() const noexcept
-    {
-        if (status == 500 || status == 502 || status == 503 || status == 504 || status == 429) return true;
-        return code == "RequestTimeout" || code == "SlowDown" || code == "InternalError";
-    }
+    CONVEYOR_DECL bool retryable() const noexcept;
 };
 
 /** The exception for a failed S3 request: a `conveyor::error` (code, stage "s3", the
@@ -138,5 +92,9 @@ private:
 
 template <>
 struct std::is_error_code_enum<conveyor::s3::errc> : std::true_type {};
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/s3/impl/error.ipp>
+#endif
 
 #endif

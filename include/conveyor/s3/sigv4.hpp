@@ -2,12 +2,10 @@
 #ifndef CONVEYOR_S3_SIGV4_HPP
 #define CONVEYOR_S3_SIGV4_HPP
 
+#include <conveyor/detail/config.hpp>
+
+#include <conveyor/core/error.hpp> // what signing throws
 #include <conveyor/s3/credentials.hpp>
-
-#include <boost/beast/http/fields.hpp>
-#include <boost/beast/http/verb.hpp>
-
-#include <openssl/types.h>
 
 #include <array>
 #include <chrono>
@@ -16,6 +14,16 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+// Declared here rather than included: Beast's header and OpenSSL's are for the definitions
+// (impl/sigv4.ipp) alone. These are the very declarations of Boost.Beast 1.81 and OpenSSL 3.
+namespace boost::beast::http {
+enum class verb;
+template <class Allocator>
+class basic_fields;
+using fields = basic_fields<std::allocator<char>>;
+} // namespace boost::beast::http
+struct evp_mac_ctx_st; // OpenSSL's EVP_MAC_CTX
 
 /* How a request is signed (AWS's "Signature Version 4"), in four steps:
 
@@ -35,14 +43,14 @@ namespace conveyor::s3 {
 inline constexpr std::string_view unsigned_payload = "UNSIGNED-PAYLOAD";
 
 /// The SHA-256 of `data` as 64 lowercase hex digits: the payload hash of a signed PUT.
-std::string sha256_hex(std::span<const std::byte> data);
+CONVEYOR_DECL std::string sha256_hex(std::span<const std::byte> data);
 
 /// The SHA-256 of the bytes of `data` as 64 lowercase hex digits.
-std::string sha256_hex(std::string_view data);
+CONVEYOR_DECL std::string sha256_hex(std::string_view data);
 
 namespace detail {
 struct mac_ctx_deleter {
-    void operator()(EVP_MAC_CTX* ctx) const noexcept;
+    CONVEYOR_DECL void operator()(evp_mac_ctx_st* ctx) const noexcept;
 };
 } // namespace detail
 
@@ -68,7 +76,7 @@ inline constexpr std::chrono::seconds max_presign_expiry{7 * 24 * 3600};
 class timestamp {
 public:
     /// The time `t`, truncated to the second.
-    explicit timestamp(std::chrono::system_clock::time_point t) noexcept;
+    CONVEYOR_DECL explicit timestamp(std::chrono::system_clock::time_point t) noexcept;
 
     /// "YYYYMMDDTHHMMSSZ".
     std::string_view amz_date() const noexcept { return {text_.data(), text_.size()}; }
@@ -86,7 +94,7 @@ private:
 
     @param date The day, "YYYYMMDD" (see `timestamp::date`).
 */
-std::string credential_scope(std::string_view date, std::string_view region, std::string_view service);
+CONVEYOR_DECL std::string credential_scope(std::string_view date, std::string_view region, std::string_view service);
 
 /** The key that signs one day's requests to one region and service.
 
@@ -110,9 +118,9 @@ public:
         @throws conveyor::error if OpenSSL cannot compute HMAC-SHA256 (its message never
                 holds the secret).
     */
-    signing_key(std::string_view secret_access_key, std::string_view date, std::string_view region,
+    CONVEYOR_DECL signing_key(std::string_view secret_access_key, std::string_view date, std::string_view region,
                 std::string_view service);
-    ~signing_key();
+    CONVEYOR_DECL ~signing_key();
     signing_key(const signing_key&) = delete;
     signing_key& operator=(const signing_key&) = delete;
 
@@ -128,17 +136,17 @@ public:
 
         @param out Receives the 64 lowercase hex digits.
     */
-    void sign(std::string_view string_to_sign, std::span<char, 64> out) const;
+    CONVEYOR_DECL void sign(std::string_view string_to_sign, std::span<char, 64> out) const;
 
     /// The signature of `string_to_sign`, as 64 lowercase hex digits.
-    std::string sign(std::string_view string_to_sign) const;
+    CONVEYOR_DECL std::string sign(std::string_view string_to_sign) const;
 
 private:
     std::array<unsigned char, 32> key_{};
     std::string scope_;
     // An HMAC context already keyed with key_: each signature starts from a copy of it,
     // which saves re-keying (two SHA-256 blocks) and OpenSSL's parameter lookups.
-    std::unique_ptr<EVP_MAC_CTX, detail::mac_ctx_deleter> keyed_;
+    std::unique_ptr<evp_mac_ctx_st, detail::mac_ctx_deleter> keyed_;
 };
 
 /// A header of the request to sign: its name in any case, its value as sent.
@@ -197,19 +205,19 @@ struct canonical_request {
 
     @throws std::bad_alloc only.
 */
-canonical_request make_canonical_request(const request& r);
+CONVEYOR_DECL canonical_request make_canonical_request(const request& r);
 
 /// The same, appending to `text` and `signed_headers` (which callers may reuse).
-void write_canonical_request(const request& r, std::string& text, std::string& signed_headers);
+CONVEYOR_DECL void write_canonical_request(const request& r, std::string& text, std::string& signed_headers);
 
 /// The canonical URI of `path` (see `request::path` and `request::normalize_path`).
-std::string canonical_uri(std::string_view path, bool normalize_path = false);
+CONVEYOR_DECL std::string canonical_uri(std::string_view path, bool normalize_path = false);
 
 /// The canonical query of `query` (see `request::query`).
-std::string canonical_query(std::string_view query);
+CONVEYOR_DECL std::string canonical_query(std::string_view query);
 
 /// The signed-headers list of `headers`: what `canonical_request::signed_headers` will be.
-std::string signed_header_names(std::span<const header> headers);
+CONVEYOR_DECL std::string signed_header_names(std::span<const header> headers);
 
 /** The string to sign:
     "AWS4-HMAC-SHA256\n" amz_date "\n" scope "\n" hex(SHA-256(canonical_request)).
@@ -218,11 +226,11 @@ std::string signed_header_names(std::span<const header> headers);
     @param scope The credential scope (see `credential_scope`).
     @param canonical_request The canonical request's text.
 */
-std::string string_to_sign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request);
+CONVEYOR_DECL std::string string_to_sign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request);
 
 /** The Authorization header's value:
     "AWS4-HMAC-SHA256 Credential=<id>/<scope>, SignedHeaders=<list>, Signature=<hex>". */
-std::string authorization(std::string_view access_key_id, std::string_view scope, std::string_view signed_headers,
+CONVEYOR_DECL std::string authorization(std::string_view access_key_id, std::string_view scope, std::string_view signed_headers,
                           std::string_view signature);
 
 /** The query parameters a presigned URL carries before its signature, percent-encoded and
@@ -232,7 +240,7 @@ std::string authorization(std::string_view access_key_id, std::string_view scope
     Append them to the request's query, build the canonical request over the whole query,
     then append "&X-Amz-Signature=" and the signature.
 */
-std::string presign_parameters(std::string_view access_key_id, std::string_view scope, std::string_view amz_date,
+CONVEYOR_DECL std::string presign_parameters(std::string_view access_key_id, std::string_view scope, std::string_view amz_date,
                                std::chrono::seconds expires, std::string_view signed_headers,
                                std::string_view session_token = {});
 
@@ -265,7 +273,7 @@ public:
                accept "us-east-1").
         @param service The service name in the credential scope.
     */
-    signer(credentials c, std::string region, std::string service = "s3");
+    CONVEYOR_DECL signer(credentials c, std::string region, std::string service = "s3");
 
     signer(const signer&) = default;
     signer& operator=(const signer&) = default;
@@ -296,7 +304,7 @@ public:
         @throws conveyor::error (`std::errc::invalid_argument`) when there is no Host
                 header; conveyor::error if OpenSSL fails.
     */
-    void sign(boost::beast::http::verb method, std::string_view target, boost::beast::http::fields& headers,
+    CONVEYOR_DECL void sign(boost::beast::http::verb method, std::string_view target, boost::beast::http::fields& headers,
               std::string_view payload_hash = unsigned_payload,
               std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) const;
 
@@ -313,18 +321,18 @@ public:
         @throws conveyor::error (`std::errc::invalid_argument`) when `expires` is out of
                 range; conveyor::error if OpenSSL fails.
     */
-    std::string presign(boost::beast::http::verb method, std::string_view target, std::string_view host,
+    CONVEYOR_DECL std::string presign(boost::beast::http::verb method, std::string_view target, std::string_view host,
                         std::chrono::seconds expires,
                         std::chrono::system_clock::time_point now = std::chrono::system_clock::now()) const;
 
     /** The signing key for the day of `t`, from the cache or freshly derived (and then
         cached). The same day gives the same key object while it stays cached. */
-    std::shared_ptr<const sigv4::signing_key> key_for(std::chrono::system_clock::time_point t) const;
+    CONVEYOR_DECL std::shared_ptr<const sigv4::signing_key> key_for(std::chrono::system_clock::time_point t) const;
 
 private:
     struct key_cache;
 
-    std::shared_ptr<const sigv4::signing_key> key_for_day(const sigv4::timestamp& ts) const;
+    CONVEYOR_DECL std::shared_ptr<const sigv4::signing_key> key_for_day(const sigv4::timestamp& ts) const;
 
     credentials creds_;
     std::string region_;
@@ -335,6 +343,8 @@ private:
 
 } // namespace conveyor::s3
 
-#include "impl/sigv4.hpp"
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/s3/impl/sigv4.ipp>
+#endif
 
 #endif

@@ -10,8 +10,13 @@
 // One line per impl/*.ipp file of the module, e.g. #include <conveyor/s3/impl/x.ipp>
 #include <conveyor/s3/detail/impl/xml.ipp>
 #include <conveyor/s3/impl/client.ipp>
+#include <conveyor/s3/impl/config.ipp>
+#include <conveyor/s3/impl/credentials.ipp>
+#include <conveyor/s3/impl/error.ipp>
 #include <conveyor/s3/impl/execute.ipp>
 #include <conveyor/s3/impl/list.ipp>
+#include <conveyor/s3/impl/sigv4.ipp>
+#include <conveyor/s3/impl/source.ipp>
 #include <conveyor/s3/impl/transfer.ipp>
 
 #endif

@@ -1,10 +1,12 @@
-// conveyor/s3/impl/config.hpp — definitions for conveyor/s3/config.hpp: the credentials
+// conveyor/s3/impl/config.ipp — definitions for conveyor/s3/config.hpp: the credentials
 // chain, the shared AWS files' INI dialect, the JSON credentials file, addressing and
 // percent-encoding.
-#ifndef CONVEYOR_S3_IMPL_CONFIG_HPP
-#define CONVEYOR_S3_IMPL_CONFIG_HPP
+#ifndef CONVEYOR_S3_IMPL_CONFIG_IPP
+#define CONVEYOR_S3_IMPL_CONFIG_IPP
 
 #include <conveyor/s3/config.hpp>
+
+#include <conveyor/core/error.hpp>
 
 #include <boost/json/kind.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -35,12 +37,12 @@ namespace detail {
 // Errors. Messages name files, lines, variables and keys, never values read from a file
 // or a variable that could hold a secret.
 
-[[noreturn]] inline void throw_config_error(std::error_code ec, std::string where, std::string detail)
+[[noreturn]] CONVEYOR_DECL void throw_config_error(std::error_code ec, std::string where, std::string detail)
 {
     throw conveyor::error(ec, {.stage = "s3", .key = "", .where = std::move(where), .offset = -1, .detail = std::move(detail)});
 }
 
-[[noreturn]] inline void throw_invalid(std::string where, std::string detail)
+[[noreturn]] CONVEYOR_DECL void throw_invalid(std::string where, std::string detail)
 {
     throw_config_error(std::make_error_code(std::errc::invalid_argument), std::move(where), std::move(detail));
 }
@@ -48,16 +50,16 @@ namespace detail {
 // ---------------------------------------------------------------------------------------
 // Small text helpers.
 
-inline bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+CONVEYOR_DECL bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 
-inline std::string_view trim(std::string_view s) noexcept
+CONVEYOR_DECL std::string_view trim(std::string_view s) noexcept
 {
     while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
     while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
     return s;
 }
 
-inline std::string lower(std::string_view s)
+CONVEYOR_DECL std::string lower(std::string_view s)
 {
     std::string out(s);
     for (auto& c : out)
@@ -65,7 +67,7 @@ inline std::string lower(std::string_view s)
     return out;
 }
 
-inline bool iequals(std::string_view a, std::string_view b) noexcept
+CONVEYOR_DECL bool iequals(std::string_view a, std::string_view b) noexcept
 {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -78,14 +80,14 @@ inline bool iequals(std::string_view a, std::string_view b) noexcept
 }
 
 /// The environment variable `name`; "" when unset (empty counts as unset, as in the SDKs).
-inline std::string env(const char* name)
+CONVEYOR_DECL std::string env(const char* name)
 {
     const char* v = std::getenv(name);
     return v ? std::string(v) : std::string();
 }
 
 /// "~/x" → "$HOME/x", as the SDKs do for the file variables.
-inline std::string expand_home(std::string p)
+CONVEYOR_DECL std::string expand_home(std::string p)
 {
     if (p == "~" || p.starts_with("~/")) {
         const auto home = env("HOME");
@@ -96,7 +98,7 @@ inline std::string expand_home(std::string p)
 
 /** Reads the whole of `path` into `out`. False when it does not exist; throws when it
     exists but cannot be read (a directory, no permission). `what` names it in errors. */
-inline bool read_text_file(const std::string& path, std::string& out, const char* what)
+CONVEYOR_DECL bool read_text_file(const std::string& path, std::string& out, const char* what)
 {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -149,7 +151,7 @@ struct ini_file {
 };
 
 /// `v` (text after '=') without an inline comment, trimmed.
-inline std::string_view strip_inline_comment(std::string_view v) noexcept
+CONVEYOR_DECL std::string_view strip_inline_comment(std::string_view v) noexcept
 {
     for (std::size_t i = 1; i < v.size(); ++i)
         if ((v[i] == '#' || v[i] == ';') && (v[i - 1] == ' ' || v[i - 1] == '\t')) {
@@ -161,7 +163,7 @@ inline std::string_view strip_inline_comment(std::string_view v) noexcept
 
 /// Parses `text` read from `path`. Errors name the file and line, never the line's text
 /// (it may hold a secret).
-inline ini_file parse_ini(std::string path, std::string_view text)
+CONVEYOR_DECL ini_file parse_ini(std::string path, std::string_view text)
 {
     ini_file f;
     f.path = std::move(path);
@@ -229,7 +231,7 @@ inline ini_file parse_ini(std::string path, std::string_view text)
 
 /// Reads and parses the INI file at `path`; `exists` is false (and nothing parsed) when
 /// there is no such file or no path.
-inline ini_file load_ini(const std::string& path, const char* what)
+CONVEYOR_DECL ini_file load_ini(const std::string& path, const char* what)
 {
     std::string text;
     if (path.empty() || !read_text_file(path, text, what)) {
@@ -352,7 +354,7 @@ struct json_credentials {
 };
 
 /// "a number", "an array"...: what a JSON value is, in words (never the value itself).
-inline std::string_view json_kind_name(boost::json::kind k) noexcept
+CONVEYOR_DECL std::string_view json_kind_name(boost::json::kind k) noexcept
 {
     switch (k) {
     case boost::json::kind::null: return "null";
@@ -367,7 +369,7 @@ inline std::string_view json_kind_name(boost::json::kind k) noexcept
     return "a JSON value";
 }
 
-inline json_credentials read_json_credentials(const std::string& path)
+CONVEYOR_DECL json_credentials read_json_credentials(const std::string& path)
 {
     std::string text;
     if (!read_text_file(path, text, "credentials file"))
@@ -408,7 +410,7 @@ inline json_credentials read_json_credentials(const std::string& path)
 // The chain's other steps.
 
 /// Explicit credentials must be a whole pair, or nothing (anonymous).
-inline credentials checked_explicit(credentials c)
+CONVEYOR_DECL credentials checked_explicit(credentials c)
 {
     if (c.access_key_id.empty() != c.secret_access_key.empty())
         throw_invalid("", c.access_key_id.empty() ? "explicit credentials have a secret access key but no access key id"
@@ -417,7 +419,7 @@ inline credentials checked_explicit(credentials c)
     return c;
 }
 
-inline std::optional<credentials> environment_credentials()
+CONVEYOR_DECL std::optional<credentials> environment_credentials()
 {
     credentials c;
     c.access_key_id = env("AWS_ACCESS_KEY_ID");
@@ -430,7 +432,7 @@ inline std::optional<credentials> environment_credentials()
     return c;
 }
 
-inline credentials profile_credentials(profile_source& p)
+CONVEYOR_DECL credentials profile_credentials(profile_source& p)
 {
     auto id = p.get("aws_access_key_id");
     auto secret = p.get("aws_secret_access_key");
@@ -460,7 +462,7 @@ inline credentials profile_credentials(profile_source& p)
     return c;
 }
 
-inline void check_region(const std::string& region, const std::string& where)
+CONVEYOR_DECL void check_region(const std::string& region, const std::string& where)
 {
     // The region goes into host names and the signature's scope.
     const bool ok = !region.empty() && region.size() <= 64 && region.find_first_not_of(
@@ -470,7 +472,7 @@ inline void check_region(const std::string& region, const std::string& where)
 
 /// Parses an endpoint URL; an error names where it came from, and the URL as
 /// `http::parse_endpoint` shows it (without anything that could be user-info).
-inline http::endpoint checked_endpoint(const std::string& url, const std::string& where, const std::string& prefix)
+CONVEYOR_DECL http::endpoint checked_endpoint(const std::string& url, const std::string& where, const std::string& prefix)
 {
     try {
         return http::parse_endpoint(url);
@@ -480,7 +482,7 @@ inline http::endpoint checked_endpoint(const std::string& url, const std::string
     }
 }
 
-inline bool is_aws_host(std::string_view host)
+CONVEYOR_DECL bool is_aws_host(std::string_view host)
 {
     const auto h = lower(host);
     for (std::string_view suffix : {"amazonaws.com", "amazonaws.com.cn"})
@@ -489,12 +491,12 @@ inline bool is_aws_host(std::string_view host)
     return false;
 }
 
-inline bool is_ip_literal(std::string_view host) noexcept
+CONVEYOR_DECL bool is_ip_literal(std::string_view host) noexcept
 {
     return host.find(':') != std::string_view::npos || host.find_first_not_of("0123456789.") == std::string_view::npos;
 }
 
-inline bool is_bucket_name(std::string_view bucket) noexcept
+CONVEYOR_DECL bool is_bucket_name(std::string_view bucket) noexcept
 {
     // S3's rules, relaxed as Ceph and old us-east-1 buckets allow (uppercase, '_', 255).
     return !bucket.empty() && bucket.size() <= 255 &&
@@ -503,7 +505,7 @@ inline bool is_bucket_name(std::string_view bucket) noexcept
 }
 
 /// A name that can be the first labels of a host name (a DNS name S3 maps back to it).
-inline bool is_host_labels(std::string_view s) noexcept
+CONVEYOR_DECL bool is_host_labels(std::string_view s) noexcept
 {
     if (s.empty() || s.size() > 63 * 4) return false;
     std::size_t start = 0;
@@ -523,7 +525,7 @@ inline constexpr boost::urls::grammar::lut_chars path_chars = boost::urls::unres
 
 } // namespace detail
 
-inline std::string_view to_string(addressing a) noexcept
+CONVEYOR_DECL std::string_view to_string(addressing a) noexcept
 {
     switch (a) {
     case addressing::automatic: return "automatic";
@@ -533,7 +535,7 @@ inline std::string_view to_string(addressing a) noexcept
     return "unknown";
 }
 
-inline std::string config::describe() const
+CONVEYOR_DECL std::string config::describe() const
 {
     std::string s = "S3 endpoint " + endpoint.url() + (aws_endpoint ? " (AWS)" : " (custom)") + ", region " + region + ", ";
     switch (style) {
@@ -547,7 +549,7 @@ inline std::string config::describe() const
     return s + ", " + creds.describe();
 }
 
-inline config resolve_config(const config_options& o)
+CONVEYOR_DECL config resolve_config(const config_options& o)
 {
     config c;
     detail::profile_source profile(o.profile);
@@ -616,7 +618,7 @@ inline config resolve_config(const config_options& o)
     return c;
 }
 
-inline object_url parse_s3_url(std::string_view url)
+CONVEYOR_DECL object_url parse_s3_url(std::string_view url)
 {
     auto fail = [&](const char* why) { detail::throw_invalid(conveyor::detail::redact_userinfo(url), why); };
     if (url.size() < 5 || !detail::iequals(url.substr(0, 5), "s3://")) fail("not an s3:// URL (expected s3://bucket/key)");
@@ -630,7 +632,7 @@ inline object_url parse_s3_url(std::string_view url)
     return u;
 }
 
-inline bool virtual_hostable(std::string_view bucket, bool tls) noexcept
+CONVEYOR_DECL bool virtual_hostable(std::string_view bucket, bool tls) noexcept
 {
     if (bucket.size() < 3 || bucket.size() > 63) return false;
     if (tls && bucket.find('.') != std::string_view::npos) return false;
@@ -639,17 +641,17 @@ inline bool virtual_hostable(std::string_view bucket, bool tls) noexcept
     return bucket.find_first_not_of("0123456789.") != std::string_view::npos;
 }
 
-inline std::string encode_key(std::string_view key)
+CONVEYOR_DECL std::string encode_key(std::string_view key)
 {
     return boost::urls::encode(key, detail::path_chars);
 }
 
-inline std::string encode_query(std::string_view value)
+CONVEYOR_DECL std::string encode_query(std::string_view value)
 {
     return boost::urls::encode(value, boost::urls::unreserved_chars);
 }
 
-inline request_target target_for(const config& c, std::string_view bucket, std::string_view key)
+CONVEYOR_DECL request_target target_for(const config& c, std::string_view bucket, std::string_view key)
 {
     request_target t;
     t.endpoint = c.endpoint;
@@ -683,7 +685,7 @@ inline request_target target_for(const config& c, std::string_view bucket, std::
     return t;
 }
 
-inline std::string object_uri(const config& /*c*/, std::string_view bucket, std::string_view key)
+CONVEYOR_DECL std::string object_uri(const config& /*c*/, std::string_view bucket, std::string_view key)
 {
     return "s3://" + std::string(bucket) + "/" + std::string(key);
 }

@@ -1,11 +1,15 @@
-// conveyor/s3/impl/sigv4.hpp — definitions for conveyor/s3/sigv4.hpp.
-#ifndef CONVEYOR_S3_IMPL_SIGV4_HPP
-#define CONVEYOR_S3_IMPL_SIGV4_HPP
+// conveyor/s3/impl/sigv4.ipp — definitions for conveyor/s3/sigv4.hpp.
+#ifndef CONVEYOR_S3_IMPL_SIGV4_IPP
+#define CONVEYOR_S3_IMPL_SIGV4_IPP
+
+#include <conveyor/s3/sigv4.hpp>
 
 #include <conveyor/core/error.hpp>
 
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
+#include <boost/beast/http/fields.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <boost/container/small_vector.hpp>
 #include <boost/url/encode.hpp>
 #include <boost/url/grammar/hexdig_chars.hpp>
@@ -30,13 +34,13 @@ namespace conveyor::s3 {
 namespace detail {
 
 /// Throws the signer's `conveyor::error`. `why` must never hold a secret.
-[[noreturn]] inline void throw_signer_error(std::errc code, std::string why)
+[[noreturn]] CONVEYOR_DECL void throw_signer_error(std::errc code, std::string why)
 {
     throw conveyor::error(std::make_error_code(code), {.stage = "s3 signer", .detail = std::move(why)});
 }
 
 /// Throws for a failed OpenSSL call, with OpenSSL's reason (which holds no key material).
-[[noreturn]] inline void throw_openssl_error(const char* what)
+[[noreturn]] CONVEYOR_DECL void throw_openssl_error(const char* what)
 {
     char reason[256] = "no reason given";
     if (const unsigned long e = ERR_peek_last_error(); e != 0) ERR_error_string_n(e, reason, sizeof reason);
@@ -47,7 +51,7 @@ namespace detail {
 // OpenSSL 3 looks algorithms up by name on every implicit use (EVP_sha256(), HMAC()); that
 // lookup costs more than hashing a canonical request. Both are fetched once and held for
 // the life of the process.
-inline const EVP_MD* sha256_md()
+CONVEYOR_DECL const EVP_MD* sha256_md()
 {
     static EVP_MD* const md = [] {
         EVP_MD* m = EVP_MD_fetch(nullptr, "SHA256", nullptr);
@@ -57,7 +61,7 @@ inline const EVP_MD* sha256_md()
     return md;
 }
 
-inline EVP_MAC* hmac_mac()
+CONVEYOR_DECL EVP_MAC* hmac_mac()
 {
     static EVP_MAC* const mac = [] {
         EVP_MAC* m = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
@@ -67,12 +71,12 @@ inline EVP_MAC* hmac_mac()
     return mac;
 }
 
-inline void mac_ctx_deleter::operator()(EVP_MAC_CTX* ctx) const noexcept { EVP_MAC_CTX_free(ctx); }
+CONVEYOR_DECL void mac_ctx_deleter::operator()(evp_mac_ctx_st* ctx) const noexcept { EVP_MAC_CTX_free(ctx); }
 
 using mac_ctx_ptr = std::unique_ptr<EVP_MAC_CTX, mac_ctx_deleter>;
 
 /// A new HMAC-SHA256 context keyed with `key`.
-inline mac_ctx_ptr make_hmac(const void* key, std::size_t size)
+CONVEYOR_DECL mac_ctx_ptr make_hmac(const void* key, std::size_t size)
 {
     mac_ctx_ptr ctx(EVP_MAC_CTX_new(hmac_mac()));
     if (!ctx) throw_openssl_error("creating an HMAC context");
@@ -86,7 +90,7 @@ inline mac_ctx_ptr make_hmac(const void* key, std::size_t size)
 }
 
 /// Feeds `data` to `ctx` and writes the 32-byte MAC to `out`.
-inline void finish_hmac(EVP_MAC_CTX* ctx, std::string_view data, unsigned char* out)
+CONVEYOR_DECL void finish_hmac(EVP_MAC_CTX* ctx, std::string_view data, unsigned char* out)
 {
     std::size_t n = 0;
     if (EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(data.data()), data.size()) != 1 ||
@@ -95,21 +99,21 @@ inline void finish_hmac(EVP_MAC_CTX* ctx, std::string_view data, unsigned char* 
 }
 
 /// out = HMAC-SHA256(key, data).
-inline void hmac_sha256(const void* key, std::size_t key_size, std::string_view data, unsigned char* out)
+CONVEYOR_DECL void hmac_sha256(const void* key, std::size_t key_size, std::string_view data, unsigned char* out)
 {
     auto ctx = make_hmac(key, key_size);
     finish_hmac(ctx.get(), data, out);
 }
 
 /// out = SHA-256(data).
-inline void sha256(const void* data, std::size_t size, unsigned char* out)
+CONVEYOR_DECL void sha256(const void* data, std::size_t size, unsigned char* out)
 {
     unsigned int n = 0;
     if (EVP_Digest(data, size, out, &n, sha256_md(), nullptr) != 1 || n != 32) throw_openssl_error("computing SHA-256");
 }
 
 /// Writes `size` bytes as 2 * `size` lowercase hex digits.
-inline void to_hex(const unsigned char* in, std::size_t size, char* out) noexcept
+CONVEYOR_DECL void to_hex(const unsigned char* in, std::size_t size, char* out) noexcept
 {
     constexpr char digits[] = "0123456789abcdef";
     for (std::size_t i = 0; i < size; ++i) {
@@ -118,12 +122,12 @@ inline void to_hex(const unsigned char* in, std::size_t size, char* out) noexcep
     }
 }
 
-inline char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+CONVEYOR_DECL char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
-inline bool ascii_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+CONVEYOR_DECL bool ascii_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 /// Case-insensitive (ASCII) ordering of header names: the order of their lower-case forms.
-inline bool iless(std::string_view a, std::string_view b) noexcept
+CONVEYOR_DECL bool iless(std::string_view a, std::string_view b) noexcept
 {
     const std::size_t n = std::min(a.size(), b.size());
     for (std::size_t i = 0; i < n; ++i) {
@@ -134,7 +138,7 @@ inline bool iless(std::string_view a, std::string_view b) noexcept
     return a.size() < b.size();
 }
 
-inline void append_lower(std::string& out, std::string_view s)
+CONVEYOR_DECL void append_lower(std::string& out, std::string_view s)
 {
     const std::size_t at = out.size();
     out.resize(at + s.size());
@@ -143,7 +147,7 @@ inline void append_lower(std::string& out, std::string_view s)
 
 /// Appends `s` percent-encoded: every byte outside `keep` (which must not hold '%') as
 /// %XX, upper-case hex.
-inline void append_encoded(std::string& out, std::string_view s, const boost::urls::grammar::lut_chars& keep)
+CONVEYOR_DECL void append_encoded(std::string& out, std::string_view s, const boost::urls::grammar::lut_chars& keep)
 {
     const std::size_t n = boost::urls::encoded_size(s, keep);
     const std::size_t at = out.size();
@@ -153,10 +157,10 @@ inline void append_encoded(std::string& out, std::string_view s, const boost::ur
 
 /// Appends `s` percent-encoded the SigV4 way: all but RFC 3986's unreserved characters
 /// (A-Z a-z 0-9 - . _ ~).
-inline void append_encoded(std::string& out, std::string_view s) { append_encoded(out, s, boost::urls::unreserved_chars); }
+CONVEYOR_DECL void append_encoded(std::string& out, std::string_view s) { append_encoded(out, s, boost::urls::unreserved_chars); }
 
 /// Whether `s[i]` starts a valid escape ("%" and two hex digits).
-inline bool escape_at(std::string_view s, std::size_t i) noexcept
+CONVEYOR_DECL bool escape_at(std::string_view s, std::size_t i) noexcept
 {
     const auto& hex = boost::urls::grammar::hexdig_chars;
     return i + 2 < s.size() && s[i] == '%' && hex(s[i + 1]) && hex(s[i + 2]);
@@ -166,7 +170,7 @@ inline bool escape_at(std::string_view s, std::size_t i) noexcept
 /// pchar and '/') stay exactly as they are; only bytes no path may hold (space, controls,
 /// non-ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}', a '%' that starts no escape) are
 /// encoded, as any client must encode them to send them at all.
-inline void append_path_as_sent(std::string& out, std::string_view path)
+CONVEYOR_DECL void append_path_as_sent(std::string& out, std::string_view path)
 {
     static constexpr boost::urls::grammar::lut_chars sendable = boost::urls::pchars + '/';
     std::size_t from = 0;
@@ -181,7 +185,7 @@ inline void append_path_as_sent(std::string& out, std::string_view path)
 }
 
 /// Appends `s`, whose escapes are all valid, decoded and encoded again the SigV4 way.
-inline void append_reencoded_valid(std::string& out, std::string_view s, std::string& scratch)
+CONVEYOR_DECL void append_reencoded_valid(std::string& out, std::string_view s, std::string& scratch)
 {
     if (s.find('%') == std::string_view::npos) return append_encoded(out, s);
     const auto pct = boost::urls::make_pct_string_view(s);
@@ -193,7 +197,7 @@ inline void append_reencoded_valid(std::string& out, std::string_view s, std::st
 
 /// Appends the canonical form of one query component: its escapes decoded, then encoded
 /// the SigV4 way. A '%' that does not start an escape is a literal '%'.
-inline void append_reencoded(std::string& out, std::string_view s, std::string& scratch)
+CONVEYOR_DECL void append_reencoded(std::string& out, std::string_view s, std::string& scratch)
 {
     std::size_t from = 0;
     for (std::size_t i = s.find('%'); i != std::string_view::npos; i = s.find('%', i + 1)) {
@@ -206,7 +210,7 @@ inline void append_reencoded(std::string& out, std::string_view s, std::string& 
 }
 
 /// Appends the canonical URI of `path`.
-inline void append_canonical_uri(std::string& out, std::string_view path, bool normalize)
+CONVEYOR_DECL void append_canonical_uri(std::string& out, std::string_view path, bool normalize)
 {
     if (path.empty()) {
         out += '/';
@@ -238,7 +242,7 @@ inline void append_canonical_uri(std::string& out, std::string_view path, bool n
 }
 
 /// Appends the canonical query of `query`.
-inline void append_canonical_query(std::string& out, std::string_view query, std::string& scratch)
+CONVEYOR_DECL void append_canonical_query(std::string& out, std::string_view query, std::string& scratch)
 {
     if (query.empty()) return;
     // Each parameter is canonicalised into `encoded` ("name" then "value", back to back);
@@ -280,7 +284,7 @@ inline void append_canonical_query(std::string& out, std::string_view query, std
 
 /// `headers`' addresses, sorted by lower-case name, then by position (so that values of a
 /// repeated name keep their order).
-inline auto sorted_headers(std::span<const sigv4::header> headers)
+CONVEYOR_DECL auto sorted_headers(std::span<const sigv4::header> headers)
 {
     boost::container::small_vector<const sigv4::header*, 16> sorted;
     sorted.reserve(headers.size());
@@ -293,10 +297,10 @@ inline auto sorted_headers(std::span<const sigv4::header> headers)
     return sorted;
 }
 
-inline bool same_name(std::string_view a, std::string_view b) noexcept { return boost::beast::iequals(a, b); }
+CONVEYOR_DECL bool same_name(std::string_view a, std::string_view b) noexcept { return boost::beast::iequals(a, b); }
 
 /// Appends a header value trimmed, with each inner run of white space made one space.
-inline void append_canonical_value(std::string& out, std::string_view v)
+CONVEYOR_DECL void append_canonical_value(std::string& out, std::string_view v)
 {
     // Word by word: most values are one word, appended at once.
     bool first = true;
@@ -312,7 +316,7 @@ inline void append_canonical_value(std::string& out, std::string_view v)
 }
 
 /// Whether `s3::signer` signs a header of this name.
-inline bool s3_signs(std::string_view name) noexcept
+CONVEYOR_DECL bool s3_signs(std::string_view name) noexcept
 {
     return same_name(name, "host") || same_name(name, "range") || same_name(name, "content-type") ||
            same_name(name, "content-md5") || (name.size() > 6 && same_name(name.substr(0, 6), "x-amz-"));
@@ -320,7 +324,7 @@ inline bool s3_signs(std::string_view name) noexcept
 
 } // namespace detail
 
-inline std::string sha256_hex(std::span<const std::byte> data)
+CONVEYOR_DECL std::string sha256_hex(std::span<const std::byte> data)
 {
     unsigned char digest[32];
     detail::sha256(data.data(), data.size(), digest);
@@ -329,11 +333,11 @@ inline std::string sha256_hex(std::span<const std::byte> data)
     return hex;
 }
 
-inline std::string sha256_hex(std::string_view data) { return sha256_hex(std::as_bytes(std::span(data.data(), data.size()))); }
+CONVEYOR_DECL std::string sha256_hex(std::string_view data) { return sha256_hex(std::as_bytes(std::span(data.data(), data.size()))); }
 
 namespace sigv4 {
 
-inline timestamp::timestamp(std::chrono::system_clock::time_point t) noexcept
+CONVEYOR_DECL timestamp::timestamp(std::chrono::system_clock::time_point t) noexcept
 {
     using namespace std::chrono;
     const auto secs = floor<seconds>(t);
@@ -353,7 +357,7 @@ inline timestamp::timestamp(std::chrono::system_clock::time_point t) noexcept
     text_[15] = 'Z';
 }
 
-inline std::string credential_scope(std::string_view date, std::string_view region, std::string_view service)
+CONVEYOR_DECL std::string credential_scope(std::string_view date, std::string_view region, std::string_view service)
 {
     std::string s;
     s.reserve(date.size() + region.size() + service.size() + 16);
@@ -366,7 +370,7 @@ inline std::string credential_scope(std::string_view date, std::string_view regi
     return s;
 }
 
-inline signing_key::signing_key(std::string_view secret_access_key, std::string_view date, std::string_view region,
+CONVEYOR_DECL signing_key::signing_key(std::string_view secret_access_key, std::string_view date, std::string_view region,
                                 std::string_view service)
     : scope_(credential_scope(date, region, service))
 {
@@ -395,9 +399,9 @@ inline signing_key::signing_key(std::string_view secret_access_key, std::string_
     keyed_ = detail::make_hmac(key_.data(), key_.size());
 }
 
-inline signing_key::~signing_key() { OPENSSL_cleanse(key_.data(), key_.size()); }
+CONVEYOR_DECL signing_key::~signing_key() { OPENSSL_cleanse(key_.data(), key_.size()); }
 
-inline void signing_key::sign(std::string_view string_to_sign, std::span<char, 64> out) const
+CONVEYOR_DECL void signing_key::sign(std::string_view string_to_sign, std::span<char, 64> out) const
 {
     // A copy of the keyed context: the shared one is only read, so threads may sign at once.
     detail::mac_ctx_ptr ctx(EVP_MAC_CTX_dup(keyed_.get()));
@@ -407,14 +411,14 @@ inline void signing_key::sign(std::string_view string_to_sign, std::span<char, 6
     detail::to_hex(mac, 32, out.data());
 }
 
-inline std::string signing_key::sign(std::string_view string_to_sign) const
+CONVEYOR_DECL std::string signing_key::sign(std::string_view string_to_sign) const
 {
     std::string hex(64, '\0');
     sign(string_to_sign, std::span<char, 64>(hex.data(), 64));
     return hex;
 }
 
-inline std::string signed_header_names(std::span<const header> headers)
+CONVEYOR_DECL std::string signed_header_names(std::span<const header> headers)
 {
     std::string out;
     std::string_view last;
@@ -427,7 +431,7 @@ inline std::string signed_header_names(std::span<const header> headers)
     return out;
 }
 
-inline void write_canonical_request(const request& r, std::string& text, std::string& signed_headers)
+CONVEYOR_DECL void write_canonical_request(const request& r, std::string& text, std::string& signed_headers)
 {
     std::string scratch;
     text += r.method;
@@ -457,7 +461,7 @@ inline void write_canonical_request(const request& r, std::string& text, std::st
     text += r.payload_hash;
 }
 
-inline canonical_request make_canonical_request(const request& r)
+CONVEYOR_DECL canonical_request make_canonical_request(const request& r)
 {
     canonical_request c;
     c.text.reserve(256 + r.path.size() + r.query.size() + 64 * r.headers.size());
@@ -465,21 +469,21 @@ inline canonical_request make_canonical_request(const request& r)
     return c;
 }
 
-inline std::string canonical_uri(std::string_view path, bool normalize_path)
+CONVEYOR_DECL std::string canonical_uri(std::string_view path, bool normalize_path)
 {
     std::string out;
     detail::append_canonical_uri(out, path, normalize_path);
     return out;
 }
 
-inline std::string canonical_query(std::string_view query)
+CONVEYOR_DECL std::string canonical_query(std::string_view query)
 {
     std::string out, scratch;
     detail::append_canonical_query(out, query, scratch);
     return out;
 }
 
-inline std::string string_to_sign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request)
+CONVEYOR_DECL std::string string_to_sign(std::string_view amz_date, std::string_view scope, std::string_view canonical_request)
 {
     unsigned char digest[32];
     detail::sha256(canonical_request.data(), canonical_request.size(), digest);
@@ -497,7 +501,7 @@ inline std::string string_to_sign(std::string_view amz_date, std::string_view sc
     return s;
 }
 
-inline std::string authorization(std::string_view access_key_id, std::string_view scope, std::string_view signed_headers,
+CONVEYOR_DECL std::string authorization(std::string_view access_key_id, std::string_view scope, std::string_view signed_headers,
                                  std::string_view signature)
 {
     std::string a;
@@ -514,7 +518,7 @@ inline std::string authorization(std::string_view access_key_id, std::string_vie
     return a;
 }
 
-inline std::string presign_parameters(std::string_view access_key_id, std::string_view scope, std::string_view amz_date,
+CONVEYOR_DECL std::string presign_parameters(std::string_view access_key_id, std::string_view scope, std::string_view amz_date,
                                       std::chrono::seconds expires, std::string_view signed_headers,
                                       std::string_view session_token)
 {
@@ -547,7 +551,7 @@ struct signer::key_cache {
     std::array<std::shared_ptr<const sigv4::signing_key>, 2> keys;
 };
 
-inline signer::signer(credentials c, std::string region, std::string service)
+CONVEYOR_DECL signer::signer(credentials c, std::string region, std::string service)
     : creds_(std::move(c)), region_(std::move(region)), service_(std::move(service)),
       normalize_path_(!std::string_view(service_).starts_with("s3")), cache_(std::make_shared<key_cache>())
 {
@@ -563,7 +567,7 @@ inline signer::signer(credentials c, std::string region, std::string service)
     check("service", service_);
 }
 
-inline std::shared_ptr<const sigv4::signing_key> signer::key_for_day(const sigv4::timestamp& ts) const
+CONVEYOR_DECL std::shared_ptr<const sigv4::signing_key> signer::key_for_day(const sigv4::timestamp& ts) const
 {
     const std::string_view date = ts.date();
     {
@@ -582,12 +586,12 @@ inline std::shared_ptr<const sigv4::signing_key> signer::key_for_day(const sigv4
     return fresh;
 }
 
-inline std::shared_ptr<const sigv4::signing_key> signer::key_for(std::chrono::system_clock::time_point t) const
+CONVEYOR_DECL std::shared_ptr<const sigv4::signing_key> signer::key_for(std::chrono::system_clock::time_point t) const
 {
     return key_for_day(sigv4::timestamp(t));
 }
 
-inline void signer::sign(boost::beast::http::verb method, std::string_view target, boost::beast::http::fields& headers,
+CONVEYOR_DECL void signer::sign(boost::beast::http::verb method, std::string_view target, boost::beast::http::fields& headers,
                          std::string_view payload_hash, std::chrono::system_clock::time_point now) const
 {
     namespace http = boost::beast::http;
@@ -631,7 +635,7 @@ inline void signer::sign(boost::beast::http::verb method, std::string_view targe
                 sigv4::authorization(creds_.access_key_id, key->scope(), names, std::string_view(signature, 64)));
 }
 
-inline std::string signer::presign(boost::beast::http::verb method, std::string_view target, std::string_view host,
+CONVEYOR_DECL std::string signer::presign(boost::beast::http::verb method, std::string_view target, std::string_view host,
                                    std::chrono::seconds expires, std::chrono::system_clock::time_point now) const
 {
     if (expires < std::chrono::seconds(1) || expires > sigv4::max_presign_expiry)
