@@ -8,14 +8,15 @@
 
 #include "../support/http_server.hpp"
 
+#include <conveyor/s3/sigv4.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <set>
 
 using namespace s3test;
 using boost::beast::http::verb;
@@ -299,7 +300,7 @@ TEST_CASE("a presigned URL fetches the object without other credentials")
                                          cv::http::request req;
                                          req.target = target;
                                          req.headers.set(boost::beast::http::field::host, t.host);
-                                         co_return co_await hc.send(req);
+                                         co_return co_await hc.async_send(req);
                                      },
                                      asio::use_future)
                           .get();

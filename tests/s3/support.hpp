@@ -101,7 +101,7 @@ inline std::pair<unsigned, std::string> admin(boost::beast::http::verb method, s
                               req.target = "/__conveyor" + target;
                               req.body = bytes_of(body);
                               if (!body.empty()) req.headers.set(boost::beast::http::field::content_type, "application/json");
-                              auto [ec, resp] = co_await hc.send(req);
+                              auto [ec, resp] = co_await hc.async_send(req);
                               if (ec) throw std::system_error(ec, "admin request " + req.target);
                               co_return std::pair<unsigned, std::string>(resp.status, std::string(resp.body.view()));
                           },
