@@ -1,4 +1,7 @@
 // conveyor/conveyor.hpp — everything conveyor offers that this build enables.
+//
+// Internals (the io_uring ring, S3's XML replies, the channel between stages) live under
+// detail/ directories and are not included here.
 #ifndef CONVEYOR_CONVEYOR_HPP
 #define CONVEYOR_CONVEYOR_HPP
 
@@ -6,11 +9,11 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/error.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
-#include <conveyor/file/uring.hpp>
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/http/error.hpp>
@@ -20,6 +23,5 @@
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
 #include <conveyor/s3/source.hpp>
-#include <conveyor/s3/xml.hpp>
 
 #endif

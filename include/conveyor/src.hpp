@@ -17,5 +17,6 @@
 #include <conveyor/file/impl/src.hpp>
 #include <conveyor/http/impl/src.hpp>
 #include <conveyor/s3/impl/src.hpp>
+#include <conveyor/bench/impl/src.hpp>
 
 #endif

@@ -14,6 +14,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/json.hpp>
 
 #include <sys/socket.h>
@@ -218,8 +219,8 @@ TEST_CASE("files() reads 3,000 small files at concurrency 1, 8 and 256 through a
         if (bc.backend == cv::io_backend::uring) {
             for (std::size_t lane = 0; lane < rt.io_lanes(); ++lane) {
                 CAPTURE(lane);
-                CHECK(ftest::on_lane_ring(rt, lane, [](cf::uring& r) { return r.available(); }));
-                CHECK(ftest::on_lane_ring(rt, lane, [](cf::uring& r) { return r.in_flight(); }) == 0);
+                CHECK(ftest::on_lane_ring(rt, lane, [](cf::detail::uring& r) { return r.available(); }));
+                CHECK(ftest::on_lane_ring(rt, lane, [](cf::detail::uring& r) { return r.in_flight(); }) == 0);
             }
         }
     }
@@ -912,7 +913,7 @@ TEST_CASE("breaking out of a run over large files cancels their chunked reads, a
         ftest::check_in_order(out.blobs, l, t);
         if (bc.backend == cv::io_backend::uring)
             for (std::size_t lane = 0; lane < rt.io_lanes(); ++lane)
-                CHECK(ftest::on_lane_ring(rt, lane, [](cf::uring& r) { return r.in_flight(); }) == 0);
+                CHECK(ftest::on_lane_ring(rt, lane, [](cf::detail::uring& r) { return r.in_flight(); }) == 0);
     }
 }
 
@@ -1088,7 +1089,7 @@ std::size_t ring_ops_in_flight(cv::runtime& rt)
 {
     std::size_t n = 0;
     for (std::size_t lane = 0; lane < rt.io_lanes(); ++lane)
-        n += ftest::on_lane_ring(rt, lane, [](cf::uring& r) { return r.in_flight(); });
+        n += ftest::on_lane_ring(rt, lane, [](cf::detail::uring& r) { return r.in_flight(); });
     return n;
 }
 

@@ -1,0 +1,377 @@
+// conveyor/file/impl/source.ipp — reading files whole (io_uring or pread), the file
+// source's reader, and the dataset.
+#ifndef CONVEYOR_FILE_IMPL_SOURCE_IPP
+#define CONVEYOR_FILE_IMPL_SOURCE_IPP
+
+#include <conveyor/file/source.hpp>
+
+#include <conveyor/core/detail/offload.hpp>
+#include <conveyor/core/run_context.hpp>
+#include <conveyor/core/source.hpp>
+#include <conveyor/file/detail/uring.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <tuple>
+#include <utility>
+
+namespace conveyor::file {
+
+namespace detail {
+
+/// What reading a file needs: the runtime's buffers, a ring (or none: `pread`), settings.
+struct read_env {
+    runtime* rt = nullptr;
+    uring* ring = nullptr;     // null: the pread backend
+    std::uint32_t chunk_size = 8u << 20;
+    unsigned chunks_in_flight = 4;
+    std::uint64_t group = 0;   // for cancellation
+    std::chrono::milliseconds timeout{0};
+    std::shared_ptr<const directory> root; // the listing's root, opened; null if it has none
+    bool beneath = true;                   // entries must resolve below `root`
+};
+
+/// The root of `l`, opened (null if it has none); a root that cannot be opened fails
+/// each read with the reason.
+CONVEYOR_DECL std::shared_ptr<const directory> open_root(const listing& l)
+{
+    if (l.root.empty()) return nullptr;
+    return std::make_shared<const directory>(l.root.string());
+}
+
+/// The environment for reading with settings `o` on `ring` (null: pread).
+CONVEYOR_DECL read_env make_read_env(runtime& rt, uring* ring, std::shared_ptr<const directory> root, const source_options& o,
+                              std::uint64_t group)
+{
+    return {&rt, ring, o.chunk_size, o.chunks_in_flight, group, o.read_timeout, std::move(root), !o.symlinks_may_leave_root};
+}
+
+/// A read's outcome: an error (with an empty blob, and a detail for people), or the blob.
+struct file_read {
+    std::error_code ec;
+    blob b;
+    std::string detail;
+};
+
+CONVEYOR_DECL file_read read_failed(std::error_code ec, std::string detail = {})
+{
+    return {ec, blob{}, std::move(detail)};
+}
+
+/// Which file entry `i` of `l` is, for opening: relative to the opened root where there is
+/// one (and below it, unless symlinks may leave it), else the path as given.
+CONVEYOR_DECL file_ref file_of(const read_env& env, const listing& l, std::size_t i)
+{
+    const std::string& p = l.entries[i].path;
+    if (!env.root || p.empty() || p.front() == '/') return {nullptr, l.full_path(i), false};
+    return {env.root, p, env.beneath};
+}
+
+/// The ring of lane `lane`, or null if this runtime reads with pread (saying why, once).
+CONVEYOR_DECL uring* ring_for(runtime& rt, std::size_t lane)
+{
+    const auto& o = rt.options();
+    if (o.backend == io_backend::pread) {
+        rt.log_once("conveyor.file.backend", "conveyor: reading files with pread on the blocking pool (io_backend::pread)");
+        return nullptr;
+    }
+    auto& ctx = rt.io_context(lane);
+    uring& r = asio::use_service<uring_service>(ctx).get(ctx, {.entries = o.ring_entries, .max_files = o.ring_max_in_flight});
+    if (r.available()) return &r;
+    if (o.backend == io_backend::uring)
+        throw conveyor::error(make_error_code(errc::uring_unavailable), {.stage = "files", .detail = r.unavailable_reason()});
+    rt.log_once("conveyor.file.backend", "conveyor: io_uring is unavailable (" + r.unavailable_reason() +
+                                             "); reading files with pread on " + std::to_string(o.blocking_threads) +
+                                             " threads instead");
+    return nullptr;
+}
+
+/// The error for file `i` of `l` that could not be read, as stage `stage` reports it.
+CONVEYOR_DECL conveyor::error read_error(std::string_view stage, std::error_code ec, const listing& l, std::size_t i, std::string detail)
+{
+    if (ec == std::errc::is_a_directory) {
+        ec = make_error_code(errc::not_a_regular_file);
+        if (detail.empty()) detail = "is a directory, expected a file";
+    }
+    return conveyor::error(ec, {.stage = std::string(stage), .key = l.entries[i].path, .where = l.full_path(i), .offset = -1, .detail = std::move(detail)});
+}
+
+// Checks the bytes read against the size the file had when listed or stat'ed.
+CONVEYOR_DECL std::error_code size_check(std::uint64_t expected, std::uint64_t got, std::string& detail)
+{
+    if (got == expected) return {};
+    detail = "listed with " + std::to_string(expected) + " bytes, read " + (got > expected ? "more than " + std::to_string(expected) : std::to_string(got));
+    return make_error_code(got < expected ? errc::file_shrank : errc::file_grew);
+}
+
+/// Opens `f` as the ring does (`how_to_open`). Returns the fd, or -errno.
+CONVEYOR_DECL int open_for_read(const file_ref& f)
+{
+    const open_how how = how_to_open(f, O_CLOEXEC);
+    if (!f.beneath) { // plain openat: this backend also serves kernels older than openat2 (5.6)
+        const int fd = ::openat(f.dirfd(), f.path.c_str(), static_cast<int>(how.flags));
+        return fd < 0 ? -errno : fd;
+    }
+    const long fd = ::syscall(SYS_openat2, f.dirfd(), f.path.c_str(), &how, sizeof how);
+    return fd < 0 ? -errno : static_cast<int>(fd);
+}
+
+/// Reads entry `e` (file `f`, full path `origin`) with `pread`; runs on the blocking pool.
+CONVEYOR_DECL file_read pread_file(buffer_pool pool, const file_ref& f, const entry& e, std::string origin, std::size_t i)
+{
+    const int fd = open_for_read(f);
+    if (fd < 0) {
+        // A socket cannot be opened at all (ENXIO): say what it is, as the ring's statx does.
+        struct stat st {};
+        if (fd != -EXDEV && ::fstatat(f.dirfd(), f.path.c_str(), &st, 0) == 0 && !S_ISREG(st.st_mode))
+            return read_failed(make_error_code(errc::not_a_regular_file));
+        return read_failed(open_error(fd, f));
+    }
+    struct closer {
+        int fd;
+        ~closer() { ::close(fd); }
+    } c{fd};
+    struct stat st {};
+    if (::fstat(fd, &st) < 0) return read_failed(std::error_code(errno, std::system_category()));
+    if (!S_ISREG(st.st_mode)) return read_failed(make_error_code(errc::not_a_regular_file));
+    const std::uint64_t size = e.size >= 0 ? static_cast<std::uint64_t>(e.size) : static_cast<std::uint64_t>(st.st_size);
+    buffer buf = pool.acquire(size + 1); // room for one more byte: did it grow?
+    const std::uint64_t want = size + 1;
+    std::uint64_t got = 0;
+    while (got < want) {
+        const ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(got));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return read_failed(std::error_code(errno, std::system_category()));
+        }
+        if (n == 0) break;
+        got += static_cast<std::uint64_t>(n);
+    }
+    std::string detail;
+    if (auto ec = size_check(size, got, detail)) return read_failed(ec, std::move(detail));
+    buf.resize(got);
+    return {{}, blob{e.path, std::move(buf), std::move(origin), e.label, i}, {}};
+}
+
+/** Reads file `i` of `l` whole, as it is: no deadline. Must run on the thread of
+    `env.ring`'s io_context when `env.ring` is set. Cancelling the awaiting coroutine ends
+    the read at once with `operation_canceled` (what the kernel still holds keeps its
+    memory until it lets go). Completes with an error code rather than throwing, so that
+    skipping bad files costs no exception. */
+CONVEYOR_DECL asio::awaitable<file_read> read_file_now(const read_env& env, std::shared_ptr<const listing> lp, std::size_t i)
+{
+    const listing& l = *lp;
+    const entry& e = l.entries[i];
+    if (env.root && env.root->error())
+        co_return read_failed(env.root->error(), "cannot open the dataset root " + l.root.string());
+    file_ref f = file_of(env, l, i);
+    if (!env.ring) {
+        // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+        auto call = [pool = env.rt->buffers(), f = std::move(f), lp, i]() mutable {
+            return pread_file(pool, f, lp->entries[i], lp->full_path(i), i);
+        };
+        auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
+                                                                            asio::as_tuple(asio::use_awaitable));
+        if (!ep) co_return std::move(r);
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::system_error& x) {
+            co_return read_failed(x.code());
+        }
+    }
+    auto tok = asio::as_tuple(asio::use_awaitable);
+    std::uint64_t size;
+    if (e.size >= 0) {
+        size = static_cast<std::uint64_t>(e.size);
+    } else {
+        auto [ec, n] = co_await env.ring->async_file_size(f, env.group, tok);
+        if (ec) co_return read_failed(ec);
+        size = n;
+    }
+    // One byte more than expected is asked for (and room kept for it): a file that grew
+    // since it was listed is detected, not silently truncated.
+    buffer buf = env.rt->buffers().acquire(size + 1);
+    std::error_code ec;
+    if (size < env.chunk_size) {
+        std::tie(ec, buf) = co_await env.ring->async_read_small(std::move(f), std::move(buf), env.group, tok);
+    } else {
+        std::tie(ec, buf) = co_await env.ring->async_read_large(std::move(f), std::move(buf), env.chunk_size,
+                                                                env.chunks_in_flight, env.group, tok);
+    }
+    std::string detail;
+    if (!ec) ec = size_check(size, buf.size(), detail);
+    if (ec) co_return read_failed(ec, std::move(detail));
+    co_return file_read{{}, blob{e.path, std::move(buf), l.full_path(i), e.label, i}, {}};
+}
+
+/** Reads file `i` of `l` whole, within `env.timeout` when one is set: past it, the read is
+    abandoned and the result is `errc::read_timed_out`. */
+CONVEYOR_DECL asio::awaitable<file_read> read_file(const read_env& env, const std::shared_ptr<const listing>& l, std::size_t i)
+{
+    if (env.timeout.count() <= 0) co_return co_await read_file_now(env, l, i);
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer timer(ex, env.timeout);
+    auto [order, ep, res, timer_ec] =
+        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, read_file_now(env, l, i), asio::deferred),
+                                                         timer.async_wait(asio::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    if (order[0] == 0) {
+        if (ep) std::rethrow_exception(ep);
+        co_return std::move(res);
+    }
+    co_return read_failed(make_error_code(errc::read_timed_out),
+                          "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)");
+}
+
+/** Reads the files of one listing, item by item: the reader of a file source's run (one
+    per run, shared by its workers on every lane) and of a dataset. Each I/O lane gets its
+    ring on first use there, and a run's cancellation cancels what that ring has in flight
+    for the run. Each lane's state is touched only on that lane's thread. */
+class reader {
+public:
+    reader(runtime& rt, std::shared_ptr<const listing> files, source_options o, std::string stage, run_context* ctx)
+        : rt_(rt), files_(std::move(files)), root_(open_root(*files_)), opts_(std::move(o)), stage_(std::move(stage)),
+          ctx_(ctx), group_(ctx ? reinterpret_cast<std::uintptr_t>(ctx) : 0), lanes_(rt.io_lanes())
+    {
+    }
+
+    const listing& files() const noexcept { return *files_; }
+
+    /// Reads file `i`. Runs on one of the runtime's I/O lanes.
+    CONVEYOR_DECL asio::awaitable<read_outcome<blob>> operator()(std::uint64_t i);
+
+private:
+    struct lane_state {
+        bool ready = false;
+        uring* ring = nullptr; // null: the pread backend
+    };
+
+    CONVEYOR_DECL uring* ring_here(std::size_t lane);
+
+    runtime& rt_;
+    std::shared_ptr<const listing> files_;
+    std::shared_ptr<const directory> root_; // opened once per run (or per dataset)
+    source_options opts_;
+    std::string stage_;
+    run_context* ctx_; // the run this reader serves; null for a dataset
+    std::uint64_t group_; // the run's cancellation group on the rings
+    std::vector<lane_state> lanes_;
+};
+
+CONVEYOR_DECL uring* reader::ring_here(std::size_t lane)
+{
+    auto& st = lanes_[lane];
+    if (st.ready) return st.ring;
+    // The ring must be created and used on its own thread, so each lane asks for it there:
+    // a runtime's rings come up lazily, on first use.
+    st.ring = ring_for(rt_, lane);
+    st.ready = true;
+    if (st.ring && ctx_) {
+        uring* ring = st.ring;
+        const std::uint64_t group = group_;
+        ctx_->on_cancel(rt_.io_executor(lane), [ring, group] { ring->cancel_group(group); });
+    }
+    return st.ring;
+}
+
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64_t i)
+{
+    const int lane = conveyor::detail::current_lane;
+    uring* ring = nullptr;
+    if (lane >= 0 && static_cast<std::size_t>(lane) < lanes_.size()) {
+        try {
+            ring = ring_here(static_cast<std::size_t>(lane));
+        } catch (...) {
+            // No backend to read with (io_backend::uring where io_uring is refused): that
+            // fails the whole run, whatever the error policy says about single files.
+            auto e = std::current_exception();
+            if (ctx_) ctx_->fail(e, stage_);
+            co_return read_outcome<blob>(e);
+        }
+    }
+    const read_env env = make_read_env(rt_, ring, root_, opts_, group_);
+    auto r = co_await read_file(env, files_, i);
+    if (r.ec) co_return read_outcome<blob>(read_error(stage_, r.ec, *files_, i, std::move(r.detail)));
+    co_return read_outcome<blob>(std::move(r.b));
+}
+
+} // namespace detail
+
+CONVEYOR_DECL pipeline<blob> files(std::shared_ptr<const listing> shared, source_options o)
+{
+    if (!shared) shared = std::make_shared<const listing>();
+    source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
+                            .on_read = o.on_read};
+    const std::uint64_t count = shared->size();
+    auto open = [shared, o](run_context& ctx) {
+        auto r = std::make_shared<detail::reader>(ctx.rt(), shared, o, "files", &ctx);
+        return [r](std::uint64_t i) { return (*r)(i); };
+    };
+    return keyed_source<blob>("files", count, std::move(s), std::move(open));
+}
+
+CONVEYOR_DECL pipeline<blob> files(listing l, source_options o)
+{
+    return files(std::make_shared<const listing>(std::move(l)), std::move(o));
+}
+
+CONVEYOR_DECL pipeline<blob> files(const std::vector<std::string>& paths, source_options o)
+{
+    return files(from_paths(paths), std::move(o));
+}
+
+CONVEYOR_DECL dataset::dataset(listing l, runtime& rt, source_options o)
+    : files_(std::make_shared<const listing>(std::move(l))), rt_(rt),
+      reader_(std::make_shared<detail::reader>(rt, files_, std::move(o), "dataset", nullptr))
+{
+}
+
+namespace detail {
+/// Reads file `i` with `r` on the calling lane; throws the error if it cannot.
+CONVEYOR_DECL asio::awaitable<blob> read_or_throw(std::shared_ptr<reader> r, std::size_t i)
+{
+    auto got = co_await (*r)(i);
+    if (!got) std::rethrow_exception(got.error_ptr());
+    co_return std::move(got).value();
+}
+} // namespace detail
+
+CONVEYOR_DECL asio::awaitable<blob> dataset::async_get(std::size_t i)
+{
+    check_index(i);
+    if (rt_.current_io_lane()) co_return co_await detail::read_or_throw(reader_, i);
+    const std::size_t target = next_lane_++ % rt_.io_lanes();
+    co_return co_await asio::co_spawn(rt_.io_executor(target), detail::read_or_throw(reader_, i), asio::use_awaitable);
+}
+
+CONVEYOR_DECL blob dataset::get(std::size_t i)
+{
+    check_index(i);
+    const std::size_t target = next_lane_++ % rt_.io_lanes();
+    return asio::co_spawn(rt_.io_executor(target), detail::read_or_throw(reader_, i), asio::use_future).get();
+}
+
+CONVEYOR_DECL void dataset::check_index(std::size_t i) const
+{
+    if (i >= files_->size())
+        throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
+                              {.stage = "dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
+                                                                 std::to_string(files_->size()) + " files)"});
+}
+
+} // namespace conveyor::file
+
+#endif

@@ -1,0 +1,175 @@
+// conveyor/s3/impl/source.ipp — listing in parallel, index files, the S3 source's reader,
+// and the dataset.
+#ifndef CONVEYOR_S3_IMPL_SOURCE_IPP
+#define CONVEYOR_S3_IMPL_SOURCE_IPP
+
+#include <conveyor/s3/source.hpp>
+
+#include <conveyor/core/detail/run_all.hpp>
+#include <conveyor/core/error.hpp>
+#include <conveyor/core/source.hpp>
+#include <conveyor/s3/detail/client_state.hpp>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+
+namespace conveyor::s3 {
+
+namespace detail {
+
+// The list of `keys` in `bucket`, each with `prefix` put before it.
+CONVEYOR_DECL object_list prefixed(std::string bucket, std::vector<std::string> keys, std::string_view prefix)
+{
+    if (!prefix.empty())
+        for (auto& k : keys) k.insert(0, prefix);
+    return object_list::from_keys(std::move(bucket), keys);
+}
+
+CONVEYOR_DECL std::vector<std::string> parse_index_json(std::string_view text, std::string_view where)
+{
+    auto fail = [&](std::string why) {
+        return conveyor::error(std::make_error_code(std::errc::invalid_argument), {.stage = "s3 index", .where = std::string(where), .detail = std::move(why)});
+    };
+    boost::system::error_code ec;
+    auto v = boost::json::parse(text, ec);
+    if (ec) throw fail("not valid JSON: " + ec.message());
+    if (!v.is_array()) throw fail("not a JSON array of keys");
+    std::vector<std::string> keys;
+    keys.reserve(v.as_array().size());
+    std::size_t i = 0;
+    for (const auto& e : v.as_array()) {
+        if (!e.is_string()) throw fail("entry " + std::to_string(i) + " is not a string");
+        // The file index's rule (conveyor::detail::index_entry_problem), with S3's limit.
+        if (auto why = conveyor::detail::index_entry_problem(e.as_string(), max_key_bytes); !why.empty())
+            throw fail(conveyor::detail::index_entry_name(i, e.as_string()) + " " + why);
+        keys.emplace_back(e.as_string());
+        ++i;
+    }
+    return keys;
+}
+
+// Lists a prefix in parallel: first one level with the delimiter '/', then each common
+// prefix ("directory") on its own, several at once. Sorted by key, as S3 lists.
+CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::shared_ptr<client_state> s, std::string bucket, std::string prefix,
+                                                                unsigned parallel)
+{
+    std::vector<object_info> all;
+    std::vector<std::string> dirs;
+    list_options lo{.prefix = prefix, .delimiter = "/"};
+    listing_cursor cursor(bucket, prefix);
+    for (;;) {
+        auto page = co_await s->list(bucket, lo);
+        for (auto& o : page.objects) all.push_back(std::move(o));
+        for (auto& p : page.common_prefixes) dirs.push_back(std::move(p));
+        if (!cursor.next(*s, page, lo)) break;
+    }
+    std::vector<std::vector<object_info>> found(dirs.size());
+    std::size_t next = 0;
+    auto worker = [&](std::size_t) -> asio::awaitable<void> {
+        while (next < dirs.size()) {
+            const std::size_t d = next++;
+            found[d] = co_await s->list_all(bucket, dirs[d]);
+        }
+    };
+    co_await conveyor::detail::run_all(std::min<std::size_t>(std::max(1u, parallel), dirs.size()), worker);
+    for (auto& f : found)
+        for (auto& o : f) all.push_back(std::move(o));
+    std::sort(all.begin(), all.end(), [](const object_info& a, const object_info& b) { return a.key < b.key; });
+    co_return all;
+}
+
+/// Fetches object `i` of `list` as a blob (the S3 source's reader).
+CONVEYOR_DECL asio::awaitable<blob> read_object(std::shared_ptr<client_state> s, std::shared_ptr<const object_list> list,
+                                                std::uint64_t i)
+{
+    const object_info& obj = list->objects[i];
+    buffer data = co_await s->get_object(list->bucket, obj.key, obj.size);
+    co_return blob{obj.key, std::move(data), object_uri(s->cfg, list->bucket, obj.key), -1, i};
+}
+
+} // namespace detail
+
+CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix, unsigned parallel)
+{
+    auto s = c.state();
+    auto objects = c.run(detail::list_parallel(s, bucket, std::move(prefix), parallel));
+    return object_list{std::move(bucket), std::move(objects)};
+}
+
+CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, unsigned parallel)
+{
+    auto u = parse_s3_url(url);
+    return list_objects(c, std::move(u.bucket), std::move(u.key), parallel);
+}
+
+CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path, std::string_view prefix)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw conveyor::error(std::error_code(errno ? errno : ENOENT, std::system_category()),
+                              {.stage = "s3 index", .where = path, .detail = "cannot open the index file"});
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return detail::prefixed(std::move(bucket), detail::parse_index_json(ss.str(), path), prefix);
+}
+
+CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix)
+{
+    auto u = parse_s3_url(index_url);
+    buffer b = c.run(c.async_get(u.bucket, u.key));
+    return detail::prefixed(std::move(u.bucket), detail::parse_index_json(b.view(), index_url), prefix);
+}
+
+CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list> list, source_options o)
+{
+    if (!list) list = std::make_shared<const object_list>();
+    source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
+                            .on_read = o.on_read};
+    const std::uint64_t count = list->size();
+    std::shared_ptr<detail::client_state> state = c.state();
+    auto open = [state, list](run_context&) {
+        return [state, list](std::uint64_t i) { return detail::read_object(state, list, i); };
+    };
+    // The client's connection pools belong to its runtime's I/O threads: read there.
+    return keyed_source<blob>("s3", count, std::move(s), std::move(open), &c.rt());
+}
+
+CONVEYOR_DECL pipeline<blob> objects(client c, object_list list, source_options o)
+{
+    return objects(std::move(c), std::make_shared<const object_list>(std::move(list)), std::move(o));
+}
+
+CONVEYOR_DECL pipeline<blob> objects(client c, std::string bucket, const std::vector<std::string>& keys, source_options o)
+{
+    return objects(std::move(c), object_list::from_keys(std::move(bucket), keys), std::move(o));
+}
+
+CONVEYOR_DECL asio::awaitable<blob> dataset::async_get(std::size_t i) const
+{
+    check_index(i);
+    // Through the client, which hops to one of its I/O threads when called elsewhere.
+    const auto& o = list_->objects[i];
+    buffer data = co_await c_.async_get(list_->bucket, o.key, o.size);
+    co_return blob{o.key, std::move(data), object_uri(c_.cfg(), list_->bucket, o.key), -1, i};
+}
+
+CONVEYOR_DECL blob dataset::get(std::size_t i) const
+{
+    return c_.run(async_get(i));
+}
+
+CONVEYOR_DECL void dataset::check_index(std::size_t i) const
+{
+    if (i >= list_->size())
+        throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
+                              {.stage = "s3 dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
+                                                                    std::to_string(list_->size()) + " objects)"});
+}
+
+} // namespace conveyor::s3
+
+#endif

@@ -1,0 +1,2 @@
+// conveyor's static library, bench support module (CONVEYOR_SEPARATE_COMPILATION).
+#include <conveyor/bench/impl/src.hpp>
