@@ -152,7 +152,7 @@ public:
     CONVEYOR_DECL void remove_on_cancel(std::uint64_t id);
 
     /// Spawns on the run's own executor.
-    void spawn(asio::awaitable<void> task, std::string stage) { spawn(home_, std::move(task), std::move(stage)); }
+    CONVEYOR_DECL void spawn(asio::awaitable<void> task, std::string stage);
 
     /// Records a failure (the first one wins) and stops the run. Failures after the run
     /// was cancelled are the consequence of cancelling and are ignored.

@@ -128,6 +128,17 @@ struct upload_options {
     std::string content_type;    ///< empty: none sent (S3 stores binary/octet-stream)
 };
 
+namespace detail {
+/// Stores one blob as `prefix + blob.key` in `bucket`: the function `upload` maps.
+struct upload_one {
+    client c;
+    std::string bucket;
+    std::string prefix;
+    std::string content_type;
+    CONVEYOR_DECL asio::awaitable<put_result> operator()(blob b) const;
+};
+} // namespace detail
+
 /** The upload sink as a stage: each blob becomes the object `prefix + blob.key` in `bucket`
     (multipart when large), and the stage yields what was stored, in input order.
     Iterate the pipeline (or call `upload_all`) to drive it.
@@ -137,16 +148,7 @@ struct upload_options {
     for (const auto& r : stored.on(rt)) std::printf("%s %s\n", r.key.c_str(), r.etag.c_str());
     @endcode
 */
-inline auto upload(client c, std::string bucket, upload_options o = {})
-{
-    auto fn = [c, bucket = std::move(bucket), prefix = o.prefix, type = o.content_type](blob b) -> asio::awaitable<put_result> {
-        const std::string key = prefix + b.key;
-        // The blob stays in this frame until the upload is done.
-        auto r = co_await c.async_put(bucket, key, b.data.span(), type);
-        co_return r;
-    };
-    return map(std::move(fn), {.concurrency = std::max<std::size_t>(1, o.concurrency), .ordered = true, .where = run_on::io, .name = "s3 upload"});
-}
+CONVEYOR_DECL map_stage<detail::upload_one> upload(client c, std::string bucket, upload_options o = {});
 
 /// Drives `p | upload(...)` to the end and returns how many objects and bytes were stored.
 template <class Pipeline>

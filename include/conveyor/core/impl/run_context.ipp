@@ -57,6 +57,11 @@ CONVEYOR_DECL run_context::~run_context()
     if (auto* r = rt_.load()) r->detach(this);
 }
 
+CONVEYOR_DECL void run_context::spawn(asio::awaitable<void> task, std::string stage)
+{
+    spawn(home_, std::move(task), std::move(stage));
+}
+
 CONVEYOR_DECL void run_context::set_sink(std::shared_ptr<detail::channel_base> ch)
 {
     std::lock_guard lk(mu_);

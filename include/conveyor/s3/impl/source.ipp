@@ -170,6 +170,20 @@ CONVEYOR_DECL void dataset::check_index(std::size_t i) const
                                                                     std::to_string(list_->size()) + " objects)"});
 }
 
+CONVEYOR_DECL asio::awaitable<put_result> detail::upload_one::operator()(blob b) const
+{
+    const std::string key = prefix + b.key;
+    // The blob stays in this frame until the upload is done.
+    auto r = co_await c.async_put(bucket, key, b.data.span(), content_type);
+    co_return r;
+}
+
+CONVEYOR_DECL map_stage<detail::upload_one> upload(client c, std::string bucket, upload_options o)
+{
+    return map(detail::upload_one{std::move(c), std::move(bucket), o.prefix, o.content_type},
+               {.concurrency = std::max<std::size_t>(1, o.concurrency), .ordered = true, .where = run_on::io, .name = "s3 upload"});
+}
+
 } // namespace conveyor::s3
 
 #endif

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Compile-time budget: how long a user's translation unit takes to compile with conveyor.
+
+Compiles, in both forms of the library (header-only, and CONVEYOR_SEPARATE_COMPILATION):
+  empty     a TU that includes <conveyor/conveyor.hpp> and has an empty main;
+  pipeline  a TU with a small pipeline (files -> map -> batch, iterated);
+and, for comparison, `deps`: a TU that includes only the dependency headers that
+conveyor's headers include in that form (found with g++ -H, so it follows the headers).
+Prints seconds and peak compiler memory for each, and fails (exit 1) when a case exceeds
+its budget in scripts/compile_budget.json.
+
+    scripts/compile_budget.py [--opt -O0] [--repeat 1] [--cxx g++] [--json out.jsonl]
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+INCLUDE = ROOT / "include"
+BUDGET_FILE = ROOT / "scripts" / "compile_budget.json"
+
+EMPTY = """#include <conveyor/conveyor.hpp>
+int main() {}
+"""
+
+PIPELINE = """#include <conveyor/conveyor.hpp>
+#include <cstdio>
+int main(int argc, char** argv)
+{
+    namespace cv = conveyor;
+    cv::runtime rt;
+    auto pipe = cv::file::files(cv::file::walk(argc > 1 ? argv[1] : "."), {.concurrency = 64}).on(rt)
+              | cv::map([](cv::blob b) { return b.data.size(); })
+              | cv::batch(32);
+    std::size_t bytes = 0;
+    for (auto& batch : pipe)
+        for (auto n : batch) bytes += n;
+    std::printf("%zu\\n", bytes);
+}
+"""
+
+FORMS = {"header-only": [], "separate": ["-DCONVEYOR_SEPARATE_COMPILATION"]}
+
+
+def flags(args, form):
+    return [args.cxx, "-std=c++20", args.opt, "-DBOOST_ASIO_NO_DEPRECATED", f"-I{INCLUDE}", *FORMS[form]]
+
+
+def measure(cmd):
+    """Runs cmd; returns (seconds, peak resident memory in MB) of that process alone."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(err.decode(errors="replace")[-4000:])
+        raise SystemExit(f"compile_budget: the compiler failed on: {' '.join(cmd)}")
+    # cc1plus is the compiler's child: its peak is the one that matters, and wait4 on the
+    # driver reports the largest of the driver and its children.
+    return seconds, usage.ru_maxrss / 1024.0
+
+
+def dependency_headers(args, form, tu):
+    """The headers outside conveyor that conveyor's headers include directly, in order."""
+    out = subprocess.run(flags(args, form) + ["-H", "-E", "-o", os.devnull, str(tu)],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, check=True).stderr
+    stack, deps, seen = [], [], set()
+    for line in out.splitlines():
+        dots = len(line) - len(line.lstrip("."))
+        if dots == 0 or not line[dots:].startswith(" "):
+            continue
+        path = os.path.realpath(line[dots + 1:].strip())
+        del stack[dots - 1:]
+        parent = stack[-1] if stack else None
+        stack.append(path)
+        ours = path.startswith(str(INCLUDE))
+        if not ours and parent is not None and parent.startswith(str(INCLUDE)) and path not in seen:
+            seen.add(path)
+            deps.append(path)
+    return deps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--opt", default="-O0", help="optimisation flag (budgets exist for -O0 and -O2)")
+    ap.add_argument("--repeat", type=int, default=1, help="compile each case this many times; the median counts")
+    ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
+    ap.add_argument("--json", help="also append the results to this file as JSON lines")
+    args = ap.parse_args()
+
+    budgets = json.loads(BUDGET_FILE.read_text())
+    budget = budgets.get(args.opt)
+    if budget is None:
+        raise SystemExit(f"compile_budget: {BUDGET_FILE} has no budget for {args.opt} (it has {', '.join(k for k in budgets if k.startswith('-'))})")
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="conveyor-compile-budget-") as tmp:
+        tmp = pathlib.Path(tmp)
+        (tmp / "empty.cpp").write_text(EMPTY)
+        (tmp / "pipeline.cpp").write_text(PIPELINE)
+        for form in FORMS:
+            deps = dependency_headers(args, form, tmp / "empty.cpp")
+            (tmp / f"deps-{form}.cpp").write_text("".join(f'#include "{d}"\n' for d in deps) + "int main() {}\n")
+            for case in ("deps", "empty", "pipeline"):
+                tu = tmp / (f"deps-{form}.cpp" if case == "deps" else f"{case}.cpp")
+                runs = sorted(measure(flags(args, form) + ["-c", str(tu), "-o", os.devnull]) for _ in range(args.repeat))
+                seconds, mb = runs[len(runs) // 2]
+                r = {"form": form, "case": case, "opt": args.opt, "seconds": round(seconds, 2), "peak_mb": round(mb)}
+                if case == "deps":
+                    r["headers"] = len(deps)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+
+    # The human summary, with each case against its budget and the dependencies alone.
+    failures = []
+    print(f"\ncompile time of one translation unit ({args.cxx} {args.opt}), median of {args.repeat}:")
+    print(f"  {'form':<12} {'case':<9} {'seconds':>8} {'peak MB':>8} {'vs deps':>8}   budget")
+    for r in results:
+        deps = next(x for x in results if x["form"] == r["form"] and x["case"] == "deps")
+        ratio = r["seconds"] / deps["seconds"] if deps["seconds"] > 0 else float("nan")
+        limit = budget.get(r["form"], {}).get(r["case"])
+        verdict = ""
+        if limit:
+            over = []
+            if r["seconds"] > limit["seconds"]:
+                over.append(f"{r['seconds']} s > {limit['seconds']} s")
+            if r["peak_mb"] > limit["peak_mb"]:
+                over.append(f"{r['peak_mb']} MB > {limit['peak_mb']} MB")
+            verdict = f"{limit['seconds']} s, {limit['peak_mb']} MB" + ("  OVER: " + "; ".join(over) if over else "  ok")
+            if over:
+                failures.append(f"{r['form']} {r['case']}: " + "; ".join(over))
+        extra = f" ({r['headers']} headers)" if r["case"] == "deps" else ""
+        print(f"  {r['form']:<12} {r['case']:<9} {r['seconds']:>8.2f} {r['peak_mb']:>8} {ratio:>7.2f}x   {verdict}{extra}")
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    if failures:
+        print("\ncompile_budget: OVER BUDGET (scripts/compile_budget.json): " + "; ".join(failures), file=sys.stderr)
+        return 1
+    print("\ncompile_budget: every case within its budget (scripts/compile_budget.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
