@@ -7,6 +7,7 @@
 #include <conveyor/s3/config.hpp>
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/s3/detail/ascii.hpp>
 
 #include <boost/json/kind.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -62,21 +63,8 @@ CONVEYOR_DECL std::string_view trim(std::string_view s) noexcept
 CONVEYOR_DECL std::string lower(std::string_view s)
 {
     std::string out(s);
-    for (auto& c : out)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    for (auto& c : out) c = ascii_lower(c);
     return out;
-}
-
-CONVEYOR_DECL bool iequals(std::string_view a, std::string_view b) noexcept
-{
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        char x = a[i], y = b[i];
-        if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-        if (x != y) return false;
-    }
-    return true;
 }
 
 /// The environment variable `name`; "" when unset (empty counts as unset, as in the SDKs).

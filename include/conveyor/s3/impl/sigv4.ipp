@@ -5,8 +5,8 @@
 #include <conveyor/s3/sigv4.hpp>
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/s3/detail/ascii.hpp>
 
-#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/verb.hpp>
@@ -122,21 +122,7 @@ CONVEYOR_DECL void to_hex(const unsigned char* in, std::size_t size, char* out) 
     }
 }
 
-CONVEYOR_DECL char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
 CONVEYOR_DECL bool ascii_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-/// Case-insensitive (ASCII) ordering of header names: the order of their lower-case forms.
-CONVEYOR_DECL bool iless(std::string_view a, std::string_view b) noexcept
-{
-    const std::size_t n = std::min(a.size(), b.size());
-    for (std::size_t i = 0; i < n; ++i) {
-        const auto x = static_cast<unsigned char>(ascii_lower(a[i]));
-        const auto y = static_cast<unsigned char>(ascii_lower(b[i]));
-        if (x != y) return x < y;
-    }
-    return a.size() < b.size();
-}
 
 CONVEYOR_DECL void append_lower(std::string& out, std::string_view s)
 {
@@ -297,8 +283,6 @@ CONVEYOR_DECL auto sorted_headers(std::span<const sigv4::header> headers)
     return sorted;
 }
 
-CONVEYOR_DECL bool same_name(std::string_view a, std::string_view b) noexcept { return boost::beast::iequals(a, b); }
-
 /// Appends a header value trimmed, with each inner run of white space made one space.
 CONVEYOR_DECL void append_canonical_value(std::string& out, std::string_view v)
 {
@@ -318,8 +302,8 @@ CONVEYOR_DECL void append_canonical_value(std::string& out, std::string_view v)
 /// Whether `s3::signer` signs a header of this name.
 CONVEYOR_DECL bool s3_signs(std::string_view name) noexcept
 {
-    return same_name(name, "host") || same_name(name, "range") || same_name(name, "content-type") ||
-           same_name(name, "content-md5") || (name.size() > 6 && same_name(name.substr(0, 6), "x-amz-"));
+    return iequals(name, "host") || iequals(name, "range") || iequals(name, "content-type") ||
+           iequals(name, "content-md5") || (name.size() > 6 && iequals(name.substr(0, 6), "x-amz-"));
 }
 
 } // namespace detail
@@ -423,7 +407,7 @@ CONVEYOR_DECL std::string signed_header_names(std::span<const header> headers)
     std::string out;
     std::string_view last;
     for (const header* h : detail::sorted_headers(headers)) {
-        if (!last.empty() && detail::same_name(last, h->name)) continue;
+        if (!last.empty() && detail::iequals(last, h->name)) continue;
         if (!out.empty()) out += ';';
         detail::append_lower(out, h->name);
         last = h->name;
@@ -449,7 +433,7 @@ CONVEYOR_DECL void write_canonical_request(const request& r, std::string& text, 
         if (signed_headers.size() != first_signed) signed_headers += ';';
         detail::append_lower(signed_headers, name);
         detail::append_canonical_value(text, sorted[i]->value);
-        for (++i; i < sorted.size() && detail::same_name(sorted[i]->name, name); ++i) {
+        for (++i; i < sorted.size() && detail::iequals(sorted[i]->name, name); ++i) {
             text += ',';
             detail::append_canonical_value(text, sorted[i]->value);
         }
