@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -69,6 +70,17 @@ std::vector<T> collect(conveyor::range<T>& r, const char* what = "reading a run"
 
 
 
+/// Runs what is ready on `io` until nothing is: after it, every coroutine on `io` has run as
+/// far as it can.
+inline void settle(asio::io_context& io)
+{
+    // poll() also stops early when the io_context runs out of counted work (a coroutine
+    // parked in a channel's waiter list is not counted), so go on until nothing is ready.
+    do {
+        io.restart();
+    } while (io.poll() > 0);
+}
+
 /// 0, 1, ..., n-1 (shifted by `from`).
 inline std::vector<int> iota(int n, int from = 0)
 {
@@ -98,6 +110,16 @@ inline std::vector<std::thread::id> lane_threads(conveyor::runtime& rt)
         ids.push_back(f.get());
     }
     return ids;
+}
+
+/// True when `text` holds a byte that a terminal or a log reader would act on or hide: a C0
+/// control character or DEL.
+inline bool has_control_byte(std::string_view text)
+{
+    return std::any_of(text.begin(), text.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7F;
+    });
 }
 
 /// An item with a key, as sources produce (errors name the key).

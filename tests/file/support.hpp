@@ -154,6 +154,15 @@ inline bool kernel_has_uring()
     return yes;
 }
 
+/// A ring for a test, or a message saying why the test cannot run here.
+#define REQUIRE_KERNEL_URING()                                                                        \
+    do {                                                                                              \
+        if (!ftest::kernel_has_uring()) {                                                             \
+            MESSAGE("skipped: this kernel (or a seccomp filter) refuses io_uring with a file table"); \
+            return;                                                                                   \
+        }                                                                                             \
+    } while (0)
+
 /// The backends to test here: both, or only pread (saying why, once) where the kernel
 /// refuses io_uring.
 inline const std::vector<backend_case>& backends()

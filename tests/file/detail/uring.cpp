@@ -1,23 +1,18 @@
 // Tests of conveyor/file/detail/uring.hpp: the io_uring ring on an Asio io_context (stat, linked
 // small reads into direct slots, chunked large reads, the slot backlog, group cancellation,
-// shutdown), the per-context ring service, which backend a runtime really uses, and the
-// pread fallback where the kernel refuses io_uring.
+// shutdown) and the per-context ring service.
 #include "../support.hpp"
 
-#include <conveyor/core/runtime.hpp>
+#include <conveyor/core/buffer.hpp>
 #include <conveyor/file/error.hpp>
-#include <conveyor/file/index.hpp>
-#include <conveyor/file/source.hpp>
 #include <conveyor/file/detail/uring.hpp>
 
 #include <boost/asio/io_context.hpp>
 
-#include <liburing.h>
-
 #include <sys/stat.h>
 
-#include <cerrno>
-#include <cstdlib>
+#include <algorithm>
+#include <system_error>
 
 namespace asio = boost::asio;
 namespace cv = conveyor;
@@ -75,16 +70,6 @@ bool drive(asio::io_context& io, Pred pred, std::chrono::seconds limit = ftest::
     }
     return true;
 }
-
-/// A ring for a test, or a message saying why the test cannot run here.
-#define REQUIRE_KERNEL_URING()                                                                        \
-    do {                                                                                              \
-        if (!ftest::kernel_has_uring()) {                                                             \
-            MESSAGE("skipped: this kernel (or a seccomp filter) refuses io_uring with a file table"); \
-            return;                                                                                   \
-        }                                                                                             \
-    } while (0)
-
 
 } // namespace
 
@@ -332,215 +317,4 @@ TEST_CASE("uring_service gives one ring per io_context, created on first use wit
     CHECK(&rb.context() == &b);
     CHECK(ra.available());
     CHECK(rb.available());
-}
-
-// ==== which backend a runtime uses =============================================================
-
-TEST_CASE("by default a runtime reads files with io_uring on every I/O lane, and says nothing")
-{
-    if (ftest::backend_overridden_by_environment()) {
-        MESSAGE("skipped: CONVEYOR_IO_BACKEND is set, so the default backend is not io_backend::automatic here");
-        return;
-    }
-    REQUIRE_KERNEL_URING();
-    temp_dir d;
-    const auto t = ftest::make_tree(d.path(), 60, 3, [](std::size_t i) { return 1 + i * 7; });
-    const auto l = cf::walk(d.path());
-    ftest::log_capture cap;
-    cv::runtime rt(cv::runtime_options{.io_threads = 3, .log = cap.sink()});
-    REQUIRE(rt.options().backend == cv::io_backend::automatic);
-    auto p = cf::files(l, {.concurrency = 12}).on(rt); // 12 workers: every lane gets some
-    const auto out = ftest::run_all(p);
-    REQUIRE_FALSE(out.error);
-    ftest::check_in_order(out.blobs, l, t);
-    for (std::size_t lane = 0; lane < rt.io_lanes(); ++lane) {
-        CAPTURE(lane);
-        const auto [available, reason, in_flight] = ftest::on_lane_ring(rt, lane, [](cfd::uring& r) {
-            return std::tuple(r.available(), r.unavailable_reason(), r.in_flight());
-        });
-        CHECK_MESSAGE(available, reason);
-        CHECK(in_flight == 0);
-    }
-    CHECK(cap.lines().empty()); // no fallback to report
-}
-
-TEST_CASE("pread fallback: the file source reads with pread when io_uring is refused")
-{
-    temp_dir d;
-    auto t = ftest::make_tree(d.path(), 80, 4, [](std::size_t i) { return i == 7 ? 300 * 1024 + 5 : ftest::mix(i) % 6000; });
-    const auto l = cf::walk(d.path());
-    const bool no_uring = std::getenv("CONVEYOR_EXPECT_NO_URING") != nullptr;
-    ftest::log_capture cap;
-
-    auto read_twice = [&](cv::runtime& rt) {
-        auto p = cf::files(l, {.concurrency = 8, .chunk_size = 64 * 1024}).on(rt);
-        for (int run = 0; run < 2; ++run) {
-            CAPTURE(run);
-            const auto out = ftest::run_all(p);
-            if (out.error) FAIL_CHECK("the run failed: " << (ftest::as_error(out.error) ? std::string(ftest::as_error(out.error)->what()) : std::string("?")));
-            ftest::check_in_order(out.blobs, l, t);
-        }
-        cf::dataset ds(l, rt, {.chunk_size = 64 * 1024});
-        ftest::must_finish("dataset::read", [&] {
-            CHECK(ftest::bytes_of(ds.get(7)) == t.contents[7]);
-            CHECK(ftest::bytes_of(ds.get(8)) == t.contents[8]);
-        });
-    };
-
-    if (no_uring) {
-        MESSAGE("running where io_uring is refused (CONVEYOR_EXPECT_NO_URING is set)");
-        REQUIRE_MESSAGE(!ftest::backend_overridden_by_environment(), "CONVEYOR_IO_BACKEND must not be set for this case");
-        // The launcher's seccomp filter is in force: io_uring_setup answers ENOSYS.
-        io_uring probe{};
-        const int r = io_uring_queue_init(4, &probe, 0);
-        if (r == 0) io_uring_queue_exit(&probe);
-        REQUIRE_MESSAGE(r == -ENOSYS, "io_uring_queue_init returned " << r << ", not -ENOSYS: is the launcher's filter in force?");
-
-        {
-            cv::runtime rt(cv::runtime_options{.io_threads = 2, .blocking_threads = 4, .log = cap.sink()});
-            read_twice(rt);
-        }
-        // Said once, over two runs, two lanes and a dataset.
-        const std::vector<std::string> want = {
-            "conveyor: io_uring is unavailable (io_uring_queue_init failed: Function not implemented); "
-            "reading files with pread on 4 threads instead"};
-        CHECK(cap.lines() == want);
-        CHECK(cap.matching({"io_uring is unavailable", "pread"}).size() == 1);
-
-        // Where io_uring is demanded, its absence is an error, not a fallback.
-        ftest::log_capture cap2;
-        cv::runtime rt(cv::runtime_options{.backend = cv::io_backend::uring, .log = cap2.sink()});
-        auto p = cf::files(l).on(rt);
-        const auto out = ftest::run_all(p);
-        CHECK(out.blobs.empty());
-        const auto e = ftest::as_error(out.error);
-        REQUIRE(e);
-        CHECK(e->code() == cf::errc::uring_unavailable);
-        CHECK(std::string(e->what()).find("io_uring_queue_init failed: Function not implemented") != std::string::npos);
-        cf::dataset ds(l, rt);
-        std::exception_ptr caught;
-        ftest::must_finish("dataset::read with io_backend::uring", [&] {
-            try {
-                (void)ds.get(0);
-            } catch (...) {
-                caught = std::current_exception();
-            }
-        });
-        const auto e2 = ftest::as_error(caught);
-        REQUIRE(e2);
-        CHECK(e2->code() == cf::errc::uring_unavailable);
-        CHECK(cap2.lines().empty());
-    } else {
-        MESSAGE("io_uring is not hidden here (run under without_uring for that): checking io_backend::pread");
-        {
-            cv::runtime rt(cv::runtime_options{.io_threads = 2, .backend = cv::io_backend::pread, .log = cap.sink()});
-            read_twice(rt);
-        }
-        const std::vector<std::string> want = {"conveyor: reading files with pread on the blocking pool (io_backend::pread)"};
-        CHECK(cap.lines() == want);
-    }
-}
-
-// ==== ring sizes and completion-queue overflow ===============================================
-
-namespace {
-
-/// Reads `l` through rings configured by `o` (io_uring forced, on_error::skip so that every
-/// failed read is counted). A run that the overflow bug leaves stuck is rescued by flushing
-/// the completion queue's overflow (see run_all_rescued), reported as a hang, and its blobs
-/// are still checked.
-bool check_reads_through(const cf::listing& l, const ftest::tree& t, cv::runtime_options o, cf::source_options so)
-{
-    o.backend = cv::io_backend::uring;
-    ftest::log_capture cap;
-    o.log = cap.sink();
-    cv::runtime rt(o);
-    ftest::run_probe probe;
-    so.errors = cv::on_error::skip;
-    auto p = cf::files(l, std::move(so)).on(rt) | probe;
-    bool hung = false;
-    const auto out = ftest::run_all_rescued(p, probe, rt, true, hung);
-    CHECK_MESSAGE(!hung, "the run hung with reads in flight; flushing the completion queue's overflow (an empty "
-                         "io_uring_enter with GETEVENTS) got it going again");
-    if (const auto e = ftest::as_error(out.error)) {
-        FAIL_CHECK("the run failed: " << std::string(e->what()));
-        return hung;
-    }
-    const auto skipped = cap.matching({"conveyor: skipped:"});
-    CHECK_MESSAGE(out.skipped == 0, out.skipped << " files failed to read, e.g. " << (skipped.empty() ? std::string("?") : skipped[0]));
-    if (out.skipped == 0) ftest::check_in_order(out.blobs, l, t);
-    return hung;
-}
-
-} // namespace
-
-TEST_CASE("files() reads correctly through rings with a large enough completion queue")
-{
-    REQUIRE_KERNEL_URING();
-    temp_dir d;
-    const auto t = ftest::make_tree(d.path(), 600, 6, [](std::size_t i) { return i == 5 ? 400 * 1024 + 1 : 1 + ftest::mix(i) % 3000; });
-    const auto l = cf::walk(d.path());
-    // At most 16 reads of 3 CQEs (and 4 chunk reads) per lane: well within a 64-entry CQ.
-    for (const unsigned entries : {32u, 256u}) {
-        CAPTURE(entries);
-        check_reads_through(l, t, {.io_threads = 1, .ring_entries = entries}, {.concurrency = 16, .chunk_size = 64 * 1024});
-    }
-}
-
-// Regression test, fixed bug (hang): uring::reap() only walks the completion queue mapped in memory
-// (io_uring_for_each_cqe). When more completions arrive than the CQ holds (2 x ring_entries:
-// each small read posts 3 CQEs, so more than ~170 reads in flight on one ring with the
-// default 256 entries, or far fewer with a smaller ring) the kernel parks the excess in its
-// overflow list and sets IORING_SQ_CQ_OVERFLOW; those CQEs reach the ring only on an
-// io_uring_enter(GETEVENTS). conveyor enters the kernel only to submit, so once the reads
-// that are left have all been submitted, nothing flushes the overflow: their operations never
-// complete and the run hangs for ever (the range's destructor too). Seen here with the
-// default ring (256 entries, 256 file slots), one I/O thread and concurrency 256 in about 5
-// runs of 6: 3,000 files stop at ~2,950. Fix: in reap(), while io_uring_cq_has_overflow(),
-// call io_uring_get_events() and reap again (verified: no hang in hundreds of runs); and size
-// the CQ for what a ring may have in flight (IORING_SETUP_CQSIZE >= 3 x max_files + chunks).
-TEST_CASE("files() at concurrency 256 on one I/O thread with the default ring reads every file")
-{
-    REQUIRE_KERNEL_URING();
-    temp_dir d;
-    const auto t = ftest::make_tree(d.path(), 5000, 10, [](std::size_t i) { return 1 + i % 3000; });
-    const auto l = cf::walk(d.path());
-    for (int attempt = 0; attempt < 4; ++attempt) { // the overflow depends on timing: a few tries
-        CAPTURE(attempt);
-        if (check_reads_through(l, t, {.io_threads = 1}, {.concurrency = 256})) break;
-    }
-}
-
-TEST_CASE("files() reads correctly through rings with few submission entries (completion queue overflow)")
-{
-    REQUIRE_KERNEL_URING();
-    temp_dir d;
-    const auto t = ftest::make_tree(d.path(), 600, 6, [](std::size_t i) { return i == 5 ? 400 * 1024 + 1 : 1 + ftest::mix(i) % 3000; });
-    const auto l = cf::walk(d.path());
-    for (const unsigned entries : {4u, 8u, 32u}) {
-        CAPTURE(entries);
-        check_reads_through(l, t, {.io_threads = 1, .ring_entries = entries},
-                            {.concurrency = 256, .chunk_size = 64 * 1024, .chunks_in_flight = 16});
-    }
-}
-
-// Regression test, fixed bug: a small read is one linked chain of three SQEs (openat -> read -> close), and
-// uring::get_sqe(need) submits what is queued when fewer than `need` entries are free. With
-// a submission queue of fewer than 3 entries (runtime_options::ring_entries = 1 or 2, which
-// nothing rejects) the chain cannot fit: get_sqe submits the openat with IOSQE_IO_LINK set
-// and nothing after it, the kernel runs it as a chain of one, and the read that follows is a
-// separate submission racing the open into the direct slot: reads fail with EBADF ("Bad file
-// descriptor"; with on_error::skip, 10-35% of files are dropped), even with the overflow bug
-// above fixed. (These tiny rings also overflow their CQ and hang, as above.) Fix: clamp
-// ring_entries to at least 4, or reject smaller values.
-TEST_CASE("files() reads correctly through a ring of 1 or 2 submission entries")
-{
-    REQUIRE_KERNEL_URING();
-    temp_dir d;
-    const auto t = ftest::make_tree(d.path(), 300, 2, [](std::size_t i) { return 1 + i * 7; });
-    const auto l = cf::walk(d.path());
-    for (const unsigned entries : {1u, 2u}) {
-        CAPTURE(entries);
-        check_reads_through(l, t, {.io_threads = 1, .ring_entries = entries}, {.concurrency = 16});
-    }
 }

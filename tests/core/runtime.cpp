@@ -1,0 +1,219 @@
+// Tests of conveyor/core/runtime.hpp: the runtime's lanes, pools, options, log and buffer
+// pool, and destroying a runtime while a run is in flight.
+#include "support.hpp"
+
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/core/stages.hpp>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <stdexcept>
+
+namespace asio = boost::asio;
+namespace cv = conveyor;
+using namespace std::chrono_literals;
+using test::iota;
+using test::code_of;
+
+TEST_CASE("a runtime has the I/O lanes it was asked for, each knowing its index")
+{
+    cv::runtime rt(cv::runtime_options{.io_threads = 3, .compute_threads = 2});
+    CHECK(rt.io_lanes() == 3);
+    CHECK(rt.options().io_threads == 3);
+    CHECK(rt.options().compute_threads == 2);
+    CHECK(cv::detail::current_lane == -1); // not an I/O thread
+    std::set<std::thread::id> threads;
+    for (std::size_t i = 0; i < 3; ++i) {
+        std::promise<std::pair<int, std::thread::id>> where;
+        auto f = where.get_future();
+        asio::post(rt.io_executor(i), [&where] { where.set_value({cv::detail::current_lane, std::this_thread::get_id()}); });
+        REQUIRE(f.wait_for(test::generous) == std::future_status::ready);
+        const auto [lane, id] = f.get();
+        CHECK(lane == static_cast<int>(i));
+        CHECK(id != std::this_thread::get_id());
+        threads.insert(id);
+        CHECK(&rt.io_context(i) == &rt.io_executor(i).context());
+    }
+    CHECK(threads.size() == 3);
+    CHECK_THROWS_AS(rt.io_executor(3), std::out_of_range);
+    // next_io_executor() goes round the lanes.
+    std::vector<std::size_t> order;
+    for (int k = 0; k < 6; ++k) {
+        auto ex = rt.next_io_executor();
+        for (std::size_t i = 0; i < 3; ++i)
+            if (ex == rt.io_executor(i)) order.push_back(i);
+    }
+    REQUIRE(order.size() == 6);
+    for (std::size_t k = 1; k < 6; ++k) CHECK(order[k] == (order[k - 1] + 1) % 3);
+}
+
+TEST_CASE("a runtime's zero options are chosen for the machine")
+{
+    cv::runtime rt;
+    const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    CHECK(rt.io_lanes() == std::min<std::size_t>(cores, 4));
+    CHECK(rt.options().compute_threads == cores);
+    CHECK(rt.options().blocking_threads == 16);
+    CHECK(rt.options().ring_entries == 256);
+    cv::runtime r2(cv::runtime_options{.io_threads = 1, .ring_entries = 0, .ring_max_in_flight = 0});
+    CHECK(r2.options().ring_entries == 256);
+    CHECK(r2.options().ring_max_in_flight == 256);
+}
+
+TEST_CASE("CONVEYOR_IO_BACKEND chooses the file backend only when the options leave it automatic")
+{
+    const char* old = std::getenv("CONVEYOR_IO_BACKEND");
+    const std::string saved = old ? old : "";
+    ::setenv("CONVEYOR_IO_BACKEND", "pread", 1);
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+        CHECK(rt.options().backend == cv::io_backend::pread);
+        cv::runtime explicit_uring(cv::runtime_options{.io_threads = 1, .compute_threads = 1, .backend = cv::io_backend::uring});
+        CHECK(explicit_uring.options().backend == cv::io_backend::uring);
+    }
+    ::setenv("CONVEYOR_IO_BACKEND", "uring", 1);
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+        CHECK(rt.options().backend == cv::io_backend::uring);
+    }
+    ::setenv("CONVEYOR_IO_BACKEND", "nonsense", 1);
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+        CHECK(rt.options().backend == cv::io_backend::automatic);
+    }
+    if (old) ::setenv("CONVEYOR_IO_BACKEND", saved.c_str(), 1);
+    else ::unsetenv("CONVEYOR_IO_BACKEND");
+}
+
+TEST_CASE("the compute and blocking pools run work off the I/O threads")
+{
+    cv::runtime rt(cv::runtime_options{.io_threads = 2, .compute_threads = 2, .blocking_threads = 2});
+    const auto lanes = test::lane_threads(rt);
+    for (bool blocking : {false, true}) {
+        CAPTURE(blocking);
+        std::promise<std::pair<int, std::thread::id>> where;
+        auto f = where.get_future();
+        auto work = [&where] { where.set_value({cv::detail::current_lane, std::this_thread::get_id()}); };
+        if (blocking) asio::post(rt.blocking_executor(), work);
+        else asio::post(rt.compute_executor(), work);
+        REQUIRE(f.wait_for(test::generous) == std::future_status::ready);
+        const auto [lane, id] = f.get();
+        CHECK(lane == -1);
+        CHECK(std::find(lanes.begin(), lanes.end(), id) == lanes.end());
+    }
+    CHECK(rt.blocking_executor() == rt.blocking_executor()); // created once
+}
+
+TEST_CASE("a runtime logs through its log option, and log_once once per topic")
+{
+    test::log_capture log;
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1, .log = log.sink()});
+    rt.log("hello");
+    rt.log_once("uring", "io_uring unavailable, using pread");
+    rt.log_once("uring", "io_uring unavailable, using pread (again)");
+    rt.log_once("other", "another topic");
+    rt.log_once("uring", "still not");
+    CHECK(log.lines() == std::vector<std::string>{"hello", "io_uring unavailable, using pread", "another topic"});
+    cv::runtime fresh(cv::runtime_options{.io_threads = 1, .compute_threads = 1, .log = log.sink()});
+    fresh.log_once("uring", "per runtime");
+    CHECK(log.lines().back() == "per runtime");
+}
+
+TEST_CASE("a runtime's buffer pool follows its options")
+{
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1, .buffer_pool_bytes = 0});
+    { auto b = rt.buffers().acquire(10'000); CHECK(b.size() == 10'000); }
+    CHECK(rt.buffers().cached_bytes() == 0);
+    cv::runtime caching(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+    { auto b = caching.buffers().acquire(10'000); }
+    CHECK(caching.buffers().cached_bytes() > 0);
+}
+
+// ==== cancellation and shutdown ===============================================================
+
+TEST_CASE("destroying the runtime while a coroutine map waits on a long timer returns promptly")
+{
+    std::optional<cv::runtime> rt(std::in_place, cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+    auto waiting = std::make_shared<std::atomic<int>>(0);
+    auto p = cv::from_range(iota(100)).on(*rt) | cv::map(
+                                                     [waiting](int x) -> asio::awaitable<int> {
+                                                         asio::steady_timer t(co_await asio::this_coro::executor, 1h);
+                                                         ++*waiting;
+                                                         co_await t.async_wait(asio::use_awaitable);
+                                                         co_return x;
+                                                     },
+                                                     {.concurrency = 4});
+    auto r = p.run();
+    REQUIRE(test::eventually([&] { return *waiting == 4; }));
+    test::finishes_within(test::generous, "destroying a runtime whose run waits on 1-hour timers", [&] { rt.reset(); });
+    std::exception_ptr caught;
+    test::finishes_within(test::generous, "reading a run whose runtime is gone", [&] {
+        try {
+            (void)r.next();
+        } catch (...) {
+            caught = std::current_exception();
+        }
+    });
+    CHECK(code_of(caught) == cv::errc::cancelled);
+}
+
+TEST_CASE("destroying the runtime while a run is in flight neither hangs nor crashes")
+{
+    std::optional<cv::range<int>> r;
+    std::vector<int> before;
+    test::finishes_within(test::generous, "destroying a runtime with a run in flight", [&] {
+        cv::runtime rt(cv::runtime_options{.io_threads = 2, .compute_threads = 2});
+        auto p = cv::generate(1'000'000'000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
+                 cv::map([](int x) { return x * 2; }, {.concurrency = 8, .where = cv::run_on::compute});
+        r.emplace(p.run());
+        for (int i = 0; i < 10; ++i) before.push_back(r->next().value());
+    }); // the runtime goes first; the range lives on
+    std::vector<int> expected;
+    for (int i = 0; i < 10; ++i) expected.push_back(2 * i);
+    CHECK(before == expected);
+
+    // What the range had already taken can still be read; then it says it was cancelled.
+    int more = 0;
+    std::exception_ptr caught;
+    test::finishes_within(test::generous, "reading a run whose runtime is gone", [&] {
+        try {
+            while (r->next()) ++more;
+        } catch (...) {
+            caught = std::current_exception();
+        }
+    });
+    CHECK(more < 1000); // only what the range had already taken from the sink
+    REQUIRE(caught);
+    CHECK(code_of(caught) == cv::errc::cancelled);
+    test::finishes_within(test::generous, "destroying a range after its runtime", [&] { r.reset(); });
+}
+
+TEST_CASE("a consumer blocked in next() wakes with errc::cancelled when the runtime is destroyed")
+{
+    std::optional<cv::runtime> rt(std::in_place, cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+    // A run that never produces anything: the consumer waits.
+    auto p = cv::generate(1'000'000'000, [](std::uint64_t i) { return static_cast<int>(i); }).on(*rt) |
+             cv::filter([](const int&) { return false; });
+    auto r = p.run();
+    std::exception_ptr caught;
+    std::atomic<bool> returned{false};
+    std::thread consumer([&] {
+        try {
+            (void)r.next();
+            returned = true;
+        } catch (...) {
+            caught = std::current_exception();
+        }
+    });
+    std::this_thread::sleep_for(20ms); // most likely blocked by now; either way it must wake
+    test::finishes_within(test::generous, "destroying a runtime with a blocked consumer", [&] { rt.reset(); });
+    test::finishes_within(test::generous, "the consumer to wake", [&] { consumer.join(); });
+    CHECK_FALSE(returned);
+    REQUIRE(caught);
+    CHECK(code_of(caught) == cv::errc::cancelled);
+}
