@@ -10,7 +10,7 @@
 // The channel benchmarks measure `detail::channel` alone: a coroutine sending batches
 // (`send_all`) to another receiving them (`receive_some`), on one I/O thread or two.
 
-#include <conveyor/core/channel.hpp>
+#include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -77,7 +77,7 @@ std::int64_t drain_on_lane(Pipeline& p)
     auto consumer = [](cv::stream<T> s) -> asio::awaitable<std::int64_t> {
         std::vector<T> got;
         std::int64_t sum = 0;
-        while (co_await s.next_batch(got, 256)) {
+        while (co_await s.async_next_batch(got, 256)) {
             for (auto& x : got) sum += x;
             got.clear();
         }

@@ -113,14 +113,6 @@ inline std::vector<std::thread::id> lane_threads(conveyor::runtime& rt)
 }
 
 /// True when `text` holds a byte that a terminal or a log reader would act on or hide: a C0
-/// control character or DEL.
-inline bool has_control_byte(std::string_view text)
-{
-    return std::any_of(text.begin(), text.end(), [](char c) {
-        const auto u = static_cast<unsigned char>(c);
-        return u < 0x20 || u == 0x7F;
-    });
-}
 
 /// An item with a key, as sources produce (errors name the key).
 struct sample {

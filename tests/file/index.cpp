@@ -453,15 +453,6 @@ TEST_CASE("an index or classes file that is a directory is not reported as inval
 
 namespace {
 
-/// True when `text` holds a C0 control character or DEL (what a terminal would act on).
-bool has_control_byte(std::string_view text)
-{
-    return std::any_of(text.begin(), text.end(), [](char c) {
-        const auto u = static_cast<unsigned char>(c);
-        return u < 0x20 || u == 0x7F;
-    });
-}
-
 /// Checks that `e` is an invalid_argument error whose what() holds every one of `parts`, is
 /// read whole as a C string, and holds no control character.
 void check_entry_error(const std::optional<cv::error>& e, std::initializer_list<std::string> parts)
@@ -470,7 +461,7 @@ void check_entry_error(const std::optional<cv::error>& e, std::initializer_list<
     if (!e) return;
     const std::string w = e->what();
     CHECK_MESSAGE(std::strlen(e->what()) == w.size(), "what() is cut at a NUL: " << w);
-    CHECK_MESSAGE(!has_control_byte(w), "what() holds a control character: " << w);
+    CHECK_MESSAGE(!conveyor_test::has_control_byte(w), "what() holds a control character: " << w);
 }
 
 } // namespace

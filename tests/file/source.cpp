@@ -779,7 +779,7 @@ TEST_CASE("dataset get(i) past the end is a result_out_of_range error")
     const auto e = ftest::as_error(caught);
     REQUIRE(e);
     CHECK(e->code() == std::errc::result_out_of_range);
-    CHECK(e->stage() == "dataset");
+    CHECK(e->stage() == "file dataset");
     CHECK(std::string(e->what()).find("index 1 is past the end (1 files)") != std::string::npos);
 }
 
@@ -838,7 +838,7 @@ TEST_CASE("dataset get(i) and read(i) of a missing file throw an error naming th
             REQUIRE(e);
             CHECK(e->code() == std::errc::no_such_file_or_directory);
             CHECK(e->where() == bad);
-            CHECK(e->stage() == "dataset");
+            CHECK(e->stage() == "file dataset");
             CHECK(std::string(e->what()).find(bad) != std::string::npos);
         }
         // The others still read.
@@ -1200,7 +1200,7 @@ TEST_CASE("dataset get(i) with a read deadline fails with errc::read_timed_out i
             const auto e = ftest::error_from([&] { (void)dset.get(1); }); // entries are sorted: a.bin, hang0.bin
             REQUIRE(e);
             CHECK(e->code() == cf::errc::read_timed_out);
-            CHECK(e->stage() == "dataset");
+            CHECK(e->stage() == "file dataset");
         });
         CHECK(ftest::bytes_of(dset.get(0)) == ds.contents.at("a.bin"));
         ds.mount->release();

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -184,6 +185,15 @@ inline std::error_code code_of(std::exception_ptr e)
     } catch (...) {
         return {};
     }
+}
+
+/// True when `text` holds a C0 control character or DEL (what a terminal would act on).
+inline bool has_control_byte(std::string_view text)
+{
+    return std::any_of(text.begin(), text.end(), [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u < 0x20 || u == 0x7F;
+    });
 }
 
 } // namespace conveyor_test

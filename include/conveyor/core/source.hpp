@@ -80,18 +80,6 @@ concept keyed_reader = std::invocable<R&, std::uint64_t> &&
 
 namespace detail {
 
-/** Closes a source's stream when the last of its workers ends, however it ends. Each
-    worker holds one; `left` starts at the number of workers. */
-template <class T>
-struct last_worker_closes {
-    std::atomic<std::size_t>& left;
-    channel<T>& out;
-    ~last_worker_closes()
-    {
-        if (left.fetch_sub(1) == 1) out.close();
-    }
-};
-
 /// The shared state of one run of a keyed source.
 template <class T, class Reader>
 struct keyed_run {

@@ -132,14 +132,7 @@ private:
                                         std::shared_ptr<detail::channel<U>> out, std::shared_ptr<F> f,
                                         map_options o, std::shared_ptr<std::atomic<std::size_t>> remaining)
     {
-        struct last_closes {
-            std::shared_ptr<detail::channel<U>>& out;
-            std::shared_ptr<std::atomic<std::size_t>>& remaining;
-            ~last_closes()
-            {
-                if (remaining->fetch_sub(1) == 1) out->close();
-            }
-        } closer{out, remaining};
+        detail::last_worker_closes<U> closer{*remaining, *out};
 
         std::vector<T> one;
         std::uint64_t index = 0;

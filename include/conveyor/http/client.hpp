@@ -7,6 +7,7 @@
 #include <conveyor/detail/config.hpp>
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/http/error.hpp>
+#include <conveyor/http/options.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -31,56 +32,6 @@ namespace conveyor::http {
 namespace detail {
 struct client_impl;
 } // namespace detail
-
-/** How long a request may take. Zero means "no limit" for every field.
-
-    Each expiry has its own error code (`errc::connect_timeout`...), so a message says
-    which one struck; `timeout_name` names it with its value, for messages.
-
-    The defaults let a caller that retries (the S3 client tries a request at most three
-    times when each attempt times out) report an endpoint that accepts and never answers,
-    one that stalls mid-body, or one that cannot be reached, within a minute. */
-struct timeouts {
-    /// Resolving the host (first use on a lane only), connecting and the TLS handshake.
-    std::chrono::milliseconds connect{10'000};
-    /// From the request being written until the response's header has arrived.
-    std::chrono::milliseconds first_byte{10'000};
-    /// Longest pause with no byte moving, while writing the request or reading the body.
-    std::chrono::milliseconds idle{15'000};
-    /** The whole call, from its start to its end, whatever happens in between: waiting for
-        a free connection, connecting, the request and its response, and, for a caller that
-        retries (the S3 client), every attempt and the backoff between them. For `async_send`
-        alone, the whole `async_send` (its one resend on a fresh connection included). 0: no
-        limit. */
-    std::chrono::milliseconds total{0};
-    /** Each attempt alone: one `async_send`, waiting for a free connection included (a caller
-        that retries starts a new one for each attempt). 0: no limit. */
-    std::chrono::milliseconds attempt{0};
-};
-
-/** Which limit of `t` the error `ec` stands for, with its value, for messages:
-    "first byte timeout (10 s)", "total timeout (300 ms)"; "" when `ec` is not one of
-    the timeout codes of `errc`. */
-CONVEYOR_DECL std::string timeout_name(std::error_code ec, const timeouts& t);
-
-/// Settings of a `client`.
-struct client_options {
-    /// Most connections to the endpoint, over all lanes. Each lane may open
-    /// ceil(max_connections / lanes) of them (at least one); further requests on a lane
-    /// wait, first come first served, for one of its connections.
-    std::size_t max_connections = 64;
-    /// Time limits of each request.
-    http::timeouts timeouts;
-    /// Verify the server's certificate chain and that it names the endpoint's host.
-    bool verify_tls = true;
-    /// A PEM file of trusted certificates. With `ca_path`, both are used; with neither,
-    /// the system's default verify paths.
-    std::string ca_file;
-    /// A directory of trusted certificates in OpenSSL's hashed layout (`c_rehash`).
-    std::string ca_path;
-    /// The `User-Agent` header sent unless the request has one ("" sends none).
-    std::string user_agent = "conveyor";
-};
 
 /** One HTTP request. The client reads its fields only while `async_send` runs: they must stay
     valid until its awaitable completes. */

@@ -12,7 +12,7 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/runtime.hpp>
-#include <conveyor/http/client.hpp>
+#include <conveyor/http/options.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/error.hpp>
 

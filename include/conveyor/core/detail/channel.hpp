@@ -14,6 +14,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -441,6 +442,19 @@ private:
     std::uint64_t delivered_ = 0; // items handed to receivers so far
     std::condition_variable cv_;
     bool blocking_waiting_ = false;
+};
+
+/** Closes `out` when the last of the tasks that send to it ends, however it ends (the
+    workers of a source, of a parallel `map`). Each task holds one; `left` starts at the
+    number of tasks. */
+template <class T>
+struct last_worker_closes {
+    std::atomic<std::size_t>& left;
+    channel<T>& out;
+    ~last_worker_closes()
+    {
+        if (left.fetch_sub(1) == 1) out.close();
+    }
 };
 
 } // namespace conveyor::detail

@@ -36,7 +36,7 @@ namespace detail {
 
 [[noreturn]] CONVEYOR_DECL void throw_file_error(std::error_code ec, const std::string& where, std::string detail = {})
 {
-    throw conveyor::error(ec, {.stage = "", .key = "", .where = where, .offset = -1, .detail = std::move(detail)});
+    throw conveyor::error(ec, {.stage = "file listing", .key = "", .where = where, .offset = -1, .detail = std::move(detail)});
 }
 
 /// The longest path a system call takes (PATH_MAX, less its NUL): no entry can be longer.

@@ -166,6 +166,17 @@ CONVEYOR_DECL file_read pread_file(buffer_pool pool, const file_ref& f, const en
     return {{}, blob{e.path, std::move(buf), std::move(origin), e.label, i}, {}};
 }
 
+/// `pread_file` of entry `i` as a call that owns what it reads with (the blocking pool may
+/// finish it after the reader gave up on it). A named type: a closure in a non-inline
+/// coroutine's frame has no linkage.
+struct pread_call {
+    buffer_pool pool;
+    file_ref f;
+    std::shared_ptr<const listing> lp;
+    std::size_t i;
+    file_read operator()() { return pread_file(pool, f, lp->entries[i], lp->full_path(i), i); }
+};
+
 /** Reads file `i` of `l` whole, as it is: no deadline. Must run on the thread of
     `env.ring`'s io_context when `env.ring` is set. Cancelling the awaiting coroutine ends
     the read at once with `operation_canceled` (what the kernel still holds keeps its
@@ -180,9 +191,7 @@ CONVEYOR_DECL asio::awaitable<file_read> read_file_now(const read_env& env, std:
     file_ref f = file_of(env, l, i);
     if (!env.ring) {
         // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
-        auto call = [pool = env.rt->buffers(), f = std::move(f), lp, i]() mutable {
-            return pread_file(pool, f, lp->entries[i], lp->full_path(i), i);
-        };
+        pread_call call{env.rt->buffers(), std::move(f), lp, i};
         auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
                                                                             asio::as_tuple(asio::use_awaitable));
         if (!ep) co_return std::move(r);
@@ -308,6 +317,23 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64
     co_return read_outcome<blob>(std::move(r.b));
 }
 
+/// The reader of one run, as keyed_source calls it (named types, not closures: they end up
+/// in coroutine frames of functions compiled once, where closures would have no linkage).
+struct shared_reader {
+    std::shared_ptr<reader> r;
+    asio::awaitable<read_outcome<blob>> operator()(std::uint64_t i) const { return (*r)(i); }
+};
+
+/// Makes each run's reader.
+struct open_reader {
+    std::shared_ptr<const listing> files;
+    source_options opts;
+    shared_reader operator()(run_context& ctx) const
+    {
+        return {std::make_shared<reader>(ctx.rt(), files, opts, "files", &ctx)};
+    }
+};
+
 } // namespace detail
 
 CONVEYOR_DECL pipeline<blob> files(std::shared_ptr<const listing> shared, source_options o)
@@ -316,11 +342,7 @@ CONVEYOR_DECL pipeline<blob> files(std::shared_ptr<const listing> shared, source
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
                             .on_read = o.on_read};
     const std::uint64_t count = shared->size();
-    auto open = [shared, o](run_context& ctx) {
-        auto r = std::make_shared<detail::reader>(ctx.rt(), shared, o, "files", &ctx);
-        return [r](std::uint64_t i) { return (*r)(i); };
-    };
-    return keyed_source<blob>("files", count, std::move(s), std::move(open));
+    return keyed_source<blob>("files", count, std::move(s), detail::open_reader{shared, std::move(o)});
 }
 
 CONVEYOR_DECL pipeline<blob> files(listing l, source_options o)
@@ -335,7 +357,7 @@ CONVEYOR_DECL pipeline<blob> files(const std::vector<std::string>& paths, source
 
 CONVEYOR_DECL dataset::dataset(listing l, runtime& rt, source_options o)
     : files_(std::make_shared<const listing>(std::move(l))), rt_(rt),
-      reader_(std::make_shared<detail::reader>(rt, files_, std::move(o), "dataset", nullptr))
+      reader_(std::make_shared<detail::reader>(rt, files_, std::move(o), "file dataset", nullptr))
 {
 }
 
@@ -368,7 +390,7 @@ CONVEYOR_DECL void dataset::check_index(std::size_t i) const
 {
     if (i >= files_->size())
         throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
-                              {.stage = "dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
+                              {.stage = "file dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
                                                                  std::to_string(files_->size()) + " files)"});
 }
 

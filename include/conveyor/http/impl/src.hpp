@@ -11,5 +11,6 @@
 #include <conveyor/http/impl/client.ipp>
 #include <conveyor/http/impl/endpoint.ipp>
 #include <conveyor/http/impl/error.ipp>
+#include <conveyor/http/impl/options.ipp>
 
 #endif

@@ -32,7 +32,7 @@ CONVEYOR_DECL object_list prefixed(std::string bucket, std::vector<std::string> 
 CONVEYOR_DECL std::vector<std::string> parse_index_json(std::string_view text, std::string_view where)
 {
     auto fail = [&](std::string why) {
-        return conveyor::error(std::make_error_code(std::errc::invalid_argument), {.stage = "s3 index", .where = std::string(where), .detail = std::move(why)});
+        return conveyor::error(std::make_error_code(std::errc::invalid_argument), {.stage = "s3 listing", .where = std::string(where), .detail = std::move(why)});
     };
     boost::system::error_code ec;
     auto v = boost::json::parse(text, ec);
@@ -52,6 +52,23 @@ CONVEYOR_DECL std::vector<std::string> parse_index_json(std::string_view text, s
     return keys;
 }
 
+/// One of `list_parallel`'s workers: lists the next "directory" not yet taken, until none
+/// is left. (A named type: a closure would have no linkage in a frame compiled once.)
+struct directory_lister {
+    client_state& s;
+    const std::string& bucket;
+    const std::vector<std::string>& dirs;
+    std::vector<std::vector<object_info>>& found;
+    std::size_t& next;
+    asio::awaitable<void> operator()(std::size_t) const
+    {
+        while (next < dirs.size()) {
+            const std::size_t d = next++;
+            found[d] = co_await s.list_all(bucket, dirs[d]);
+        }
+    }
+};
+
 // Lists a prefix in parallel: first one level with the delimiter '/', then each common
 // prefix ("directory") on its own, several at once. Sorted by key, as S3 lists.
 CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::shared_ptr<client_state> s, std::string bucket, std::string prefix,
@@ -69,12 +86,7 @@ CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::share
     }
     std::vector<std::vector<object_info>> found(dirs.size());
     std::size_t next = 0;
-    auto worker = [&](std::size_t) -> asio::awaitable<void> {
-        while (next < dirs.size()) {
-            const std::size_t d = next++;
-            found[d] = co_await s->list_all(bucket, dirs[d]);
-        }
-    };
+    const directory_lister worker{*s, bucket, dirs, found, next};
     co_await conveyor::detail::run_all(std::min<std::size_t>(std::max(1u, parallel), dirs.size()), worker);
     for (auto& f : found)
         for (auto& o : f) all.push_back(std::move(o));
@@ -90,6 +102,19 @@ CONVEYOR_DECL asio::awaitable<blob> read_object(std::shared_ptr<client_state> s,
     buffer data = co_await s->get_object(list->bucket, obj.key, obj.size);
     co_return blob{obj.key, std::move(data), object_uri(s->cfg, list->bucket, obj.key), -1, i};
 }
+
+/// The S3 source's reader and what makes it per run (named types, not closures: they end
+/// up in coroutine frames of functions compiled once, where closures would have no linkage).
+struct object_reader {
+    std::shared_ptr<client_state> s;
+    std::shared_ptr<const object_list> list;
+    asio::awaitable<blob> operator()(std::uint64_t i) const { return read_object(s, list, i); }
+};
+struct open_reader {
+    std::shared_ptr<client_state> s;
+    std::shared_ptr<const object_list> list;
+    object_reader operator()(run_context&) const { return {s, list}; }
+};
 
 } // namespace detail
 
@@ -111,7 +136,7 @@ CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw conveyor::error(std::error_code(errno ? errno : ENOENT, std::system_category()),
-                              {.stage = "s3 index", .where = path, .detail = "cannot open the index file"});
+                              {.stage = "s3 listing", .where = path, .detail = "cannot open the index file"});
     std::stringstream ss;
     ss << in.rdbuf();
     return detail::prefixed(std::move(bucket), detail::parse_index_json(ss.str(), path), prefix);
@@ -130,12 +155,8 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
                             .on_read = o.on_read};
     const std::uint64_t count = list->size();
-    std::shared_ptr<detail::client_state> state = c.state();
-    auto open = [state, list](run_context&) {
-        return [state, list](std::uint64_t i) { return detail::read_object(state, list, i); };
-    };
     // The client's connection pools belong to its runtime's I/O threads: read there.
-    return keyed_source<blob>("s3", count, std::move(s), std::move(open), &c.rt());
+    return keyed_source<blob>("s3", count, std::move(s), detail::open_reader{c.state(), std::move(list)}, &c.rt());
 }
 
 CONVEYOR_DECL pipeline<blob> objects(client c, object_list list, source_options o)

@@ -1,0 +1,238 @@
+// Tests of conveyor/core/buffer.hpp: size classes, the buffer pool, buffers and blobs.
+#include "support.hpp"
+
+#include <conveyor/core/buffer.hpp>
+
+#include <algorithm>
+#include <set>
+
+TEST_CASE("size classes hold every size with at most a quarter wasted")
+{
+    using namespace conveyor::detail;
+    CHECK(class_size(0) == 4096);
+    CHECK(class_size(class_count - 1) == (std::size_t{4} << 30));
+    for (std::size_t c = 1; c < class_count; ++c) CHECK(class_size(c) > class_size(c - 1));
+
+    auto check_size = [](std::size_t n) {
+        const std::size_t c = class_for(n);
+        REQUIRE(c < class_count);
+        CHECK(class_size(c) >= n);
+        if (c > 0) CHECK(class_size(c - 1) < n); // the smallest class that fits
+        if (n >= 4096) CHECK(class_size(c) - n <= n / 4);
+    };
+    for (std::size_t n = 1; n <= (std::size_t{1} << 20); ++n) {
+        const std::size_t c = class_for(n);
+        if (class_size(c) < n || (c > 0 && class_size(c - 1) >= n) || (n >= 4096 && class_size(c) - n > n / 4)) {
+            CAPTURE(n);
+            check_size(n); // report the first failure in detail
+            break;
+        }
+    }
+    for (std::size_t shift = 20; shift <= 28; ++shift)
+        for (std::size_t n : {(std::size_t{1} << shift) - 1, std::size_t{1} << shift, (std::size_t{1} << shift) + 1,
+                              (std::size_t{5} << (shift - 2)) + 1, (std::size_t{7} << (shift - 2)) - 1}) {
+            if (n > (std::size_t{256} << 20)) continue;
+            CAPTURE(n);
+            check_size(n);
+        }
+    CHECK(class_for((std::size_t{4} << 30) + 1) == class_count); // too large to pool
+}
+
+TEST_CASE("a buffer pool hands out page-aligned buffers of the asked size")
+{
+    conveyor::buffer_pool pool;
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097},
+                          std::size_t{110'000}, std::size_t{1} << 20, (std::size_t{3} << 20) + 7}) {
+        CAPTURE(n);
+        auto b = pool.acquire(n);
+        CHECK(b.size() == n);
+        CHECK(b.capacity() >= n);
+        CHECK(b.capacity() >= 4096);
+        if (n >= 4096) CHECK(b.capacity() - n <= n / 4);
+        REQUIRE(b.data() != nullptr);
+        CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 4096 == 0);
+        CHECK(b.empty() == (n == 0));
+        CHECK(b.span().size() == n);
+        if (n) {
+            std::memset(b.data(), 0xab, b.capacity()); // the whole capacity is ours (ASan checks)
+            CHECK(b.view().size() == n);
+        }
+    }
+    // Beyond the largest class the pool allocates exactly, and does not keep the memory.
+    const std::size_t huge = (std::size_t{4} << 30) + 4096;  // address space only: never touched
+    {
+        auto b = pool.acquire(huge);
+        CHECK(b.size() == huge);
+        CHECK(b.capacity() == huge);
+        CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 4096 == 0);
+    }
+    CHECK(pool.cached_bytes() < huge);
+}
+
+TEST_CASE("a buffer pool maps large buffers 2 MiB-aligned, writable to the end, and reuses them")
+{
+    conveyor::buffer_pool pool;
+    const std::size_t n = (std::size_t{3} << 20) + 123;
+    const std::byte* first = nullptr;
+    {
+        auto b = pool.acquire(n);
+        REQUIRE(b.capacity() >= n);
+        CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % (std::size_t{2} << 20) == 0);
+        std::memset(b.data(), 0x5a, b.capacity());
+        CHECK(b.data()[b.capacity() - 1] == std::byte{0x5a});
+        first = b.data();
+    }
+    const auto allocations = pool.allocations();
+    auto again = pool.acquire(n);
+    CHECK(again.data() == first);
+    CHECK(pool.allocations() == allocations);
+}
+
+TEST_CASE("a buffer pool reuses released buffers instead of allocating")
+{
+    conveyor::buffer_pool pool;
+    CHECK(pool.allocations() == 0);
+    const std::byte* first = nullptr;
+    for (int i = 0; i < 100; ++i) {
+        auto b = pool.acquire(100'000 + static_cast<std::size_t>(i) * 100); // all in the 112 KiB class
+        if (!first) first = b.data();
+        CHECK(b.data() == first);
+    }
+    CHECK(pool.allocations() == 1);
+    CHECK(pool.cached_bytes() == 112 * 1024);
+
+    // Holding two at once needs a second allocation; afterwards both are reused.
+    {
+        auto a = pool.acquire(100'000);
+        auto b = pool.acquire(100'000);
+        CHECK(a.data() != b.data());
+        CHECK(pool.cached_bytes() == 0);
+    }
+    CHECK(pool.allocations() == 2);
+    for (int i = 0; i < 10; ++i) {
+        auto a = pool.acquire(100'000);
+        auto b = pool.acquire(100'000);
+    }
+    CHECK(pool.allocations() == 2);
+    CHECK(pool.cached_bytes() == 2 * 112 * 1024);
+
+    // Another class does not take these.
+    { auto c = pool.acquire(5000); }
+    CHECK(pool.allocations() == 3);
+}
+
+TEST_CASE("a buffer pool keeps at most max_cached_bytes idle")
+{
+    const std::size_t cls = 112 * 1024;
+    conveyor::buffer_pool pool(2 * cls + cls / 2); // room for two idle buffers, not three
+    {
+        auto a = pool.acquire(100'000);
+        auto b = pool.acquire(100'000);
+        auto c = pool.acquire(100'000);
+        CHECK(pool.allocations() == 3);
+    }
+    CHECK(pool.cached_bytes() == 2 * cls);
+    {
+        auto a = pool.acquire(100'000);
+        auto b = pool.acquire(100'000);
+        auto c = pool.acquire(100'000);
+        CHECK(pool.cached_bytes() == 0);
+    }
+    CHECK(pool.allocations() == 4); // two were reused, one freed and allocated again
+
+    conveyor::buffer_pool none(0);
+    for (int i = 0; i < 3; ++i) { auto b = none.acquire(10); }
+    CHECK(none.cached_bytes() == 0);
+    CHECK(none.allocations() == 3);
+}
+
+TEST_CASE("buffers outlive their pool")
+{
+    conveyor::buffer b;
+    std::vector<conveyor::buffer> more;
+    {
+        conveyor::buffer_pool pool;
+        b = pool.acquire(9000);
+        for (int i = 0; i < 4; ++i) more.push_back(pool.acquire(9000));
+    }
+    std::memset(b.data(), 1, b.size()); // ASan reports a use after free if the pool freed it
+    CHECK(std::to_integer<int>(b.data()[8999]) == 1);
+    more.clear(); // go back to the (now unowned) pool state, which frees them
+    b = conveyor::buffer{};
+    CHECK(b.data() == nullptr);
+}
+
+TEST_CASE("buffers move, and a moved-from buffer is empty")
+{
+    conveyor::buffer_pool pool;
+    auto a = pool.acquire(5000);
+    auto* p = a.data();
+    conveyor::buffer b(std::move(a));
+    CHECK(b.data() == p);
+    CHECK(b.size() == 5000);
+    CHECK(a.data() == nullptr); // NOLINT(bugprone-use-after-move): the state is specified
+    CHECK(a.size() == 0);
+    CHECK(a.capacity() == 0);
+    CHECK(a.empty());
+    a = std::move(b);
+    CHECK(a.data() == p);
+    a = std::move(a); // self-move keeps it
+    CHECK(a.data() == p);
+    b = pool.acquire(5000);
+    CHECK(pool.allocations() == 2);
+    b = std::move(a); // b's old buffer goes back to the pool
+    CHECK(pool.cached_bytes() > 0);
+}
+
+TEST_CASE("resize never grows a buffer past its capacity")
+{
+    conveyor::buffer_pool pool;
+    auto b = pool.acquire(100);
+    b.resize(10);
+    CHECK(b.size() == 10);
+    b.resize(b.capacity() + 1);
+    CHECK(b.size() == b.capacity());
+}
+
+TEST_CASE("buffer::copy_of copies bytes into an aligned buffer of exactly that size")
+{
+    auto b = conveyor::buffer::copy_of("hello, world");
+    CHECK(b.view() == "hello, world");
+    CHECK(b.size() == 12);
+    CHECK(b.capacity() == 12);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % 4096 == 0);
+
+    const std::byte raw[] = {std::byte{0}, std::byte{0xff}, std::byte{7}};
+    auto r = conveyor::buffer::copy_of(std::span<const std::byte>(raw));
+    REQUIRE(r.size() == 3);
+    CHECK(std::equal(r.span().begin(), r.span().end(), std::begin(raw)));
+
+    auto e = conveyor::buffer::copy_of(std::string_view{});
+    CHECK(e.empty());
+    CHECK(e.view().empty());
+}
+
+TEST_CASE("a blob says where its bytes came from and starts unlabelled")
+{
+    conveyor::blob b{.key = "n01/img.jpg", .data = conveyor::buffer::copy_of("jpeg"), .origin = "/data/n01/img.jpg"};
+    CHECK(b.label == -1);
+    CHECK(b.index == 0);
+    CHECK(b.data.view() == "jpeg");
+}
+
+TEST_CASE("a buffer pool can be used from several threads at once")
+{
+    conveyor::buffer_pool pool;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&pool, t] {
+            for (int i = 0; i < 2000; ++i) {
+                auto b = pool.acquire(static_cast<std::size_t>(4096 * (1 + (i + t) % 5)));
+                b.data()[0] = std::byte{1};
+            }
+        });
+    for (auto& th : threads) th.join();
+    // Every buffer came back; at most 4 threads x 5 classes were ever allocated.
+    CHECK(pool.allocations() <= 20);
+    CHECK(pool.cached_bytes() > 0);
+}
