@@ -4,6 +4,8 @@
 
 #include <conveyor/file/index.hpp>
 
+#include <conveyor/core/detail/ascii.hpp>
+
 #include <conveyor/core/error.hpp>
 #include <conveyor/file/error.hpp>
 
@@ -56,12 +58,7 @@ CONVEYOR_DECL bool has_extension(const std::filesystem::path& p, const std::vect
 {
     if (exts.empty()) return true;
     const std::string e = p.extension().string();
-    return std::any_of(exts.begin(), exts.end(), [&](const std::string& want) {
-        return want.size() == e.size() &&
-               std::equal(want.begin(), want.end(), e.begin(), [](char a, char b) {
-                   return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-               });
-    });
+    return std::any_of(exts.begin(), exts.end(), [&](const std::string& want) { return conveyor::detail::iequals(want, e); });
 }
 
 /// Class ids above this are refused (no dataset has 16 million classes; a typo might).

@@ -7,7 +7,7 @@
 #include <conveyor/s3/config.hpp>
 
 #include <conveyor/core/error.hpp>
-#include <conveyor/s3/detail/ascii.hpp>
+#include <conveyor/core/detail/ascii.hpp>
 
 #include <boost/json/kind.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -30,6 +30,13 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+
+namespace conveyor::s3::detail {
+// The ASCII case helpers are core's (conveyor::detail); the s3 code names them as its own.
+using conveyor::detail::ascii_lower;
+using conveyor::detail::iequals;
+using conveyor::detail::iless;
+} // namespace conveyor::s3::detail
 
 namespace conveyor::s3 {
 namespace detail {

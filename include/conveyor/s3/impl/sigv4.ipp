@@ -5,7 +5,7 @@
 #include <conveyor/s3/sigv4.hpp>
 
 #include <conveyor/core/error.hpp>
-#include <conveyor/s3/detail/ascii.hpp>
+#include <conveyor/core/detail/ascii.hpp>
 
 #include <boost/beast/http/field.hpp>
 #include <boost/beast/http/fields.hpp>
@@ -29,6 +29,13 @@
 #include <string>
 #include <system_error>
 #include <utility>
+
+namespace conveyor::s3::detail {
+// The ASCII case helpers are core's (conveyor::detail); the s3 code names them as its own.
+using conveyor::detail::ascii_lower;
+using conveyor::detail::iequals;
+using conveyor::detail::iless;
+} // namespace conveyor::s3::detail
 
 namespace conveyor::s3 {
 namespace detail {

@@ -1,14 +1,14 @@
-// conveyor/s3/detail/ascii.hpp — ASCII case, the one way the s3 module writes it: header
-// names for the signer, URL schemes and INI keys for the configuration. Bytes outside
-// A-Z are left as they are (UTF-8 included).
-#ifndef CONVEYOR_S3_DETAIL_ASCII_HPP
-#define CONVEYOR_S3_DETAIL_ASCII_HPP
+// conveyor/core/detail/ascii.hpp — ASCII case, the one way conveyor writes it: header
+// names for the signer, URL schemes and INI keys for the S3 configuration, file name
+// extensions for directory walks. Bytes outside A-Z are left as they are (UTF-8 included).
+#ifndef CONVEYOR_CORE_DETAIL_ASCII_HPP
+#define CONVEYOR_CORE_DETAIL_ASCII_HPP
 
 #include <algorithm>
 #include <cstddef>
 #include <string_view>
 
-namespace conveyor::s3::detail {
+namespace conveyor::detail {
 
 constexpr char ascii_lower(char c) noexcept { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
@@ -33,6 +33,6 @@ constexpr bool iless(std::string_view a, std::string_view b) noexcept
     return a.size() < b.size();
 }
 
-} // namespace conveyor::s3::detail
+} // namespace conveyor::detail
 
 #endif
