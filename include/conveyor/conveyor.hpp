@@ -9,6 +9,7 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/slice.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/error.hpp>

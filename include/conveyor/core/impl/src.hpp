@@ -11,6 +11,7 @@
 #include <conveyor/core/impl/error.ipp>
 #include <conveyor/core/impl/run_context.ipp>
 #include <conveyor/core/impl/runtime.ipp>
+#include <conveyor/core/impl/slice.ipp>
 #include <conveyor/core/impl/source.ipp>
 
 #endif

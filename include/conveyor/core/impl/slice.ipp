@@ -1,0 +1,43 @@
+// conveyor/core/impl/slice.ipp — shared, sliceable views of a buffer.
+#ifndef CONVEYOR_CORE_IMPL_SLICE_IPP
+#define CONVEYOR_CORE_IMPL_SLICE_IPP
+
+#include <conveyor/core/slice.hpp>
+
+#include <conveyor/core/error.hpp>
+
+#include <string>
+
+namespace conveyor {
+
+CONVEYOR_DECL slice::slice(buffer b)
+{
+    if (b.empty()) return; // nothing to share: an empty slice holds no storage
+    auto storage = std::make_shared<const buffer>(std::move(b));
+    data_ = storage->data();
+    size_ = storage->size();
+    storage_ = std::move(storage);
+}
+
+CONVEYOR_DECL slice slice::sub(std::size_t offset, std::size_t length) const
+{
+    if (offset > size_ || length > size_ - offset)
+        throw error(make_error_code(errc::invalid_argument),
+                    {.detail = "slice of bytes [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+                               std::to_string(length) + ") is outside a slice of " + std::to_string(size_) + " bytes"});
+    slice s;
+    if (length == 0) return s;
+    s.storage_ = storage_;
+    s.data_ = data_ + offset;
+    s.size_ = length;
+    return s;
+}
+
+CONVEYOR_DECL std::size_t slice::offset() const noexcept
+{
+    return storage_ ? static_cast<std::size_t>(data_ - storage_->data()) : 0;
+}
+
+} // namespace conveyor
+
+#endif

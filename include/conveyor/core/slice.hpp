@@ -1,0 +1,75 @@
+// conveyor/core/slice.hpp — shared, sliceable views of a buffer: zero-copy parts of one read.
+#ifndef CONVEYOR_CORE_SLICE_HPP
+#define CONVEYOR_CORE_SLICE_HPP
+
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/detail/config.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+namespace conveyor {
+
+/** A read-only view of `size()` bytes of a buffer whose storage it shares.
+
+    Cutting a slice out of another (`sub`) copies no bytes: both point into the same
+    storage, which goes back to its pool when the last slice of it is destroyed. This is
+    how the parts of one read (the members of a tar shard read in 8 MiB chunks) travel on
+    as separate items without a copy and without keeping track of who frees what.
+
+    A slice is cheap to copy (a reference count and two words). Its bytes never change
+    while any slice of them lives: the storage is handed over whole, and a slice gives no
+    way to write to it.
+
+    @par Thread Safety
+    Distinct objects: safe, also when they share storage (the last one to go, on whatever
+    thread, returns it). Shared objects: unsafe.
+*/
+class slice {
+public:
+    /// An empty slice that shares nothing.
+    slice() noexcept = default;
+
+    /// The whole of `b` (its `size()` bytes), whose storage the slice now owns.
+    CONVEYOR_DECL explicit slice(buffer b);
+
+    /** Bytes [`offset`, `offset + length`) of this slice, sharing its storage. Throws
+        `conveyor::error` (`errc::invalid_argument`) when they are not all inside it,
+        naming both ranges: a part past the end is a bug or corrupt input, never silently
+        shortened. */
+    CONVEYOR_DECL slice sub(std::size_t offset, std::size_t length) const;
+    /// Bytes from `offset` to the end of this slice (see the other overload).
+    slice sub(std::size_t offset) const { return sub(offset, offset <= size_ ? size_ - offset : 0); }
+
+    const std::byte* data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    std::span<const std::byte> span() const noexcept { return {data_, size_}; }
+    /// The bytes as characters (handy for text fields such as `cls` or `json`).
+    std::string_view view() const noexcept { return {reinterpret_cast<const char*>(data_), size_}; }
+
+    /// Where this slice starts in its storage (the offset of a member in its shard chunk).
+    CONVEYOR_DECL std::size_t offset() const noexcept;
+    /// How many slices share this one's storage (0 for a slice that has none).
+    long use_count() const noexcept { return storage_.use_count(); }
+    /// True when `a` and `b` share storage (one was cut from the other, or both from one).
+    friend bool share_storage(const slice& a, const slice& b) noexcept
+    {
+        return a.storage_ && a.storage_ == b.storage_;
+    }
+
+private:
+    std::shared_ptr<const buffer> storage_;
+    const std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+} // namespace conveyor
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/core/impl/slice.ipp>
+#endif
+
+#endif
