@@ -1,0 +1,12 @@
+// conveyor/shard/impl/src.hpp — the shard module's non-template definitions, compiled once
+// (CONVEYOR_SEPARATE_COMPILATION; see conveyor/src.hpp).
+#ifndef CONVEYOR_SHARD_IMPL_SRC_HPP
+#define CONVEYOR_SHARD_IMPL_SRC_HPP
+
+#if !defined(CONVEYOR_SEPARATE_COMPILATION)
+#error "conveyor/shard/impl/src.hpp is for CONVEYOR_SEPARATE_COMPILATION builds"
+#endif
+
+#include <conveyor/shard/detail/impl/tar.ipp>
+
+#endif
