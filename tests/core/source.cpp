@@ -121,9 +121,12 @@ TEST_CASE("a failed item fails the run with its error, whether the reader return
         } catch (const cv::error& e) {
             CHECK(e.code() == std::errc::no_such_file_or_directory);
             CHECK(e.stage() == "picky");
-            CHECK(e.key() == "item-3");
+            // The first failure to happen wins: key 3, or a later failing key (10, 17...)
+            // read on another lane before key 3's read ended.
+            REQUIRE(e.key().starts_with("item-"));
+            CHECK(std::stoul(e.key().substr(5)) % 7 == 3);
         }
-        CHECK(before.size() <= 3); // ordered: nothing past the failed key
+        CHECK(before.size() <= 3); // ordered: nothing past key 3, which fails either way
     }
 }
 
