@@ -7,6 +7,7 @@
 #error "conveyor/shard/impl/src.hpp is for CONVEYOR_SEPARATE_COMPILATION builds"
 #endif
 
+#include <conveyor/shard/detail/impl/sample_name.ipp>
 #include <conveyor/shard/detail/impl/tar.ipp>
 
 #endif
