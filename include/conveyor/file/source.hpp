@@ -107,8 +107,6 @@ public:
     CONVEYOR_DECL blob get(std::size_t i);
 
 private:
-    CONVEYOR_DECL void check_index(std::size_t i) const;
-
     std::shared_ptr<const listing> files_;
     runtime& rt_;
     std::shared_ptr<detail::reader> reader_; // the source's reader, shared by all calls

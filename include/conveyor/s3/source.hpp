@@ -115,8 +115,6 @@ public:
     CONVEYOR_DECL blob get(std::size_t i) const;
 
 private:
-    CONVEYOR_DECL void check_index(std::size_t i) const;
-
     client c_;
     std::shared_ptr<const object_list> list_;
 };

@@ -17,6 +17,14 @@ CONVEYOR_DECL std::string what_of(const std::exception_ptr& e)
     }
 }
 
+CONVEYOR_DECL void check_key_index(std::string_view stage, std::uint64_t i, std::uint64_t size, std::string_view items)
+{
+    if (i < size) return;
+    throw error(std::make_error_code(std::errc::result_out_of_range),
+                {.stage = std::string(stage),
+                 .detail = "index " + std::to_string(i) + " is past the end (" + std::to_string(size) + " " + std::string(items) + ")"});
+}
+
 } // namespace conveyor::detail
 
 #endif

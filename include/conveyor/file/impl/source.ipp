@@ -252,8 +252,9 @@ CONVEYOR_DECL asio::awaitable<file_read> read_file(const read_env& env, const st
 class reader {
 public:
     reader(runtime& rt, std::shared_ptr<const listing> files, source_options o, std::string stage, run_context* ctx)
-        : rt_(rt), files_(std::move(files)), root_(open_root(*files_)), opts_(std::move(o)), stage_(std::move(stage)),
-          ctx_(ctx), group_(ctx ? reinterpret_cast<std::uintptr_t>(ctx) : 0), lanes_(rt.io_lanes())
+        : rt_(rt), files_(std::move(files)), opts_(std::move(o)), stage_(std::move(stage)), ctx_(ctx),
+          group_(ctx ? reinterpret_cast<std::uintptr_t>(ctx) : 0),
+          pread_env_(make_read_env(rt, nullptr, open_root(*files_), opts_, group_)), lanes_(rt.io_lanes())
     {
     }
 
@@ -265,44 +266,45 @@ public:
 private:
     struct lane_state {
         bool ready = false;
-        uring* ring = nullptr; // null: the pread backend
+        read_env env; // this lane's ring (null: the pread backend) and the shared settings
     };
 
-    CONVEYOR_DECL uring* ring_here(std::size_t lane);
+    CONVEYOR_DECL const read_env& env_here(std::size_t lane);
 
     runtime& rt_;
     std::shared_ptr<const listing> files_;
-    std::shared_ptr<const directory> root_; // opened once per run (or per dataset)
     source_options opts_;
     std::string stage_;
     run_context* ctx_; // the run this reader serves; null for a dataset
     std::uint64_t group_; // the run's cancellation group on the rings
+    read_env pread_env_;  // no ring; its root is opened once per run (or per dataset)
     std::vector<lane_state> lanes_;
 };
 
-CONVEYOR_DECL uring* reader::ring_here(std::size_t lane)
+CONVEYOR_DECL const read_env& reader::env_here(std::size_t lane)
 {
     auto& st = lanes_[lane];
-    if (st.ready) return st.ring;
+    if (st.ready) return st.env;
     // The ring must be created and used on its own thread, so each lane asks for it there:
     // a runtime's rings come up lazily, on first use.
-    st.ring = ring_for(rt_, lane);
+    st.env = pread_env_;
+    st.env.ring = ring_for(rt_, lane);
     st.ready = true;
-    if (st.ring && ctx_) {
-        uring* ring = st.ring;
+    if (st.env.ring && ctx_) {
+        uring* ring = st.env.ring;
         const std::uint64_t group = group_;
         ctx_->on_cancel(rt_.io_executor(lane), [ring, group] { ring->cancel_group(group); });
     }
-    return st.ring;
+    return st.env;
 }
 
 CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64_t i)
 {
     const int lane = conveyor::detail::current_lane;
-    uring* ring = nullptr;
+    const read_env* env = &pread_env_; // off the lanes (never, in practice): pread
     if (lane >= 0 && static_cast<std::size_t>(lane) < lanes_.size()) {
         try {
-            ring = ring_here(static_cast<std::size_t>(lane));
+            env = &env_here(static_cast<std::size_t>(lane));
         } catch (...) {
             // No backend to read with (io_backend::uring where io_uring is refused): that
             // fails the whole run, whatever the error policy says about single files.
@@ -311,8 +313,8 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64
             co_return read_outcome<blob>(e);
         }
     }
-    const read_env env = make_read_env(rt_, ring, root_, opts_, group_);
-    auto r = co_await read_file(env, files_, i);
+    // The environment lives in the reader, which outlives this read (its callers hold it).
+    auto r = co_await read_file(*env, files_, i);
     if (r.ec) co_return read_outcome<blob>(read_error(stage_, r.ec, *files_, i, std::move(r.detail)));
     co_return read_outcome<blob>(std::move(r.b));
 }
@@ -373,7 +375,7 @@ CONVEYOR_DECL asio::awaitable<blob> read_or_throw(std::shared_ptr<reader> r, std
 
 CONVEYOR_DECL asio::awaitable<blob> dataset::async_get(std::size_t i)
 {
-    check_index(i);
+    conveyor::detail::check_key_index("file dataset", i, files_->size(), "files");
     if (rt_.current_io_lane()) co_return co_await detail::read_or_throw(reader_, i);
     const std::size_t target = next_lane_++ % rt_.io_lanes();
     co_return co_await asio::co_spawn(rt_.io_executor(target), detail::read_or_throw(reader_, i), asio::use_awaitable);
@@ -381,17 +383,9 @@ CONVEYOR_DECL asio::awaitable<blob> dataset::async_get(std::size_t i)
 
 CONVEYOR_DECL blob dataset::get(std::size_t i)
 {
-    check_index(i);
+    conveyor::detail::check_key_index("file dataset", i, files_->size(), "files");
     const std::size_t target = next_lane_++ % rt_.io_lanes();
     return asio::co_spawn(rt_.io_executor(target), detail::read_or_throw(reader_, i), asio::use_future).get();
-}
-
-CONVEYOR_DECL void dataset::check_index(std::size_t i) const
-{
-    if (i >= files_->size())
-        throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
-                              {.stage = "file dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
-                                                                 std::to_string(files_->size()) + " files)"});
 }
 
 } // namespace conveyor::file

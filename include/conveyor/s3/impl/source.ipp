@@ -94,13 +94,21 @@ CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::share
     co_return all;
 }
 
+/// Object `i` of `list`, whose bytes are `data`, as a blob (key = object key, origin =
+/// its URI): what the source and the dataset deliver.
+CONVEYOR_DECL blob object_blob(const config& cfg, const object_list& list, std::uint64_t i, buffer data)
+{
+    const object_info& obj = list.objects[i];
+    return blob{obj.key, std::move(data), object_uri(cfg, list.bucket, obj.key), -1, i};
+}
+
 /// Fetches object `i` of `list` as a blob (the S3 source's reader).
 CONVEYOR_DECL asio::awaitable<blob> read_object(std::shared_ptr<client_state> s, std::shared_ptr<const object_list> list,
                                                 std::uint64_t i)
 {
     const object_info& obj = list->objects[i];
     buffer data = co_await s->get_object(list->bucket, obj.key, obj.size);
-    co_return blob{obj.key, std::move(data), object_uri(s->cfg, list->bucket, obj.key), -1, i};
+    co_return object_blob(s->cfg, *list, i, std::move(data));
 }
 
 /// The S3 source's reader and what makes it per run (named types, not closures: they end
@@ -171,24 +179,16 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::string bucket, const std::ve
 
 CONVEYOR_DECL asio::awaitable<blob> dataset::async_get(std::size_t i) const
 {
-    check_index(i);
+    conveyor::detail::check_key_index("s3 dataset", i, list_->size(), "objects");
     // Through the client, which hops to one of its I/O threads when called elsewhere.
     const auto& o = list_->objects[i];
     buffer data = co_await c_.async_get(list_->bucket, o.key, o.size);
-    co_return blob{o.key, std::move(data), object_uri(c_.cfg(), list_->bucket, o.key), -1, i};
+    co_return detail::object_blob(c_.cfg(), *list_, i, std::move(data));
 }
 
 CONVEYOR_DECL blob dataset::get(std::size_t i) const
 {
     return c_.run(async_get(i));
-}
-
-CONVEYOR_DECL void dataset::check_index(std::size_t i) const
-{
-    if (i >= list_->size())
-        throw conveyor::error(std::make_error_code(std::errc::result_out_of_range),
-                              {.stage = "s3 dataset", .detail = "index " + std::to_string(i) + " is past the end (" +
-                                                                    std::to_string(list_->size()) + " objects)"});
 }
 
 CONVEYOR_DECL asio::awaitable<put_result> detail::upload_one::operator()(blob b) const
