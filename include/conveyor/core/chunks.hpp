@@ -1,0 +1,68 @@
+// conveyor/core/chunks.hpp — one object's bytes read as a sequence of chunks: how a shard
+// on disk, in a bucket or behind a URL reaches the tar reader without being held whole.
+#ifndef CONVEYOR_CORE_CHUNKS_HPP
+#define CONVEYOR_CORE_CHUNKS_HPP
+
+#include <conveyor/core/slice.hpp>
+#include <conveyor/detail/config.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace conveyor {
+
+namespace asio = boost::asio;
+
+/// Bytes [`offset`, `offset + bytes.size()`) of an object.
+struct chunk {
+    slice bytes;
+    std::uint64_t offset = 0;
+};
+
+/// How an object is read in chunks.
+struct chunk_options {
+    /// Bytes per chunk (the last one may be shorter). Also the pooled buffer size.
+    std::size_t chunk_size = std::size_t{8} << 20;
+    /// Chunks requested ahead of the consumer (prefetch): reads of chunks k+1 … k+n are in
+    /// flight while chunk k is being consumed. At least 1.
+    unsigned chunks_in_flight = 2;
+    /// Where to start (resume, or a ranged read of part of a shard).
+    std::uint64_t offset = 0;
+    /// How many bytes to read from `offset` at most (the rest of the object by default).
+    std::uint64_t length = std::numeric_limits<std::uint64_t>::max();
+};
+
+/** A sequential reader of one object's bytes in chunks, with prefetch and backpressure:
+    at most `chunks_in_flight` chunks are read ahead of the consumer, so a slow consumer
+    stops the reads and memory stays bounded whatever the object's size.
+    Chunks come in order, contiguous, starting at `chunk_options::offset`. A reader is used
+    by one coroutine at a time, on one of its runtime's I/O threads; destroying it cancels
+    what is in flight.
+*/
+class chunk_reader {
+public:
+    virtual ~chunk_reader() = default;
+
+    /** The next chunk, or nullopt after the last one.
+        Throws `conveyor::error` naming `url()` and the byte offset when the object cannot
+        be read (after the source's own retries).
+        @par Completion Signature
+        `std::optional<chunk>` */
+    [[nodiscard]] virtual asio::awaitable<std::optional<chunk>> async_next() = 0;
+
+    /// The object's full name: a path, `s3://bucket/key` or an `http(s)://` URL.
+    virtual const std::string& url() const noexcept = 0;
+
+    /// The object's total size in bytes when known (after the first chunk at the latest),
+    /// else -1.
+    virtual std::int64_t size() const noexcept = 0;
+};
+
+} // namespace conveyor
+
+#endif

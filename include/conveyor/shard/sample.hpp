@@ -1,0 +1,45 @@
+// conveyor/shard/sample.hpp — one sample of a shard: its key, where it came from, its fields.
+#ifndef CONVEYOR_SHARD_SAMPLE_HPP
+#define CONVEYOR_SHARD_SAMPLE_HPP
+
+#include <conveyor/core/slice.hpp>
+#include <conveyor/detail/config.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace conveyor::shard {
+
+/// One member of a sample: `name` is the field (`jpg`, `cls`, `seg.png`), `data` its bytes,
+/// a zero-copy view into the shard's chunk where the member lay inside one chunk.
+struct field {
+    std::string name;
+    slice data;
+    std::uint64_t offset = 0; ///< byte offset of the member's data in the (uncompressed) shard
+};
+
+/** The run of consecutive tar members sharing a key (webdataset's rule: the member's path
+    up to the first dot of its basename; the rest is the field name).
+    `key` and `url` are webdataset's `__key__` and `__url__`. */
+struct sample {
+    std::string key;              ///< `__key__`, e.g. "train/n01440764_10026"
+    std::string url;              ///< `__url__`: the shard it came from
+    std::vector<field> fields;    ///< in the order of the members in the shard
+    std::uint64_t offset = 0;     ///< byte offset of the first member's header in the shard
+    std::uint64_t shard = 0;      ///< index of the shard in the run's shard list
+    std::uint64_t index = 0;      ///< position of the sample in its shard (0, 1, ...)
+
+    /// The field called `name`, or null.
+    const field* find(std::string_view name) const noexcept
+    {
+        for (const auto& f : fields)
+            if (f.name == name) return &f;
+        return nullptr;
+    }
+};
+
+} // namespace conveyor::shard
+
+#endif
