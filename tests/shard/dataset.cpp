@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/dataset.hpp (placeholder until that header lands).

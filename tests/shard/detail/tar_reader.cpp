@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/detail/tar_reader.hpp (placeholder until that header lands).

@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/index.hpp (placeholder until that header lands).

@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/list.hpp (placeholder until that header lands).

@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/order.hpp (placeholder until that header lands).

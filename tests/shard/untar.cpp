@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/untar.hpp (placeholder until that header lands).

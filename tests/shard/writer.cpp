@@ -1,0 +1,1 @@
+// Tests of conveyor/shard/writer.hpp (placeholder until that header lands).
