@@ -28,8 +28,12 @@ struct sample {
     std::string url;              ///< `__url__`: the shard it came from
     std::vector<field> fields;    ///< in the order of the members in the shard
     std::uint64_t offset = 0;     ///< byte offset of the first member's header in the shard
+    std::uint64_t end = 0;        ///< byte offset just past its last member (and padding)
     std::uint64_t shard = 0;      ///< index of the shard in the run's shard list
     std::uint64_t index = 0;      ///< position of the sample in its shard (0, 1, ...)
+    /// Position of the shard in the epoch's work list (see shard/order.hpp); what resume
+    /// state is kept by, since a padded epoch may read one shard twice.
+    std::uint64_t work = 0;
 
     /// The field called `name`, or null.
     const field* find(std::string_view name) const noexcept
