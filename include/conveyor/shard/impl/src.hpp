@@ -9,5 +9,6 @@
 
 #include <conveyor/shard/detail/impl/sample_name.ipp>
 #include <conveyor/shard/detail/impl/tar.ipp>
+#include <conveyor/shard/impl/order.ipp>
 
 #endif

@@ -1,0 +1,348 @@
+// conveyor/shard/impl/order.ipp — epoch order, splits across ranks and workers, resume state.
+#ifndef CONVEYOR_SHARD_IMPL_ORDER_IPP
+#define CONVEYOR_SHARD_IMPL_ORDER_IPP
+
+#include <conveyor/core/error.hpp>
+#include <conveyor/core/stages.hpp>
+#include <conveyor/shard/order.hpp>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <numeric>
+
+namespace conveyor::shard {
+namespace detail {
+
+[[noreturn]] inline void bad_order(std::string what)
+{
+    throw error(make_error_code(errc::invalid_argument), {.stage = "shard order", .detail = std::move(what)});
+}
+
+inline bool env_number(const char* name, std::uint64_t& v, bool& present)
+{
+    const char* s = std::getenv(name);
+    present = s != nullptr;
+    if (!s) return false;
+    std::string_view t(s);
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t' || t.back() == '\n')) t.remove_suffix(1);
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc{} || p != t.data() + t.size())
+        bad_order(std::string(name) + "=\"" + conveyor::detail::printable(s) + "\" is not a whole number");
+    return true;
+}
+
+} // namespace detail
+
+CONVEYOR_DECL split split_from_environment(std::uint64_t worker, std::uint64_t workers)
+{
+    split s;
+    s.worker = worker;
+    s.workers = workers == 0 ? 1 : workers;
+    if (s.worker >= s.workers) detail::bad_order("worker " + std::to_string(worker) + " is not below the worker count " + std::to_string(workers));
+    static constexpr const char* pairs[][2] = {
+        {"RANK", "WORLD_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
+    for (const auto& p : pairs) {
+        std::uint64_t rank = 0, size = 0;
+        bool has_rank, has_size;
+        detail::env_number(p[0], rank, has_rank);
+        detail::env_number(p[1], size, has_size);
+        if (!has_rank && !has_size) continue;
+        if (has_rank != has_size)
+            detail::bad_order(std::string(has_rank ? p[0] : p[1]) + " is set but " + (has_rank ? p[1] : p[0]) + " is not");
+        if (size == 0 || rank >= size)
+            detail::bad_order(std::string(p[0]) + "=" + std::to_string(rank) + " is not below " + p[1] + "=" + std::to_string(size));
+        s.rank = rank;
+        s.world_size = size;
+        return s;
+    }
+    return s;
+}
+
+CONVEYOR_DECL std::vector<std::uint64_t> epoch_work(std::uint64_t shards, std::uint64_t slots, std::uint64_t epoch, const order_options& o)
+{
+    if (shards == 0) detail::bad_order("the shard list is empty");
+    if (slots == 0) slots = 1;
+    std::vector<std::uint64_t> order(shards);
+    std::iota(order.begin(), order.end(), std::uint64_t{0});
+    if (o.shuffle) {
+        conveyor::detail::splitmix64 rng(conveyor::detail::epoch_seed(o.seed, epoch));
+        for (std::uint64_t i = shards - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    }
+    const std::uint64_t rem = shards % slots;
+    if (rem == 0) return order;
+    if (o.policy == uneven::drop) {
+        if (shards < slots)
+            detail::bad_order(std::to_string(shards) + " shards cannot be divided among " + std::to_string(slots) +
+                              " ranks x workers with uneven::drop (each needs one at least): use uneven::pad, fewer workers, or more shards");
+        order.resize(shards - rem);
+        return order;
+    }
+    const std::uint64_t want = shards + (slots - rem);
+    for (std::uint64_t i = 0; order.size() < want; ++i) order.push_back(order[i % shards]);
+    return order;
+}
+
+CONVEYOR_DECL std::uint64_t resampled_draw(std::uint64_t shards, std::uint64_t seed, std::uint64_t epoch, std::uint64_t slot, std::uint64_t k) noexcept
+{
+    if (shards == 0) return 0;
+    conveyor::detail::splitmix64 rng(conveyor::detail::epoch_seed(seed, epoch) ^ (slot * 0x9e3779b97f4a7c15ULL) ^ (k * 0xc2b2ae3d27d4eb4fULL));
+    rng();
+    return rng.below(shards);
+}
+
+CONVEYOR_DECL progress::progress(const progress& o)
+{
+    std::lock_guard lk(o.mu_);
+    begun_ = o.begun_;
+    epoch_ = o.epoch_;
+    shards_ = o.shards_;
+    slots_ = o.slots_;
+    opts_ = o.opts_;
+    work_ = o.work_;
+}
+
+CONVEYOR_DECL progress& progress::operator=(const progress& o)
+{
+    if (this == &o) return *this;
+    progress copy(o);
+    std::lock_guard lk(mu_);
+    begun_ = copy.begun_;
+    epoch_ = copy.epoch_;
+    shards_ = copy.shards_;
+    slots_ = copy.slots_;
+    opts_ = copy.opts_;
+    work_ = std::move(copy.work_);
+    return *this;
+}
+
+CONVEYOR_DECL void progress::begin(std::uint64_t epoch, std::uint64_t shards, std::uint64_t slots, const order_options& o)
+{
+    std::lock_guard lk(mu_);
+    begun_ = true;
+    epoch_ = epoch;
+    shards_ = shards;
+    slots_ = slots == 0 ? 1 : slots;
+    opts_ = o;
+    work_.clear();
+}
+
+CONVEYOR_DECL void progress::add(shard_state& st, std::uint64_t index, std::uint64_t end)
+{
+    if (index < st.next) return; // already counted
+    if (index > st.next) {
+        st.done.emplace(index, end);
+        return;
+    }
+    st.next = index + 1;
+    st.offset = end;
+    for (auto it = st.done.begin(); it != st.done.end() && it->first <= st.next;) {
+        if (it->first == st.next) {
+            st.next = it->first + 1;
+            st.offset = it->second;
+        }
+        it = st.done.erase(it);
+    }
+}
+
+CONVEYOR_DECL void progress::consumed(const sample_id& id)
+{
+    std::lock_guard lk(mu_);
+    auto& st = work_[id.work];
+    st.shard = id.shard;
+    add(st, id.index, id.end);
+}
+
+CONVEYOR_DECL std::uint64_t progress::samples() const
+{
+    std::lock_guard lk(mu_);
+    std::uint64_t n = 0;
+    for (const auto& [w, st] : work_) n += st.next + st.done.size();
+    return n;
+}
+
+CONVEYOR_DECL std::uint64_t progress::epoch() const
+{
+    std::lock_guard lk(mu_);
+    return epoch_;
+}
+
+CONVEYOR_DECL bool progress::empty() const
+{
+    std::lock_guard lk(mu_);
+    return !begun_;
+}
+
+CONVEYOR_DECL order_options progress::options() const
+{
+    std::lock_guard lk(mu_);
+    return opts_;
+}
+
+CONVEYOR_DECL std::string progress::to_json() const
+{
+    std::lock_guard lk(mu_);
+    boost::json::object o;
+    o["format"] = "conveyor-shard-progress";
+    o["version"] = 1;
+    o["epoch"] = epoch_;
+    o["seed"] = opts_.seed;
+    o["shuffle"] = opts_.shuffle;
+    o["policy"] = opts_.policy == uneven::drop ? "drop" : "pad";
+    o["shards"] = shards_;
+    o["slots"] = slots_;
+    boost::json::array work;
+    for (const auto& [w, st] : work_) {
+        boost::json::object e;
+        e["work"] = w;
+        e["shard"] = st.shard;
+        e["next"] = st.next;
+        e["offset"] = st.offset;
+        boost::json::array done;
+        for (const auto& [i, end] : st.done) done.push_back(boost::json::array{i, end});
+        e["done"] = std::move(done);
+        work.push_back(std::move(e));
+    }
+    o["work"] = std::move(work);
+    return boost::json::serialize(o);
+}
+
+namespace detail {
+
+inline std::uint64_t json_u64(const boost::json::object& o, std::string_view key, std::string_view where)
+{
+    const auto* v = o.if_contains(key);
+    if (!v) bad_order("resume state: " + std::string(where) + " has no \"" + std::string(key) + "\"");
+    if (v->is_uint64()) return v->get_uint64();
+    if (v->is_int64() && v->get_int64() >= 0) return static_cast<std::uint64_t>(v->get_int64());
+    bad_order("resume state: " + std::string(where) + "." + std::string(key) + " is not a whole number of 0 or more");
+}
+
+} // namespace detail
+
+CONVEYOR_DECL progress progress::from_json(std::string_view text)
+{
+    boost::system::error_code ec;
+    auto v = boost::json::parse(text, ec);
+    if (ec) detail::bad_order("resume state is not JSON: " + ec.message());
+    if (!v.is_object()) detail::bad_order("resume state is not a JSON object");
+    const auto& o = v.as_object();
+    const auto* fmt = o.if_contains("format");
+    if (!fmt || !fmt->is_string() || fmt->as_string() != "conveyor-shard-progress")
+        detail::bad_order("resume state: \"format\" is not \"conveyor-shard-progress\"");
+    if (detail::json_u64(o, "version", "the state") != 1) detail::bad_order("resume state: only version 1 is known");
+    progress p;
+    p.begun_ = true;
+    p.epoch_ = detail::json_u64(o, "epoch", "the state");
+    p.opts_.seed = detail::json_u64(o, "seed", "the state");
+    const auto* sh = o.if_contains("shuffle");
+    if (!sh || !sh->is_bool()) detail::bad_order("resume state: \"shuffle\" is not true or false");
+    p.opts_.shuffle = sh->get_bool();
+    const auto* pol = o.if_contains("policy");
+    if (!pol || !pol->is_string() || (pol->as_string() != "drop" && pol->as_string() != "pad"))
+        detail::bad_order("resume state: \"policy\" is not \"drop\" or \"pad\"");
+    p.opts_.policy = pol->as_string() == "drop" ? uneven::drop : uneven::pad;
+    p.shards_ = detail::json_u64(o, "shards", "the state");
+    p.slots_ = detail::json_u64(o, "slots", "the state");
+    if (p.shards_ == 0 || p.slots_ == 0) detail::bad_order("resume state: \"shards\" and \"slots\" must be above 0");
+    const auto* work = o.if_contains("work");
+    if (!work || !work->is_array()) detail::bad_order("resume state: \"work\" is not an array");
+    std::size_t i = 0;
+    for (const auto& ev : work->as_array()) {
+        const std::string where = "work[" + std::to_string(i++) + "]";
+        if (!ev.is_object()) detail::bad_order("resume state: " + where + " is not an object");
+        const auto& e = ev.as_object();
+        shard_state st;
+        const auto w = detail::json_u64(e, "work", where);
+        st.shard = detail::json_u64(e, "shard", where);
+        if (st.shard >= p.shards_) detail::bad_order("resume state: " + where + ".shard is past the list's " + std::to_string(p.shards_) + " shards");
+        st.next = detail::json_u64(e, "next", where);
+        st.offset = detail::json_u64(e, "offset", where);
+        const auto* done = e.if_contains("done");
+        if (!done || !done->is_array()) detail::bad_order("resume state: " + where + ".done is not an array");
+        for (const auto& d : done->as_array()) {
+            if (!d.is_array() || d.as_array().size() != 2 || !d.as_array()[0].is_number() || !d.as_array()[1].is_number())
+                detail::bad_order("resume state: " + where + ".done holds something other than [index, end] pairs");
+            std::uint64_t idx, end;
+            try {
+                idx = d.as_array()[0].to_number<std::uint64_t>();
+                end = d.as_array()[1].to_number<std::uint64_t>();
+            } catch (const std::exception&) {
+                detail::bad_order("resume state: " + where + ".done holds a number that is not a whole number of 0 or more");
+            }
+            add(st, idx, end);
+        }
+        p.work_[w] = std::move(st);
+    }
+    return p;
+}
+
+CONVEYOR_DECL progress progress::merge(const std::vector<progress>& parts)
+{
+    progress out;
+    for (const auto& part : parts) {
+        progress p(part);
+        if (!p.begun_) continue;
+        if (!out.begun_) {
+            out.begun_ = true;
+            out.epoch_ = p.epoch_;
+            out.shards_ = p.shards_;
+            out.slots_ = p.slots_;
+            out.opts_ = p.opts_;
+        } else if (p.epoch_ != out.epoch_ || p.shards_ != out.shards_ || p.slots_ != out.slots_ || p.opts_.seed != out.opts_.seed ||
+                   p.opts_.shuffle != out.opts_.shuffle || p.opts_.policy != out.opts_.policy) {
+            detail::bad_order("resume states to merge belong to different epochs or lists (epoch " + std::to_string(p.epoch_) + " of " +
+                              std::to_string(p.shards_) + " shards in " + std::to_string(p.slots_) + " slots, against epoch " +
+                              std::to_string(out.epoch_) + " of " + std::to_string(out.shards_) + " shards in " +
+                              std::to_string(out.slots_) + " slots)");
+        }
+        for (const auto& [w, st] : p.work_) {
+            auto& dst = out.work_[w];
+            dst.shard = st.shard;
+            if (st.next > dst.next) {
+                dst.next = st.next;
+                dst.offset = st.offset;
+                // Entries the longer prefix now covers go; those that join it extend it.
+                for (auto it = dst.done.begin(); it != dst.done.end() && it->first <= dst.next;) {
+                    if (it->first == dst.next) {
+                        dst.next = it->first + 1;
+                        dst.offset = it->second;
+                    }
+                    it = dst.done.erase(it);
+                }
+            }
+            for (const auto& [i, end] : st.done) add(dst, i, end);
+        }
+    }
+    return out;
+}
+
+CONVEYOR_DECL std::vector<work_piece> progress::remaining(std::uint64_t shards, std::uint64_t slot, std::uint64_t slots) const
+{
+    std::lock_guard lk(mu_);
+    if (slots == 0) slots = 1;
+    if (slot >= slots) detail::bad_order("slot " + std::to_string(slot) + " is not below " + std::to_string(slots));
+    if (begun_ && shards != shards_)
+        detail::bad_order("the resume state is for a list of " + std::to_string(shards_) + " shards, this list has " + std::to_string(shards));
+    const auto work = epoch_work(shards, begun_ ? slots_ : slots, epoch_, opts_);
+    std::vector<work_piece> out;
+    for (std::uint64_t w = slot; w < work.size(); w += slots) {
+        work_piece p;
+        p.work = w;
+        p.shard = work[w];
+        if (auto it = work_.find(w); it != work_.end()) {
+            p.first = it->second.next;
+            p.offset = it->second.offset;
+            for (const auto& [i, end] : it->second.done) p.skip.push_back(i);
+        }
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+} // namespace conveyor::shard
+
+#endif
