@@ -13,6 +13,7 @@
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/error.hpp>
+#include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/http/client.hpp>

@@ -84,6 +84,26 @@ CONVEYOR_DECL open_how how_to_open(const file_ref& f, std::uint64_t extra = 0) n
 /// RESOLVE_BENEATH is EXDEV, which says `errc::path_escapes_root`.
 CONVEYOR_DECL std::error_code open_error(int res, const file_ref& f) noexcept;
 
+/** A file opened with an ordinary descriptor (`O_RDONLY | O_CLOEXEC`), for reads at any
+    offset on any lane's ring (`uring::async_read_at`) or with `pread`. Reads hold it by
+    `shared_ptr`, so the descriptor is closed only after the last read has left the kernel.
+
+    @par Thread Safety
+    Safe (immutable once opened).
+*/
+class open_file {
+public:
+    /// Takes ownership of `fd` (closed by the destructor).
+    explicit open_file(int fd) noexcept : fd_(fd) {}
+    open_file(const open_file&) = delete;
+    open_file& operator=(const open_file&) = delete;
+    CONVEYOR_DECL ~open_file();
+    int fd() const noexcept { return fd_; }
+
+private:
+    int fd_ = -1;
+};
+
 /** An io_uring ring whose completions are delivered on an `asio::io_context`.
 
     The ring's eventfd is registered with the kernel and watched by Asio, so completions
@@ -182,6 +202,22 @@ public:
             token, std::move(f), std::move(buf), group);
     }
 
+    /** Read `buf.size()` bytes of `f` from `offset` into `buf` (io_uring `read` on an
+        ordinary descriptor, that is `pread`), asking again after a partial read. Completes
+        with the buffer resized to the bytes read: fewer than asked only at end of file.
+        @par Completion Signature
+        `void(std::error_code, buffer)` */
+    template <class Token>
+    auto async_read_at(std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset, std::uint64_t group,
+                       Token&& token)
+    {
+        return asio::async_initiate<Token, void(std::error_code, buffer)>(
+            [this](auto handler, std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset, std::uint64_t group) {
+                start_read_at(std::move(f), std::move(buf), offset, group, read_handler(std::move(handler)));
+            },
+            token, std::move(f), std::move(buf), offset, group);
+    }
+
     /// Cancels every operation of `group`: each completes at once with `operation_canceled`
     /// (see the class comment for what the kernel still holds).
     CONVEYOR_DECL void cancel_group(std::uint64_t group);
@@ -194,6 +230,8 @@ private:
     CONVEYOR_DECL void start_read_small(file_ref f, buffer buf, std::uint64_t group, read_handler h);
     CONVEYOR_DECL void start_read_large(file_ref f, buffer buf, std::uint32_t chunk, unsigned parallel,
                                         std::uint64_t group, read_handler h);
+    CONVEYOR_DECL void start_read_at(std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset,
+                                     std::uint64_t group, read_handler h);
 
     std::unique_ptr<impl> impl_;
 };

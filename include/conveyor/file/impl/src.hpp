@@ -12,5 +12,6 @@
 #include <conveyor/file/impl/error.ipp>
 #include <conveyor/file/impl/index.ipp>
 #include <conveyor/file/impl/source.ipp>
+#include <conveyor/file/impl/chunks.ipp>
 
 #endif

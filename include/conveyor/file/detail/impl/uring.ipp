@@ -60,6 +60,11 @@ CONVEYOR_DECL directory::~directory()
     if (fd_ >= 0) ::close(fd_);
 }
 
+CONVEYOR_DECL open_file::~open_file()
+{
+    if (fd_ >= 0) ::close(fd_);
+}
+
 CONVEYOR_DECL open_how how_to_open(const file_ref& f, std::uint64_t extra) noexcept
 {
     open_how how{};
@@ -642,6 +647,55 @@ public:
         bool closing = false;
     };
 
+    // A read at an offset of a file open with an ordinary descriptor (tag 0). A partial
+    // read asks again for the rest, from the CQE: the op stays in flight until the buffer
+    // is full, the file ends, or it fails. The file and buffer are owned until the last CQE.
+    struct read_at_op final : read_op {
+        read_at_op(impl& r, std::shared_ptr<const open_file> f, buffer b, std::uint64_t off, std::uint64_t g,
+                   read_handler h)
+            : read_op(r, file_ref{}, std::move(b), g, std::move(h)), fd(std::move(f)), offset(off)
+        {
+        }
+        bool prepare() override
+        {
+            issue();
+            return true;
+        }
+        void issue()
+        {
+            io_uring_sqe* sqe = ring.get_sqe(1);
+            const auto want = static_cast<unsigned>(std::min<std::size_t>(buf.size() - filled, 1u << 30));
+            io_uring_prep_read(sqe, fd->fd(), buf.data() + filled, want, offset + filled);
+            io_uring_sqe_set_data64(sqe, tagged(this, 0));
+            ++pending;
+            ring.schedule_flush();
+        }
+        void on_cqe(unsigned, int r) override
+        {
+            if (r < 0) {
+                res = r;
+                return;
+            }
+            filled += static_cast<std::size_t>(r);
+            if (r > 0 && filled < buf.size() && !cancelled && !ring.stopping_) issue(); // partial: the rest
+        }
+        void cancel_in_kernel(std::error_code) override
+        {
+            cancelled = true;
+            ring.cancel_sqe(this, 0);
+        }
+        void finish() override
+        {
+            if (res < 0) return complete(errno_code(res), 0);
+            complete({}, filled);
+        }
+        std::shared_ptr<const open_file> fd;
+        std::uint64_t offset;
+        std::size_t filled = 0;
+        int res = 0;
+        bool cancelled = false;
+    };
+
     void shutdown()
     {
         if (!ring_ok_) return;
@@ -732,6 +786,19 @@ CONVEYOR_DECL void uring::start_read_large(file_ref f, buffer buf, std::uint32_t
 {
     impl_->start(new impl::large_read_op(*impl_, std::move(f), std::move(buf), std::max<std::uint32_t>(chunk, 4096),
                                          std::max(parallel, 1u), group, std::move(h)));
+}
+
+CONVEYOR_DECL void uring::start_read_at(std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset,
+                                        std::uint64_t group, read_handler h)
+{
+    if (buf.empty()) { // nothing to read: no SQE (a 0-byte read would look like end of file)
+        auto ex = asio::get_associated_executor(h, impl_->ctx_.get_executor());
+        asio::post(impl_->ctx_, asio::bind_executor(ex, [h = std::move(h), b = std::move(buf)]() mutable {
+            std::move(h)(std::error_code{}, std::move(b));
+        }));
+        return;
+    }
+    impl_->start(new impl::read_at_op(*impl_, std::move(f), std::move(buf), offset, group, std::move(h)));
 }
 
 CONVEYOR_DECL uring& uring_service::get(asio::io_context& ctx, const uring_options& opts)
