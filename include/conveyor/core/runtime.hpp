@@ -4,6 +4,7 @@
 
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/memory_budget.hpp>
 #include <conveyor/detail/config.hpp>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -52,6 +53,11 @@ struct runtime_options {
     io_backend backend = io_backend::automatic;
     /// Idle memory the buffer pool may keep.
     std::size_t buffer_pool_bytes = std::size_t{256} << 20;
+    /// The runtime's memory budget: bytes that chunk readers may hold at once, from the
+    /// read of a chunk until its last slice dies (see `memory_budget`). 0: a quarter of the
+    /// memory this process may use (`memory_budget::default_limit()`);
+    /// `memory_budget::unlimited`: no limit.
+    std::size_t memory_limit = 0;
     /// Where diagnostics go (one line each). Default: standard error.
     std::function<void(std::string_view)> log;
 };
@@ -67,7 +73,8 @@ inline thread_local int current_lane = -1;
       file module's io_uring ring live on a lane; stage coroutines run on one lane.
     - A compute pool for CPU work, kept off the I/O threads.
     - A blocking pool (created on first use) for system calls that may block.
-    - A buffer pool shared by everything that reads.
+    - A buffer pool shared by everything that reads, and a memory budget that bounds the
+      bytes chunk readers hold at once.
 
     Destroying a runtime cancels every pipeline still running on it, waits for their work
     to stop, and joins its threads.
@@ -109,6 +116,11 @@ public:
 
     buffer_pool& buffers() noexcept { return buffers_; }
 
+    /// The budget of bytes in flight that chunk readers take from (`runtime_options::memory_limit`);
+    /// its counters (`stats()`: in use, peak, waits) are the runtime's.
+    memory_budget& memory() noexcept { return memory_; }
+    const memory_budget& memory() const noexcept { return memory_; }
+
     /// Writes one diagnostic line.
     CONVEYOR_DECL void log(std::string_view line) const;
 
@@ -135,6 +147,7 @@ private:
     asio::thread_pool compute_;
     std::atomic<asio::thread_pool*> blocking_{nullptr};
     buffer_pool buffers_;
+    memory_budget memory_;
     std::atomic<std::size_t> next_lane_{0};
     std::mutex mu_;
     std::condition_variable runs_cv_;

@@ -35,6 +35,11 @@ public:
     /// The whole of `b` (its `size()` bytes), whose storage the slice now owns.
     CONVEYOR_DECL explicit slice(buffer b);
 
+    /// The whole of `*storage` (its `size()` bytes), sharing it. For storage that must keep
+    /// something else alive as long as its bytes (an aliasing `shared_ptr` into a larger
+    /// object: a chunk's buffer with its memory-budget lease, see `leased_slice`).
+    CONVEYOR_DECL explicit slice(std::shared_ptr<const buffer> storage) noexcept;
+
     /** Bytes [`offset`, `offset + length`) of this slice, sharing its storage. Throws
         `conveyor::error` (`errc::invalid_argument`) when they are not all inside it,
         naming both ranges: a part past the end is a bug or corrupt input, never silently

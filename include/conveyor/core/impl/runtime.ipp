@@ -13,7 +13,8 @@
 namespace conveyor {
 
 CONVEYOR_DECL runtime::runtime(runtime_options opts)
-    : opts_(resolve(std::move(opts))), compute_(opts_.compute_threads), buffers_(opts_.buffer_pool_bytes)
+    : opts_(resolve(std::move(opts))), compute_(opts_.compute_threads), buffers_(opts_.buffer_pool_bytes),
+      memory_(opts_.memory_limit)
 {
     lanes_.reserve(opts_.io_threads);
     for (std::size_t i = 0; i < opts_.io_threads; ++i) lanes_.push_back(std::make_unique<lane>());
@@ -107,6 +108,7 @@ CONVEYOR_DECL runtime_options runtime::resolve(runtime_options o)
     if (o.compute_threads == 0) o.compute_threads = cores;
     if (o.blocking_threads == 0) o.blocking_threads = 16;
     if (o.ring_entries == 0) o.ring_entries = 256;
+    if (o.memory_limit == 0) o.memory_limit = memory_budget::default_limit();
     o.ring_entries = std::max(o.ring_entries, 8u); // a linked open/read/close needs 3 at once
     if (o.ring_max_in_flight == 0) o.ring_max_in_flight = o.ring_entries;
     if (o.backend == io_backend::automatic) {

@@ -19,6 +19,14 @@ CONVEYOR_DECL slice::slice(buffer b)
     storage_ = std::move(storage);
 }
 
+CONVEYOR_DECL slice::slice(std::shared_ptr<const buffer> storage) noexcept
+{
+    if (!storage || storage->empty()) return;
+    data_ = storage->data();
+    size_ = storage->size();
+    storage_ = std::move(storage);
+}
+
 CONVEYOR_DECL slice slice::sub(std::size_t offset, std::size_t length) const
 {
     if (offset > size_ || length > size_ - offset)
