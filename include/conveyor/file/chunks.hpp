@@ -82,6 +82,29 @@ private:
     std::shared_ptr<const detail::ranged_state> state_;
 };
 
+/** Reads the file at `path` as a sequence of chunks (`conveyor::chunk_reader`): bytes
+    [`o.offset`, `o.offset + o.length`) of it, clamped to its end, in chunks of
+    `o.chunk_size` bytes (the last one shorter), each a `slice` of a pooled buffer of its own.
+
+    The file is opened on the runtime's blocking pool at the first `async_next` (errors
+    name the path); its `size()` is known from then on (`fstat`). Reads go through the
+    io_uring ring of the lane the reader is used on (or `pread` on the blocking pool, as the
+    file source decides): `o.chunks_in_flight` chunks are read ahead of the consumer, never
+    more, so a consumer that stops stops the reads. Before each read the reader takes the
+    chunk's bytes from the runtime's `memory_budget` (waiting for room), and the chunk's
+    storage gives them back when its last slice dies.
+
+    Errors: `async_next` throws `conveyor::error` naming the path and the chunk's byte
+    offset: a failed read, or `errc::file_shrank` when the file ends before the size it had
+    at the open. Once failed, the reader throws the same error again.
+
+    Destroying the reader cancels its reads in flight (the kernel may still be writing into
+    their buffers: those are kept until it lets go); cancelling the coroutine awaiting
+    `async_next` ends that call with `operation_canceled`. The reader must be used on one
+    thread, that of an I/O lane of `rt` (a call from elsewhere hops to the lane it first
+    ran on), and must not outlive `rt`. */
+[[nodiscard]] CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(runtime& rt, std::string path, chunk_options o = {});
+
 } // namespace conveyor::file
 
 #if CONVEYOR_HEADER_ONLY

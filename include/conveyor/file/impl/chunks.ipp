@@ -9,8 +9,16 @@
 // ring_for: the calling lane's ring, or none (pread), as the file source decides it.
 #include <conveyor/file/impl/source.ipp>
 
+#include <conveyor/core/memory_budget.hpp>
+
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fcntl.h>
@@ -18,6 +26,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <deque>
+#include <exception>
 #include <utility>
 
 namespace conveyor::file {
@@ -150,7 +160,188 @@ CONVEYOR_DECL asio::awaitable<buffer> read_ranged_here(std::shared_ptr<const ran
     co_return std::move(got);
 }
 
+/** The state of a file's chunk reader that its reads' handlers share: they may complete
+    after the reader is gone (a cancelled read the kernel still holds), so they hold it by
+    `shared_ptr`. Touched only on the reader's lane. */
+struct chunk_stream : std::enable_shared_from_this<chunk_stream> {
+    /// One chunk being read, read, or failed.
+    struct slot {
+        std::uint64_t offset = 0;
+        std::size_t length = 0;
+        bool done = false;
+        std::error_code ec;
+        buffer buf;
+        memory_lease lease;
+        asio::cancellation_signal cancel; // its budget wait or its read
+    };
+
+    chunk_stream(runtime& r, std::string p, chunk_options opts, runtime::io_executor_type ex)
+        : rt(r), path(std::move(p)), o(opts), lane(ex), wake(ex)
+    {
+    }
+
+    // Starts reads until `chunks_in_flight` are ahead of the consumer or the range is done.
+    void fill()
+    {
+        while (!closed && slots.size() < o.chunks_in_flight && next < end) {
+            auto s = std::make_shared<slot>();
+            s->offset = next;
+            s->length = static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, end - next));
+            next += s->length;
+            slots.push_back(s);
+            if (auto lease = rt.memory().try_acquire(s->length)) {
+                s->lease = std::move(*lease);
+                read(s);
+                continue;
+            }
+            rt.memory().async_acquire(
+                s->length, asio::bind_cancellation_slot(
+                               s->cancel.slot(), asio::bind_executor(lane, [self = shared_from_this(), s](std::error_code ec, memory_lease l) {
+                                   if (self->closed) return;
+                                   if (ec) return self->finished(*s, ec);
+                                   s->lease = std::move(l);
+                                   self->read(s);
+                               })));
+        }
+    }
+
+    void read(const std::shared_ptr<slot>& s)
+    {
+        buffer buf = rt.buffers().acquire(s->length);
+        async_read_at(*file, ring, std::move(buf), s->offset,
+                      asio::bind_cancellation_slot(s->cancel.slot(),
+                                                   asio::bind_executor(lane, [self = shared_from_this(), s](std::error_code ec, buffer b) {
+                                                       if (self->closed) return;
+                                                       s->buf = std::move(b);
+                                                       self->finished(*s, ec);
+                                                   })));
+    }
+
+    void finished(slot& s, std::error_code ec)
+    {
+        s.done = true;
+        s.ec = ec;
+        wake.cancel(); // the consumer, if it waits
+    }
+
+    // Stops everything in flight. On the lane.
+    void close()
+    {
+        if (closed) return;
+        closed = true;
+        for (auto& s : slots)
+            if (!s->done) s->cancel.emit(asio::cancellation_type::terminal);
+        slots.clear();
+        wake.cancel();
+    }
+
+    runtime& rt;
+    std::string path;
+    chunk_options o;
+    runtime::io_executor_type lane;
+    asio::steady_timer wake; // waited on by the consumer, cancelled to wake it
+    std::shared_ptr<const ranged_state> file;
+    uring* ring = nullptr;
+    std::uint64_t next = 0; // the next byte to request
+    std::uint64_t end = 0;  // one past the last byte to read
+    std::deque<std::shared_ptr<slot>> slots;
+    bool closed = false;
+};
+
+/// A file's `chunk_reader` (see `read_chunks`).
+class file_chunk_reader final : public chunk_reader {
+public:
+    file_chunk_reader(runtime& rt, std::string path, chunk_options o) : rt_(rt), path_(std::move(path)), o_(o)
+    {
+        if (o_.chunk_size == 0) o_.chunk_size = 1;
+        if (o_.chunks_in_flight == 0) o_.chunks_in_flight = 1;
+    }
+
+    ~file_chunk_reader() override
+    {
+        if (!st_) return;
+        if (st_->lane.running_in_this_thread()) st_->close();
+        else asio::post(st_->lane, [st = st_] { st->close(); });
+    }
+
+    asio::awaitable<std::optional<chunk>> async_next() override
+    {
+        if (st_ && !st_->lane.running_in_this_thread())
+            co_return co_await asio::co_spawn(st_->lane, next_here(), asio::use_awaitable);
+        if (!st_ && !rt_.current_io_lane())
+            co_return co_await asio::co_spawn(rt_.next_io_executor(), next_here(), asio::use_awaitable);
+        co_return co_await next_here();
+    }
+
+    const std::string& url() const noexcept override { return path_; }
+
+    std::int64_t size() const noexcept override { return size_; }
+
+private:
+    CONVEYOR_DECL asio::awaitable<std::optional<chunk>> next_here();
+    CONVEYOR_DECL asio::awaitable<void> open();
+
+    runtime& rt_;
+    std::string path_;
+    chunk_options o_;
+    std::shared_ptr<chunk_stream> st_;
+    std::exception_ptr failed_;
+    std::int64_t size_ = -1;
+};
+
+CONVEYOR_DECL asio::awaitable<void> file_chunk_reader::open()
+{
+    open_ranged_call call{&rt_, path_}; // named: see async_open
+    auto file = co_await conveyor::detail::offload(rt_.blocking_executor(), std::move(call));
+    auto st = std::make_shared<chunk_stream>(rt_, path_, o_, rt_.io_executor(*rt_.current_io_lane()));
+    st->ring = ring_here(rt_);
+    st->next = o_.offset;
+    st->end = o_.offset >= file->size ? o_.offset : o_.offset + std::min(o_.length, file->size - o_.offset);
+    st->file = std::move(file);
+    size_ = static_cast<std::int64_t>(st->file->size);
+    st_ = std::move(st);
+}
+
+CONVEYOR_DECL asio::awaitable<std::optional<chunk>> file_chunk_reader::next_here()
+{
+    if (failed_) std::rethrow_exception(failed_);
+    try {
+        if (!st_) co_await open();
+        auto& st = *st_;
+        st.fill();
+        if (st.slots.empty()) co_return std::nullopt;
+        auto s = st.slots.front();
+        while (!s->done) {
+            st.wake.expires_at(asio::steady_timer::time_point::max());
+            co_await st.wake.async_wait(asio::as_tuple(asio::use_awaitable));
+            if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+                throw std::system_error(std::make_error_code(std::errc::operation_canceled));
+        }
+        st.slots.pop_front();
+        if (s->ec) throw ranged_error(s->ec, path_, static_cast<std::int64_t>(s->offset),
+                                      "reading a chunk of " + std::to_string(s->length) + " bytes");
+        if (s->buf.size() != s->length)
+            throw ranged_error(make_error_code(errc::file_shrank), path_, static_cast<std::int64_t>(s->offset + s->buf.size()),
+                               "the file ended " + std::to_string(s->length - s->buf.size()) + " bytes before the " +
+                                   std::to_string(st.file->size) + " it had when opened");
+        st.fill(); // the next read starts now, while the consumer works on this chunk
+        co_return chunk{leased_slice(std::move(s->buf), std::move(s->lease)), s->offset};
+    } catch (const std::system_error& e) {
+        if (e.code() == std::errc::operation_canceled) throw; // the caller went away: not the file's fault
+        failed_ = std::current_exception();
+        if (const auto* ce = dynamic_cast<const conveyor::error*>(&e); !ce)
+            failed_ = std::make_exception_ptr(ranged_error(e.code(), path_, -1, e.what()));
+        if (st_) st_->close();
+        std::rethrow_exception(failed_);
+    }
+}
+
 } // namespace detail
+
+CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(runtime& rt, std::string path, chunk_options o)
+{
+    return std::make_unique<detail::file_chunk_reader>(rt, std::move(path), o);
+}
 
 CONVEYOR_DECL ranged_file::ranged_file(runtime& rt, std::string path) : state_(detail::open_ranged(rt, std::move(path))) {}
 
