@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev
   doctest-dev libcli11-dev libbenchmark-dev
-  fio golang-1.19-src
+  fio golang-1.19-src zlib1g-dev libarchive-tools
   python3-botocore openssl curl
 )
 # The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.

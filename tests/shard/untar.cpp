@@ -1,1 +1,218 @@
-// Tests of conveyor/shard/untar.hpp (placeholder until that header lands).
+// Tests of conveyor/shard/untar.hpp and shard/detail/sample_reader.hpp: webdataset's grouping
+// of members into samples, whole and streamed shards (plain and gzip-compressed) read into
+// the same samples, and the untar stage's error policies.
+#include <conveyor/shard/untar.hpp>
+
+#include <conveyor/shard/detail/sample_reader.hpp>
+
+#include "tar_support.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <doctest/doctest.h>
+
+#include <map>
+
+using namespace tar_test;
+namespace shard = conveyor::shard;
+namespace asio = boost::asio;
+
+namespace {
+
+/// "key: field=bytes field=bytes" per sample, to compare whole runs at a glance.
+std::vector<std::string> describe(const std::vector<shard::sample>& samples)
+{
+    std::vector<std::string> out;
+    for (const auto& s : samples) {
+        std::string line = s.key + ":";
+        for (const auto& f : s.fields) line += " " + f.name + "=" + std::string(f.data.view());
+        out.push_back(line);
+    }
+    return out;
+}
+
+std::vector<shard::sample> samples_of(const std::string& tar, shard::tar_options o = {})
+{
+    return sd::read_samples(to_slice(tar), "test://s.tar", {.tar = o, .shard = 3});
+}
+
+/// Reads `bytes` through a sample_reader in chunks of `chunk_size`, on `rt`'s I/O thread.
+std::vector<shard::sample> stream_samples(conveyor::runtime* rt, const std::string& bytes, std::size_t chunk_size,
+                                          sd::sample_reader_options o = {})
+{
+    asio::io_context local;
+    auto reader = std::make_shared<sd::sample_reader>(std::make_unique<sd::memory_chunk_reader>(to_slice(bytes), "test://s.tar", chunk_size), o, rt);
+    auto task = [](std::shared_ptr<sd::sample_reader> r) -> asio::awaitable<std::vector<shard::sample>> {
+        std::vector<shard::sample> out;
+        while (auto s = co_await r->async_next()) out.push_back(std::move(*s));
+        co_return out;
+    };
+    if (rt) return asio::co_spawn(rt->io_executor(0), task(reader), asio::use_future).get();
+    auto f = asio::co_spawn(local, task(reader), asio::use_future);
+    local.run();
+    return f.get();
+}
+
+/// A pipeline of blobs holding `shards` (name, bytes), made afresh for each run.
+conveyor::pipeline<conveyor::blob> blobs(std::vector<std::pair<std::string, std::string>> shards)
+{
+    return conveyor::pipeline<conveyor::blob>([shards](const std::shared_ptr<conveyor::run_context>& ctx) {
+        return conveyor::make_stream<conveyor::blob>(ctx, "blobs", 4, [shards](conveyor::detail::channel<conveyor::blob>& out) -> asio::awaitable<void> {
+            std::uint64_t i = 0;
+            for (const auto& [name, bytes] : shards) {
+                conveyor::blob b{.key = name, .data = conveyor::buffer::copy_of(bytes), .origin = "/data/" + name, .index = i++};
+                if (!co_await out.send(std::move(b))) co_return;
+            }
+        });
+    });
+}
+
+std::string wds_shard(int first, int n)
+{
+    std::string tar;
+    for (int i = first; i < first + n; ++i) {
+        const std::string k = "s" + std::to_string(i);
+        tar += tar_entry(k + ".jpg", "J" + std::to_string(i)) + tar_entry(k + ".cls", std::to_string(i % 10));
+    }
+    return tar + end_of_archive;
+}
+
+} // namespace
+
+TEST_CASE("members group into samples by webdataset's rule: consecutive keys, fields lower-cased, metadata left out")
+{
+    const std::string tar = tar_entry("__key__", "ignored") + tar_entry("a/x.JPG", "1") + tar_entry("a/x.seg.png", "2") +
+                            tar_entry("a/x.json", "3") + tar_entry("__meta__/info.json", "m") + tar_entry("README", "no dot") +
+                            tar_entry("a/y.jpg", "4") + tar_entry("a.dir/z.cls", "5") + tar_entry("a/x.cls", "6") + end_of_archive;
+    const auto ss = samples_of(tar);
+    CHECK(describe(ss) == std::vector<std::string>{"a/x: jpg=1 seg.png=2 json=3", "a/y: jpg=4", "a.dir/z: cls=5", "a/x: cls=6"});
+    REQUIRE(ss.size() == 4);
+    CHECK(ss[0].url == "test://s.tar");
+    CHECK(ss[0].offset == 1024);       // the header of a/x.JPG
+    CHECK(ss[0].fields[0].offset == 1536);
+    CHECK(ss[0].shard == 3);
+    CHECK(ss[3].index == 3);
+    CHECK(ss[0].find("seg.png") != nullptr);
+
+    shard::tar_options keep_case;
+    keep_case.lowercase_fields = false;
+    CHECK(describe(samples_of(tar, keep_case))[0] == "a/x: JPG=1 seg.png=2 json=3");
+
+    sd::sample_parser p("test://s.tar");
+    p.feed({to_slice(tar), 0});
+    p.finish();
+    while (p.next()) {
+    }
+    CHECK(p.grouping().meta == 2);
+    CHECK(p.grouping().unkeyed == 1);
+    CHECK(p.grouping().samples == 4);
+}
+
+TEST_CASE("a field twice in one sample is an error naming the shard, the key and the offset")
+{
+    const std::string tar = tar_entry("k.jpg", "1") + tar_entry("k.JPG", "2") + end_of_archive;
+    try {
+        samples_of(tar);
+        FAIL("no error");
+    } catch (const conveyor::error& e) {
+        CHECK(e.code() == shard::errc::duplicate_field);
+        CHECK(e.offset() == 1024);
+        CHECK(std::string(e.what()).find("test://s.tar") != std::string::npos);
+        CHECK(std::string(e.what()).find("'k'") != std::string::npos);
+    }
+}
+
+TEST_CASE("meta member names follow webdataset's two rules")
+{
+    CHECK(sd::is_meta_member("__key__"));
+    CHECK(sd::is_meta_member("___"));
+    CHECK(sd::is_meta_member("__a.b__"));
+    CHECK(sd::is_meta_member("__meta__/x.json"));
+    CHECK(!sd::is_meta_member("__x/y.jpg"));
+    CHECK(!sd::is_meta_member("a/__key__"));
+    CHECK(!sd::is_meta_member("__key__.jpg"));
+    CHECK(!sd::is_meta_member("___/x.jpg"));
+}
+
+TEST_CASE("a shard streamed in chunks of any size, plain or gzip-compressed, gives the samples of the whole")
+{
+    std::string tar;
+    for (int i = 0; i < 30; ++i)
+        tar += tar_entry("d/" + std::to_string(i) + ".jpg", std::string(100 + 173 * i, static_cast<char>('a' + i % 26))) +
+               tar_entry("d/" + std::to_string(i) + ".cls", std::to_string(i));
+    tar += end_of_archive;
+    const auto whole = describe(samples_of(tar));
+    REQUIRE(whole.size() == 30);
+
+    temp_dir d;
+    spill(d.path / "s.tar", tar);
+    REQUIRE(sh("gzip -n -c '" + (d.path / "s.tar").string() + "' > '" + (d.path / "s.tgz").string() + "'") == 0);
+    const std::string tgz = slurp(d.path / "s.tgz");
+    CHECK(describe(samples_of(tgz)) == whole); // recognised by its magic, not its name
+
+    conveyor::runtime rt({.io_threads = 1, .compute_threads = 2});
+    sd::sample_reader_options small;
+    small.inflate_chunk_size = 3000; // many inflated chunks: members span them
+    for (std::size_t cs : {std::size_t{1}, std::size_t{7}, std::size_t{512}, std::size_t{513}, std::size_t{4096}, SIZE_MAX}) {
+        CAPTURE(cs);
+        CHECK(describe(stream_samples(nullptr, tar, cs)) == whole);
+        if (cs >= 7) CHECK(describe(stream_samples(&rt, tgz, cs, small)) == whole); // inflated on the compute pool
+    }
+    CHECK(describe(stream_samples(nullptr, tgz, 1, small)) == whole);
+
+    // GNU tar's own compression, and a bad one.
+    REQUIRE(sh("cd '" + d.str() + "' && mkdir t && cp s.tar t/ && tar -czf made.tar.gz -C t s.tar") == 0);
+    const auto inner = samples_of(slurp(d.path / "made.tar.gz"));
+    REQUIRE(inner.size() == 1);
+    CHECK(inner[0].key == "s");
+    CHECK(inner[0].fields[0].name == "tar");
+    CHECK(inner[0].fields[0].data.view() == tar);
+    try {
+        stream_samples(&rt, tgz.substr(0, tgz.size() - 20), 4096, small);
+        FAIL("no error");
+    } catch (const conveyor::error& e) {
+        CHECK(e.code() == shard::errc::truncated_gzip);
+        CHECK(e.where() == "test://s.tar");
+    }
+}
+
+TEST_CASE("untar turns blobs of tar shards into samples carrying their shard's URL and index")
+{
+    auto p = blobs({{"a.tar", wds_shard(0, 3)}, {"b.tar", wds_shard(3, 2)}}) | shard::untar();
+    std::vector<shard::sample> got;
+    for (auto& s : p) got.push_back(std::move(s));
+    REQUIRE(got.size() == 5);
+    CHECK(got[0].key == "s0");
+    CHECK(got[0].url == "/data/a.tar");
+    CHECK(got[4].url == "/data/b.tar");
+    CHECK(got[4].shard == 1);
+    CHECK(got[4].index == 1);
+    CHECK(got[4].find("jpg")->data.view() == "J4");
+    CHECK(got[4].find("cls")->data.view() == "4");
+}
+
+TEST_CASE("untar with on_error::skip delivers a bad shard's complete samples before the error, counts it, and goes on")
+{
+    std::string bad = wds_shard(10, 4);
+    bad[4 * 1024 + 20] ^= 1; // the header of the third sample's jpg: checksum
+    auto p = blobs({{"a.tar", wds_shard(0, 2)}, {"bad.tar", bad}, {"c.tar", wds_shard(20, 2)}}) |
+             shard::untar({.errors = conveyor::on_error::skip});
+    auto run = p.run();
+    std::vector<std::string> keys;
+    for (auto& s : run) keys.push_back(s.key);
+    // s11 was being read when the error came (more of its fields might have followed): it
+    // goes with the rest of the shard.
+    CHECK(keys == std::vector<std::string>{"s0", "s1", "s10", "s20", "s21"});
+    CHECK(run.stats().skipped == 1);
+
+    auto strict = blobs({{"a.tar", wds_shard(0, 2)}, {"bad.tar", bad}}) | shard::untar();
+    try {
+        for (auto& s : strict) (void)s;
+        FAIL("no error");
+    } catch (const conveyor::error& e) {
+        CHECK(e.code() == shard::errc::bad_checksum);
+        CHECK(std::string(e.what()).find("/data/bad.tar") != std::string::npos);
+        CHECK(std::string(e.what()).find("at byte 4096") != std::string::npos);
+    }
+}

@@ -18,7 +18,7 @@ namespace detail {
 
 [[noreturn]] inline void bad_order(std::string what)
 {
-    throw error(make_error_code(errc::invalid_argument), {.stage = "shard order", .detail = std::move(what)});
+    throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "shard order", .detail = std::move(what)});
 }
 
 inline bool env_number(const char* name, std::uint64_t& v, bool& present)

@@ -9,6 +9,11 @@
 
 #include <conveyor/shard/detail/impl/sample_name.ipp>
 #include <conveyor/shard/detail/impl/tar.ipp>
+#include <conveyor/shard/detail/impl/tar_reader.ipp>
+#include <conveyor/shard/detail/impl/gunzip.ipp>
+#include <conveyor/shard/detail/impl/sample_reader.ipp>
+#include <conveyor/shard/impl/error.ipp>
+#include <conveyor/shard/impl/untar.ipp>
 #include <conveyor/shard/impl/order.ipp>
 
 #endif
