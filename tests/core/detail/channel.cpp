@@ -566,6 +566,38 @@ TEST_CASE("a plain thread can receive with receive_some_blocking")
     CHECK_FALSE(ch.receive_some_blocking(after, 1));
 }
 
+TEST_CASE("a blocked plain-thread receiver is woken once for what a producer's turn sent")
+{
+    // The wake is posted to the sender's executor: it comes after the rest of the handler
+    // that sent (here, 100 sends that never suspend), so the receiver takes all 100 at
+    // once. Woken at the first send, as before, it raced the producer for the lock and
+    // usually took a few, then slept and was woken again: a futex call per item or two.
+    for (int round = 0; round < 20; ++round) {
+        CAPTURE(round);
+        auto ch = std::make_shared<channel<int>>(128);
+        std::atomic<bool> entered{false};
+        std::vector<int> got;
+        std::thread consumer([&] {
+            entered = true;
+            ch->receive_some_blocking(got, 1000);
+        });
+        REQUIRE(test::eventually([&] { return entered.load(); }));
+        std::this_thread::sleep_for(5ms); // blocked by now, most likely; if not, it sees all 100 anyway
+        asio::io_context io;
+        outcome prod;
+        start(io,
+              [](channel<int>& c) -> asio::awaitable<void> {
+                  for (int i = 0; i < 100; ++i) co_await c.send(i);
+              }(*ch),
+              prod);
+        std::thread producer([&io] { io.run(); });
+        test::finishes_within(test::generous, "the receiver to wake", [&] { consumer.join(); });
+        producer.join();
+        CHECK(prod.done);
+        CHECK(got.size() == 100);
+    }
+}
+
 TEST_CASE("a blocked plain-thread receiver wakes on cancel and on fail")
 {
     for (bool cancel : {true, false}) {
