@@ -26,5 +26,7 @@
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
 #include <conveyor/s3/source.hpp>
+#include <conveyor/shard/error.hpp>
+#include <conveyor/shard/untar.hpp>
 
 #endif

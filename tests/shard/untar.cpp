@@ -109,6 +109,28 @@ TEST_CASE("members group into samples by webdataset's rule: consecutive keys, fi
     CHECK(p.grouping().samples == 4);
 }
 
+TEST_CASE("a read resumed at a sample's end offset gives the samples after it, numbered on")
+{
+    const std::string tar = wds_shard(0, 5);
+    const auto all = samples_of(tar);
+    REQUIRE(all.size() == 5);
+    CHECK(all[0].offset == 0);
+    CHECK(all[0].end == 2048);
+    CHECK(all[4].end == 5 * 2048);
+    const auto whole = to_slice(tar);
+    sd::sample_parser p("test://s.tar", {.first_index = 2});
+    p.feed({whole.sub(all[1].end), all[1].end}); // as a chunk reader started there delivers it
+    p.finish();
+    std::vector<shard::sample> rest;
+    while (auto s = p.next()) rest.push_back(std::move(*s));
+    REQUIRE(rest.size() == 3);
+    CHECK(rest[0].key == "s2");
+    CHECK(rest[0].index == 2);
+    CHECK(rest[0].offset == all[2].offset);
+    CHECK(rest[0].fields[0].offset == all[2].fields[0].offset);
+    CHECK(rest[2].end == all[4].end);
+}
+
 TEST_CASE("a field twice in one sample is an error naming the shard, the key and the offset")
 {
     const std::string tar = tar_entry("k.jpg", "1") + tar_entry("k.JPG", "2") + end_of_archive;

@@ -60,6 +60,9 @@ enum class errc {
     bad_gzip,
     /// The gzip stream ends in the middle of a member.
     truncated_gzip,
+    /// A shard does not hold what its dataset index says (the shard was rewritten after
+    /// the index was made): random access found another sample, or fewer bytes, there.
+    index_mismatch,
 };
 
 /// The category of `conveyor::shard::errc`.

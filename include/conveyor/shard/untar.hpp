@@ -75,8 +75,9 @@
       runs, not sets). A field twice in one sample is `errc::duplicate_field`.
     - Samples never span shards. Each carries `key` (`__key__`), `url` (`__url__`, the
       shard), its fields in member order as zero-copy slices where possible, the offset of
-      its first member's first header (a pax or long-name header before it counts) and its
-      index in the shard.
+      its first member's first header (a pax or long-name header before it counts), the
+      offset past its last member's padding (`end`: where a resumed read starts; a pax
+      global header before that point is then not seen again) and its index in the shard.
 */
 
 namespace conveyor::shard {

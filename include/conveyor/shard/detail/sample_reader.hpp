@@ -43,7 +43,8 @@ struct grouping_counts {
     seen twice in one sample is an error (`errc::duplicate_field`). */
 class sample_grouper {
 public:
-    CONVEYOR_DECL sample_grouper(std::string url, std::uint64_t shard, bool lowercase_fields);
+    /// Samples are numbered (`sample::index`) from `first_index`: where a resumed read left off.
+    CONVEYOR_DECL sample_grouper(std::string url, std::uint64_t shard, bool lowercase_fields, std::uint64_t first_index = 0);
 
     /// Adds the next member; returns the sample it completes, if it starts a new one.
     CONVEYOR_DECL std::optional<sample> add(tar_member m);
@@ -56,6 +57,7 @@ private:
     std::string url_;
     std::uint64_t shard_;
     bool lowercase_;
+    std::uint64_t next_index_;
     std::optional<sample> current_;
     grouping_counts counts_;
 };
@@ -65,6 +67,9 @@ struct sample_reader_options {
     tar_options tar;
     /// Written into each sample's `shard` (the shard's index in its list).
     std::uint64_t shard = 0;
+    /// The `index` of the first sample read: 0 from the start of a shard; for a read resumed
+    /// at a sample's `end` (a chunk reader starting there), the number of samples before.
+    std::uint64_t first_index = 0;
     /// Bytes per inflated chunk of a gzip-compressed shard.
     std::size_t inflate_chunk_size = std::size_t{8} << 20;
     /// Inflated chunks made per step on the compute pool (bounds the memory a step takes).

@@ -31,6 +31,7 @@ public:
         case errc::duplicate_field: return "duplicate field in a sample";
         case errc::bad_gzip: return "corrupt gzip data";
         case errc::truncated_gzip: return "gzip data is truncated";
+        case errc::index_mismatch: return "shard does not match its dataset index";
         }
         return "unknown conveyor.shard error";
     }

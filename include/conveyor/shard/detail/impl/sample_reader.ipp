@@ -22,8 +22,8 @@ CONVEYOR_DECL bool is_meta_member(std::string_view name) noexcept
     return first.size() >= 4 && first.starts_with("__") && first.ends_with("__");
 }
 
-CONVEYOR_DECL sample_grouper::sample_grouper(std::string url, std::uint64_t shard, bool lowercase_fields)
-    : url_(std::move(url)), shard_(shard), lowercase_(lowercase_fields)
+CONVEYOR_DECL sample_grouper::sample_grouper(std::string url, std::uint64_t shard, bool lowercase_fields, std::uint64_t first_index)
+    : url_(std::move(url)), shard_(shard), lowercase_(lowercase_fields), next_index_(first_index)
 {
 }
 
@@ -49,12 +49,14 @@ CONVEYOR_DECL std::optional<sample> sample_grouper::add(tar_member m)
         current_->url = url_;
         current_->offset = m.header_offset;
         current_->shard = shard_;
-        current_->index = counts_.samples++;
+        current_->index = next_index_++;
+        ++counts_.samples;
     } else if (current_->find(field_name)) {
         throw shard_error(errc::duplicate_field, url_, m.header_offset,
                           "sample '" + current_->key + "' has field '" + field_name + "' twice (member '" + m.name +
                               "' at byte " + std::to_string(m.header_offset) + ")");
     }
+    current_->end = m.end_offset;
     current_->fields.push_back(field{std::move(field_name), std::move(m.data), m.data_offset});
     current_->end = m.end_offset; // a resumed read starts here, after this sample
     return done;
@@ -66,7 +68,7 @@ CONVEYOR_DECL std::optional<sample> sample_grouper::finish()
 }
 
 CONVEYOR_DECL sample_parser::sample_parser(std::string url, sample_reader_options o)
-    : o_(o), tar_(url, o.tar), group_(url, o.shard, o.tar.lowercase_fields)
+    : o_(o), tar_(url, o.tar), group_(url, o.shard, o.tar.lowercase_fields, o.first_index)
 {
     if (!o_.tar.pool) o_.tar.pool = &default_shard_pool();
 }
@@ -216,6 +218,14 @@ CONVEYOR_DECL asio::awaitable<std::optional<chunk>> memory_chunk_reader::async_n
     co_return c;
 }
 
+/// One step of inflating on the compute pool. A named type, not a closure: a closure's
+/// type has no linkage, which a coroutine frame in the compiled library must not hold
+/// (-Wsubobject-linkage); and it owns nothing, so GCC 12 destroying it twice is harmless.
+struct inflate_step {
+    sample_parser* parser;
+    void operator()() const { parser->inflate_some(); }
+};
+
 /// `o` with the runtime's buffer pool unless it names one.
 inline sample_reader_options with_runtime_pool(sample_reader_options o, runtime* rt)
 {
@@ -235,8 +245,7 @@ CONVEYOR_DECL asio::awaitable<std::optional<sample>> sample_reader::async_next()
         if (auto s = parser_.next(!offload)) co_return s;
         if (parser_.done()) co_return std::nullopt;
         if (offload && parser_.has_inflate_work()) {
-            // A closure of one pointer: nothing for GCC 12 to destroy twice.
-            co_await conveyor::detail::offload(rt_->compute_executor(), [p = &parser_] { p->inflate_some(); });
+            co_await conveyor::detail::offload(rt_->compute_executor(), inflate_step{&parser_});
             continue;
         }
         if (eof_)
