@@ -117,6 +117,27 @@ public:
         sock_.close(ignored);
     }
 
+    /// Cuts the connection abruptly: SO_LINGER 0 makes the close send a RST (the client's
+    /// next read fails with connection_reset, whatever was still in flight).
+    void reset()
+    {
+        boost::system::error_code ignored;
+        sock_.set_option(asio::socket_base::linger(true, 0), ignored);
+        sock_.close(ignored);
+    }
+
+    /// Writes `bytes` in pieces of `piece` bytes, adding each piece to `sent` once the
+    /// kernel took it: how a test sees that a client stopped reading (TCP's window then
+    /// stops the writes). False if the client is gone.
+    asio::awaitable<bool> write_counted(std::string_view bytes, std::size_t piece, std::atomic<std::size_t>& sent)
+    {
+        for (std::size_t at = 0; at < bytes.size(); at += piece) {
+            if (!co_await write(bytes.substr(at, std::min(piece, bytes.size() - at)))) co_return false;
+            sent += std::min(piece, bytes.size() - at);
+        }
+        co_return true;
+    }
+
 private:
     tcp::socket sock_;
     std::optional<beast::ssl_stream<tcp::socket&>> tls_;

@@ -33,6 +33,37 @@ namespace detail {
 struct client_impl;
 } // namespace detail
 
+/** Where a streamed response body goes (`request::body_to`): the client asks for room,
+    reads from the socket into it, and says how much it wrote, so that the body lands in
+    the caller's buffers as it arrives, however large, and the socket is not read while the
+    caller has no room (backpressure: TCP's window then stops the server).
+
+    Only a 2xx response's body is streamed; any other reply is read whole into
+    `response::body` as usual (an error's XML, say), and the sink is not called.
+
+    The client calls the sink on the request's lane, from inside `async_send`.
+*/
+class body_sink {
+public:
+    virtual ~body_sink() = default;
+
+    /** A 2xx response's header arrived, before any body byte. A non-empty error ends the
+        request with that error (the connection is closed): a reply that does not fit what
+        was asked (a wrong range, a changed object). */
+    virtual std::error_code on_header(unsigned status, const boost::beast::http::fields& headers) = 0;
+
+    /** Room for the next body bytes: at least one byte. May wait for the caller to make
+        room; no deadline runs meanwhile (the idle limit restarts once it returns; the
+        `total` and `attempt` limits keep running). An empty span ends the request with
+        `operation_aborted` (the sink's own cancellation).
+        @par Completion Signature
+        `std::span<std::byte>` */
+    virtual asio::awaitable<std::span<std::byte>> async_prepare() = 0;
+
+    /// `n` (at least 1) bytes were written at the start of the span last prepared.
+    virtual void commit(std::size_t n) = 0;
+};
+
 /** One HTTP request. The client reads its fields only while `async_send` runs: they must stay
     valid until its awaitable completes. */
 struct request {
@@ -50,6 +81,12 @@ struct request {
     /// (e.g. to reassemble ranged parts of an object in place); a larger body fails with
     /// `errc::body_too_large`.
     std::span<std::byte> body_into;
+    /// If set, a 2xx response's body is handed to this sink as it arrives (see
+    /// `body_sink`) instead of being held whole: `response::body` stays empty and
+    /// `response::body_size` counts the bytes delivered. A failure mid-body (reset,
+    /// truncation, timeout) returns its error after the bytes already committed: the
+    /// caller may ask for the rest with a ranged request.
+    body_sink* body_to = nullptr;
     /// The end of the caller's whole call: a caller that retries sets it once, from its
     /// `timeouts::total`, for all its attempts. The request fails with
     /// `errc::total_timeout` when it passes, whatever its own limits (which still apply).

@@ -54,6 +54,12 @@ struct client_impl {
     template <class Stream>
     asio::awaitable<std::error_code> exchange(Stream& s, connection& c, const request& req, response& resp,
                                               bool reused, bool& stale, bool& keep, const limit& outer);
+    /// Reads the body that follows the header `p` parsed into `sink`, piece by piece
+    /// (see `body_sink`); `received` counts the bytes committed.
+    template <class Stream>
+    asio::awaitable<std::error_code> stream_body(Stream& s, connection& c, boost::beast::http::response_parser<boost::beast::http::buffer_body>& p,
+                                                 body_sink& sink, std::uint64_t& received, const limit& outer);
+
     CONVEYOR_DECL void write_head(std::string& out, const request& req) const;
 
     runtime* rt_;
@@ -135,6 +141,23 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
     auto& p = *parser;
 
     std::size_t received = 0;
+    // (No co_await inside a condition or a call's arguments in these coroutines: GCC 12 has
+    // miscompiled such frames here.)
+    const unsigned status_now = p.get().result_int();
+    if (req.body_to && status_now >= 200 && status_now < 300) {
+        // A streamed body: into the caller's sink, as it arrives.
+        std::error_code e = req.body_to->on_header(status_now, p.get());
+        if (e) co_return e;
+        std::uint64_t streamed = 0;
+        auto body = stream_body(s, c, p, *req.body_to, streamed, outer);
+        e = co_await std::move(body);
+        if (e) co_return e;
+        resp.status = status_now;
+        resp.headers = std::move(static_cast<bhttp::fields&>(p.get()));
+        resp.body_size = static_cast<std::size_t>(streamed);
+        keep = p.keep_alive() && c.buf.size() == 0;
+        co_return std::error_code{};
+    }
     const bool into = !req.body_into.empty();
     if (p.is_done()) {
         // No body: HEAD, 1xx, 204, 304, or Content-Length: 0.
@@ -222,6 +245,83 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
     if (!into && received == 0) resp.body = buffer{};
     // Bytes beyond the response mean the connection's framing is lost: do not reuse it.
     keep = p.keep_alive() && c.buf.size() == 0 && resp.status != 101;
+    co_return std::error_code{};
+}
+
+/// What a failed body read stands for: the caller's cancellation, a deadline, a cut body
+/// (`errc::body_truncated`), or the transport's own error.
+inline std::error_code body_failure(const connection& c, const asio::cancellation_state& cs, const boost::system::error_code& ec)
+{
+    namespace bhttp = boost::beast::http;
+    if (!detail::cancelled(cs) && c.expired() == phase::none &&
+        (ec == bhttp::error::partial_message || ec == asio::error::eof || ec == bhttp::error::end_of_stream ||
+         ec == asio::ssl::error::stream_truncated))
+        return make_error_code(errc::body_truncated);
+    return detail::failure(c, cs, ec);
+}
+
+template <class Stream>
+asio::awaitable<std::error_code> client_impl::stream_body(Stream& s, connection& c,
+                                                          boost::beast::http::response_parser<boost::beast::http::buffer_body>& p,
+                                                          body_sink& sink, std::uint64_t& received, const limit& outer)
+{
+    namespace bhttp = boost::beast::http;
+    using detail::clock_type;
+    using detail::phase;
+    const auto cs = co_await asio::this_coro::cancellation_state;
+    const auto& limits = opts_.timeouts;
+    if (p.is_done()) co_return std::error_code{};
+    const bool sized = p.content_length().has_value() && !p.chunked();
+    if (sized) {
+        // Content-Length: what came with the header first, then straight from the socket
+        // into the sink's room, one read per room at most.
+        const std::uint64_t size = *p.content_length();
+        while (received < size) {
+            c.expire_never(); // the caller may take its time making room
+            auto asked = sink.async_prepare(); // named, not a temporary in the co_await (GCC 12)
+        std::span<std::byte> room = co_await std::move(asked);
+            if (detail::cancelled(cs) || room.empty()) co_return detail::aborted();
+            if (room.size() > size - received) room = room.first(static_cast<std::size_t>(size - received));
+            if (c.buf.size() > 0) {
+                const std::size_t n = std::min(room.size(), c.buf.size());
+                std::memcpy(room.data(), c.buf.data().data(), n);
+                c.buf.consume(n);
+                sink.commit(n);
+                received += n;
+                continue;
+            }
+            const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
+            c.expire_at(at, ph);
+            auto [ec, n] = co_await s.async_read_some(asio::mutable_buffer(room.data(), room.size()), detail::no_throw_for<Stream>());
+            if (n > 0) {
+                sink.commit(n);
+                received += n;
+            }
+            if (ec) co_return body_failure(c, cs, ec);
+        }
+        co_return std::error_code{};
+    }
+    // Chunked, or up to the connection's close: Beast's parser decodes into the room.
+    p.eager(true);
+    while (!p.is_done()) {
+        c.expire_never();
+        auto asked = sink.async_prepare(); // named, not a temporary in the co_await (GCC 12)
+        std::span<std::byte> room = co_await std::move(asked);
+        if (detail::cancelled(cs) || room.empty()) co_return detail::aborted();
+        auto& b = p.get().body();
+        b.data = room.data();
+        b.size = room.size();
+        const auto [at, ph] = detail::bound(clock_type::now(), limits.idle, phase::idle, outer);
+        c.expire_at(at, ph);
+        auto [ec, n] = co_await bhttp::async_read_some(s, c.buf, p, detail::no_throw);
+        const std::size_t wrote = room.size() - b.size;
+        if (wrote > 0) {
+            sink.commit(wrote);
+            received += wrote;
+        }
+        if (ec == bhttp::error::need_buffer) continue;
+        if (ec) co_return body_failure(c, cs, ec);
+    }
     co_return std::error_code{};
 }
 
