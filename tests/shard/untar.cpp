@@ -3,6 +3,7 @@
 // the same samples, and the untar stage's error policies.
 #include <conveyor/shard/untar.hpp>
 
+#include <conveyor/file/chunks.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 
 #include "tar_support.hpp"
@@ -197,6 +198,56 @@ TEST_CASE("a shard streamed in chunks of any size, plain or gzip-compressed, giv
         CHECK(e.code() == shard::errc::truncated_gzip);
         CHECK(e.where() == "test://s.tar");
     }
+}
+
+TEST_CASE("a shard file read in chunks from disk gives the samples of the whole, holding little of it")
+{
+    if (!have("tar") || !have("gzip")) return;
+    temp_dir d;
+    std::size_t largest = 0;
+    for (int i = 0; i < 40; ++i) {
+        const std::size_t n = 20000 + 3001 * static_cast<std::size_t>(i);
+        largest = std::max(largest, n);
+        spill(d.path / "in" / ("k" + std::to_string(100 + i) + ".jpg"), std::string(n, static_cast<char>('A' + i % 26)));
+        spill(d.path / "in" / ("k" + std::to_string(100 + i) + ".cls"), std::to_string(i));
+    }
+    REQUIRE(sh("cd '" + d.str() + "/in' && tar --format=gnu --sort=name -cf ../s.tar * && gzip -k ../s.tar") == 0);
+    const auto whole = describe(samples_of(slurp(d.path / "s.tar")));
+    REQUIRE(whole.size() == 40);
+    conveyor::runtime rt({.io_threads = 1, .compute_threads = 1});
+    for (const char* name : {"s.tar", "s.tar.gz"})
+        for (std::size_t cs : {std::size_t{4096}, std::size_t{65536}}) {
+            CAPTURE(name);
+            CAPTURE(cs);
+            auto task = [](conveyor::runtime* rt, std::string path, std::size_t cs) -> asio::awaitable<std::pair<std::vector<shard::sample>, std::size_t>> {
+                sd::sample_reader r(conveyor::file::read_chunks(*rt, path, {.chunk_size = cs, .chunks_in_flight = 2}), {}, rt);
+                std::vector<shard::sample> out;
+                std::size_t held = 0;
+                while (auto s = co_await r.async_next()) {
+                    out.push_back(std::move(*s));
+                    held = std::max(held, r.parser().tar().held_bytes());
+                }
+                co_return std::pair{std::move(out), held};
+            };
+            auto [got, held] = asio::co_spawn(rt.io_executor(0), task(&rt, (d.path / name).string(), cs), asio::use_future).get();
+            CHECK(describe(got) == whole);
+            CHECK(got[0].url == (d.path / name).string());
+            CHECK(held <= 2 * std::max<std::size_t>(cs, std::size_t{8} << 20 /* inflated chunks */) + largest + largest / 4);
+        }
+}
+
+TEST_CASE("untar reads gzip-compressed blobs too, inflating on the compute pool")
+{
+    temp_dir d;
+    spill(d.path / "a.tar", wds_shard(0, 50));
+    REQUIRE(sh("gzip -n '" + (d.path / "a.tar").string() + "'") == 0);
+    auto p = blobs({{"a.tar.gz", slurp(d.path / "a.tar.gz")}, {"b.tar", wds_shard(50, 1)}}) | shard::untar();
+    std::vector<std::string> keys;
+    for (auto& s : p) keys.push_back(s.key + "=" + std::string(s.find("jpg")->data.view()));
+    REQUIRE(keys.size() == 51);
+    CHECK(keys[0] == "s0=J0");
+    CHECK(keys[49] == "s49=J49");
+    CHECK(keys[50] == "s50=J50");
 }
 
 TEST_CASE("untar turns blobs of tar shards into samples carrying their shard's URL and index")
