@@ -20,6 +20,7 @@
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/http/error.hpp>
+#include <conveyor/s3/chunks.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/credentials.hpp>

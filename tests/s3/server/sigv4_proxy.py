@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import http.client
 import http.server
+import io
 import itertools
 import json
 import os
@@ -437,7 +438,7 @@ class Fault:
         if not isinstance(spec, dict):
             raise ValueError("a fault is a JSON object")
         unknown = set(spec) - {"key", "method", "kind", "status", "code", "message", "count",
-                               "delay_ms"}
+                               "delay_ms", "after_bytes"}
         if unknown:
             raise ValueError("unknown fault field(s): %s" % ", ".join(sorted(unknown)))
         self.key = spec.get("key", "")
@@ -449,8 +450,13 @@ class Fault:
                 raise ValueError("method must be a string")
             self.method = self.method.upper()
         self.kind = spec.get("kind", "status")
-        if self.kind not in ("status", "reset", "truncate", "delay"):
-            raise ValueError("kind must be one of status, reset, truncate, delay")
+        if self.kind not in ("status", "reset", "truncate", "delay", "reset_after"):
+            raise ValueError("kind must be one of status, reset, truncate, delay, reset_after")
+        # reset_after: the answer is forwarded until `after_bytes` bytes of its body have gone
+        # out, then the connection is reset (a connection cut mid-body).
+        self.after_bytes = int(spec.get("after_bytes", 0))
+        if self.after_bytes < 0:
+            raise ValueError("after_bytes must be >= 0")
         # status, code and message matter only to kind "status" (clients may send them anyway).
         self.status = int(spec.get("status") or 503)
         if self.kind == "status" and not 400 <= self.status <= 599:
@@ -824,6 +830,17 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self._send_error_response(err, request_id, path, method,
                                       extra_headers=[("Content-Range", "bytes */0")])
             return 416, "s3rver fix-up: ranged GET of an empty object answered 416"
+        if_match = (self.headers.get("if-match") or "").strip()
+        if if_match and if_match != "*" and 200 <= response.status < 300:
+            # s3rver ignores If-Match; S3 answers 412 when the object's ETag is another.
+            etag = (response.getheader("ETag") or "").strip()
+            if etag != if_match:
+                self._close_upstream()
+                err = S3Error(412, "PreconditionFailed",
+                              "At least one of the pre-conditions you specified did not hold",
+                              Condition="If-Match")
+                self._send_error_response(err, request_id, path, method)
+                return 412, "If-Match %s, but the ETag is %s" % (if_match, etag)
         no_body = method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
         out_headers = []
         length = None
@@ -871,6 +888,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         sent = 0
+        reset_after = fault.after_bytes if fault is not None and fault.kind == "reset_after" else None
         if not no_body:
             while True:
                 try:
@@ -879,6 +897,16 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                     chunk = b""
                 if not chunk:
                     break
+                if reset_after is not None and sent + len(chunk) >= reset_after:
+                    part = chunk[:reset_after - sent]
+                    if part:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+                    self.wfile.flush()
+                    self._close_upstream()
+                    self._reset_connection()
+                    # http.server flushes wfile after the handler: give it one that is open.
+                    self.wfile = io.BytesIO()
+                    return response.status, "fault reset_after %d bytes" % reset_after
                 sent += len(chunk)
                 if chunked:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))

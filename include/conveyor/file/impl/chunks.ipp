@@ -314,7 +314,8 @@ CONVEYOR_DECL asio::awaitable<std::optional<chunk>> file_chunk_reader::next_here
         while (!s->done) {
             st.wake.expires_at(asio::steady_timer::time_point::max());
             co_await st.wake.async_wait(asio::as_tuple(asio::use_awaitable));
-            if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+            const auto cs = co_await asio::this_coro::cancellation_state; // (not inside the condition: GCC 12)
+            if (cs.cancelled() != asio::cancellation_type::none)
                 throw std::system_error(std::make_error_code(std::errc::operation_canceled));
         }
         st.slots.pop_front();

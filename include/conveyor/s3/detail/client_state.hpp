@@ -48,6 +48,19 @@ CONVEYOR_DECL bool parse_decimal(std::string_view s, std::uint64_t& out);
 // "bytes 0-8388607/1073741824" → (first, last, total); total -1 for "*".
 CONVEYOR_DECL bool parse_content_range(std::string_view v, std::uint64_t& first, std::uint64_t& last, std::int64_t& total);
 
+/** The body of a GET streamed into a sink (`op::stream`) rather than held whole. The
+    executor asks it for each attempt's extra header fields, so that an attempt after a
+    failure mid-body asks only for the rest (`Range: bytes=<next>-`, pinned by `If-Match`),
+    and whether the failed attempt delivered bytes: one that did starts a fresh series of
+    attempts (`retry_options::max_attempts` bounds failures in a row, not a large object's
+    resets over its whole transfer). */
+struct body_stream : http::body_sink {
+    /// Adds the fields of the next attempt to `h` (before it is signed).
+    virtual void before_attempt(boost::beast::http::fields& h) = 0;
+    /// True when body bytes arrived since the last call.
+    virtual bool took_progress() noexcept = 0;
+};
+
 /// One S3 request, before signing.
 struct op {
     boost::beast::http::verb method = boost::beast::http::verb::get;
@@ -59,6 +72,7 @@ struct op {
     std::span<const std::byte> body;
     std::string payload_hash;                   // empty: UNSIGNED-PAYLOAD
     std::span<std::byte> body_into;
+    body_stream* stream = nullptr;              // a 2xx body goes here, as it arrives
 };
 
 struct client_state;

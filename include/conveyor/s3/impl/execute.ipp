@@ -68,6 +68,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
     // them (each send gets the same deadline).
     const auto deadline = limits.total.count() > 0 ? started + limits.total : std::chrono::steady_clock::time_point::max();
     unsigned timed_out = 0;
+    unsigned series = 0; // attempts before the current series (a streamed body's progress starts a new one)
     for (unsigned attempt = 1;; ++attempt) {
         http::request req;
         req.method = o.method;
@@ -76,6 +77,10 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         for (const auto& [f, v] : o.headers) req.headers.set(f, v);
         req.body = o.body;
         req.body_into = o.body_into;
+        if (o.stream) {
+            o.stream->before_attempt(req.headers);
+            req.body_to = o.stream;
+        }
         req.deadline = deadline;
         sign.sign(o.method, target, req.headers, payload);
         requests.fetch_add(1, std::memory_order_relaxed);
@@ -112,8 +117,12 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
             if (ec == http::errc::total_timeout) retry = false;
             else if (!timeout.empty() && ++timed_out >= r.max_timeouts && r.max_timeouts > 0) retry = false;
         }
-        if (!retry || attempt >= r.max_attempts) throw given_up(o, t, code, std::move(reply), attempt, detail, started);
-        const auto exp = std::min<std::uint64_t>(attempt - 1, 30);
+        if (o.stream && o.stream->took_progress()) { // the body got further: a new series of attempts
+            series = attempt - 1;
+            timed_out = 0;
+        }
+        if (!retry || attempt - series >= r.max_attempts) throw given_up(o, t, code, std::move(reply), attempt, detail, started);
+        const auto exp = std::min<std::uint64_t>(attempt - series - 1, 30);
         const std::uint64_t bound = std::min<std::uint64_t>(static_cast<std::uint64_t>(r.max_delay.count()),
                                                             static_cast<std::uint64_t>(r.base_delay.count()) << exp);
         const auto pause = std::chrono::milliseconds(jitter_draw(bound));

@@ -18,5 +18,6 @@
 #include <conveyor/s3/impl/sigv4.ipp>
 #include <conveyor/s3/impl/source.ipp>
 #include <conveyor/s3/impl/transfer.ipp>
+#include <conveyor/s3/impl/chunks.ipp>
 
 #endif
