@@ -191,6 +191,21 @@ TEST_CASE("a shard streamed in chunks of any size, plain or gzip-compressed, giv
     CHECK(inner[0].key == "s");
     CHECK(inner[0].fields[0].name == "tar");
     CHECK(inner[0].fields[0].data.view() == tar);
+    { // A tar error inside a compressed shard: its offset is in the uncompressed stream.
+        std::string bad = tar;
+        bad[2048 + 3] ^= 1; // the third member's header
+        temp_dir d2;
+        spill(d2.path / "bad.tar", bad);
+        REQUIRE(sh("gzip -n '" + (d2.path / "bad.tar").string() + "'") == 0);
+        try {
+            samples_of(slurp(d2.path / "bad.tar.gz"));
+            FAIL("no error");
+        } catch (const conveyor::error& e) {
+            CHECK(e.code() == shard::errc::bad_checksum);
+            CHECK(e.offset() == 2048);
+            CHECK(std::string(e.what()).find("uncompressed stream") != std::string::npos);
+        }
+    }
     try {
         stream_samples(&rt, tgz.substr(0, tgz.size() - 20), 4096, small);
         FAIL("no error");

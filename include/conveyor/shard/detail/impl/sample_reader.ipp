@@ -138,7 +138,22 @@ CONVEYOR_DECL std::optional<sample> sample_parser::next(bool inflate)
 {
     for (;;) {
         if (done_) return std::nullopt;
-        if (auto m = tar_.next()) {
+        std::optional<tar_member> m;
+        if (!gz_) {
+            m = tar_.next();
+        } else {
+            try {
+                m = tar_.next();
+            } catch (const conveyor::error& e) {
+                // Offsets in a compressed shard are in its uncompressed stream: say so, and
+                // how far into the compressed bytes inflating had gone.
+                if (e.code().category() != shard_category()) throw;
+                throw shard_error(static_cast<errc>(e.code().value()), tar_.url(), static_cast<std::uint64_t>(std::max<std::int64_t>(e.offset(), 0)),
+                                  e.ctx().detail + " (gzip-compressed shard: offsets in its uncompressed stream; " +
+                                      std::to_string(gz_->consumed()) + " compressed bytes inflated so far)");
+            }
+        }
+        if (m) {
             if (auto s = group_.add(std::move(*m))) return s;
             continue;
         }
