@@ -56,7 +56,6 @@ CONVEYOR_DECL std::optional<sample> sample_grouper::add(tar_member m)
                           "sample '" + current_->key + "' has field '" + field_name + "' twice (member '" + m.name +
                               "' at byte " + std::to_string(m.header_offset) + ")");
     }
-    current_->end = m.end_offset;
     current_->fields.push_back(field{std::move(field_name), std::move(m.data), m.data_offset});
     current_->end = m.end_offset; // a resumed read starts here, after this sample
     return done;
