@@ -236,6 +236,7 @@ private:
 #include <conveyor/s3/impl/client.ipp>
 #include <conveyor/s3/impl/execute.ipp>
 #include <conveyor/s3/impl/transfer.ipp>
+#include <conveyor/s3/impl/multipart.ipp>
 #include <conveyor/s3/impl/list.ipp>
 #endif
 

@@ -15,6 +15,7 @@
 #include <conveyor/s3/impl/error.ipp>
 #include <conveyor/s3/impl/execute.ipp>
 #include <conveyor/s3/impl/list.ipp>
+#include <conveyor/s3/impl/multipart.ipp>
 #include <conveyor/s3/impl/sigv4.ipp>
 #include <conveyor/s3/impl/source.ipp>
 #include <conveyor/s3/impl/transfer.ipp>

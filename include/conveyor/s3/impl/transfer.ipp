@@ -1,5 +1,5 @@
-// conveyor/s3/impl/transfer.ipp — ranged and multipart transfer: GetObject whole or in
-// parallel ranged parts, HeadObject, PutObject and multipart uploads.
+// conveyor/s3/impl/transfer.ipp — ranged transfer: GetObject whole or in parallel ranged
+// parts, HeadObject (uploads are in impl/multipart.ipp).
 #ifndef CONVEYOR_S3_IMPL_TRANSFER_IPP
 #define CONVEYOR_S3_IMPL_TRANSFER_IPP
 
@@ -146,107 +146,7 @@ CONVEYOR_DECL asio::awaitable<object_info> client_state::head(std::string_view b
     co_return info;
 }
 
-inline asio::awaitable<std::string> client_state::payload_hash(std::span<const std::byte> data)
-{
-    if (data.size() < (1u << 20)) co_return sha256_hex(data);
-    co_return co_await conveyor::detail::offload(rt.compute_executor(), [data] { return sha256_hex(data); });
-}
-
-CONVEYOR_DECL asio::awaitable<std::string> client_state::put_one(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
-                                     std::string_view content_type, std::string_view query, const char* name)
-{
-    op o{.method = boost::beast::http::verb::put, .name = name, .bucket = bucket, .key = key, .query = std::string(query)};
-    if (!content_type.empty()) o.headers.emplace_back(boost::beast::http::field::content_type, std::string(content_type));
-    o.body = data;
-    o.payload_hash = co_await payload_hash(data);
-    auto resp = co_await execute(o);
-    co_return std::string(resp.headers["ETag"]);
-}
-
-CONVEYOR_DECL asio::awaitable<void> client_state::abort_upload(std::string_view bucket, std::string_view key, std::string_view upload_id)
-{
-    op o{.method = boost::beast::http::verb::delete_, .name = "AbortMultipartUpload", .bucket = bucket, .key = key,
-         .query = "uploadId=" + encode_query(upload_id)};
-    co_await execute(o);
-}
-
-inline asio::awaitable<put_result> client_state::put_multipart(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
-                                          std::string_view content_type)
-{
-    std::uint64_t part = opts.upload_part_size;
-    while ((data.size() + part - 1) / part > 10'000) part *= 2;
-    const std::size_t parts = static_cast<std::size_t>((data.size() + part - 1) / part);
-    op create{.method = boost::beast::http::verb::post, .name = "CreateMultipartUpload", .bucket = bucket, .key = key, .query = "uploads="};
-    if (!content_type.empty()) create.headers.emplace_back(boost::beast::http::field::content_type, std::string(content_type));
-    auto resp = co_await execute(create);
-    std::string upload_id;
-    try {
-        upload_id = parse_upload_id(resp.body.view());
-    } catch (const conveyor::error& e) {
-        throw failure(create, e.code(), {}, 1, e.ctx().detail);
-    }
-    std::vector<std::string> etags(parts);
-    std::exception_ptr failed;
-    try {
-        std::size_t next = 0;
-        auto worker = [&](std::size_t) -> asio::awaitable<void> {
-            while (next < parts) {
-                const std::size_t p = next++;
-                const std::uint64_t off = p * part;
-                auto chunk = data.subspan(off, std::min<std::uint64_t>(part, data.size() - off));
-                const std::string query = "partNumber=" + std::to_string(p + 1) + "&uploadId=" + encode_query(upload_id);
-                etags[p] = co_await put_one(bucket, key, chunk, {}, query, "UploadPart");
-                if (etags[p].empty()) throw bad(bucket, key, "UploadPart " + std::to_string(p + 1) + " reply has no ETag");
-            }
-        };
-        co_await conveyor::detail::run_all(std::min<std::size_t>(opts.upload_parts_in_flight, parts), worker);
-        const std::string body = complete_multipart_body(etags);
-        op complete{.method = boost::beast::http::verb::post, .name = "CompleteMultipartUpload", .bucket = bucket, .key = key,
-                    .query = "uploadId=" + encode_query(upload_id)};
-        complete.body = std::as_bytes(std::span(body.data(), body.size()));
-        complete.payload_hash = sha256_hex(body);
-        auto done = co_await execute(complete);
-        if (auto err = complete_reply_error(done.body.view())) {
-            const bool again = err->retryable();
-            throw failure(complete, again ? make_error_code(errc::server_error) : err->to_error_code(), *err, 1, err->describe());
-        }
-        std::string etag;
-        try {
-            etag = detail::parse_xml(done.body.view(), "CompleteMultipartUpload reply").get<std::string>("CompleteMultipartUploadResult.ETag", "");
-        } catch (const conveyor::error&) {
-        }
-        co_return put_result{std::string(key), std::move(etag), data.size(), static_cast<unsigned>(parts)};
-    } catch (...) {
-        failed = std::current_exception();
-    }
-    // Abort in the background (it must run even when this coroutine was cancelled),
-    // so that the parts stored so far are not kept, and billed, forever.
-    asio::co_spawn(co_await asio::this_coro::executor,
-                   [](std::shared_ptr<client_state> self, std::string b, std::string k, std::string id) -> asio::awaitable<void> {
-                       try {
-                           co_await self->abort_upload(b, k, id);
-                       } catch (const std::exception& e) {
-                           self->rt.log(std::string("conveyor: could not abort a multipart upload: ") + e.what());
-                       }
-                   }(shared_from_this(), std::string(bucket), std::string(key), upload_id),
-                   asio::detached);
-    try {
-        std::rethrow_exception(failed);
-    } catch (const request_error& e) {
-        // What became of the upload is the error; what made it fail is in the detail and
-        // nested whole (std::rethrow_if_nested), with the server's reply kept.
-        auto c = e.ctx();
-        c.detail += " (" + e.code().message() + "); " + make_error_code(errc::upload_aborted).message();
-        std::throw_with_nested(request_error(make_error_code(errc::upload_aborted), std::move(c), e.reply(), e.attempts()));
-    }
-}
-
-CONVEYOR_DECL asio::awaitable<put_result> client_state::put(std::string_view bucket, std::string_view key, std::span<const std::byte> data, std::string_view content_type)
-{
-    if (data.size() > opts.multipart_threshold) co_return co_await put_multipart(bucket, key, data, content_type);
-    auto etag = co_await put_one(bucket, key, data, content_type);
-    co_return put_result{std::string(key), std::move(etag), data.size(), 0};
-}
+// PutObject and multipart uploads: impl/multipart.ipp.
 
 } // namespace detail
 } // namespace conveyor::s3

@@ -9,6 +9,9 @@
 
 #include <conveyor/shard/detail/impl/sample_name.ipp>
 #include <conveyor/shard/detail/impl/tar.ipp>
+#include <conveyor/shard/detail/impl/tar_write.ipp>
+#include <conveyor/shard/impl/index.ipp>
+#include <conveyor/shard/impl/writer.ipp>
 #include <conveyor/shard/detail/impl/tar_reader.ipp>
 #include <conveyor/shard/detail/impl/gunzip.ipp>
 #include <conveyor/shard/detail/impl/sample_reader.ipp>
