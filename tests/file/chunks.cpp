@@ -26,13 +26,31 @@ using namespace ftest;
 
 namespace {
 
-/// Runs `aw` on lane 0 of `rt` and waits for it (bounded by the test's patience).
+/// What `aw` gave, or a copy of the conveyor::error it threw, made on the lane.
+template <class T>
+asio::awaitable<std::pair<std::optional<T>, std::optional<cv::error>>> caught(asio::awaitable<T> aw)
+{
+    std::pair<std::optional<T>, std::optional<cv::error>> out;
+    try {
+        out.first.emplace(co_await std::move(aw));
+    } catch (const cv::error& e) {
+        out.second.emplace(e);
+    }
+    co_return out;
+}
+
+/// Runs `aw` on lane 0 of `rt` and waits for it (bounded by the test's patience). A
+/// conveyor::error is passed as a value and thrown again here: an exception_ptr handed
+/// between threads through a future is reference-counted inside libstdc++, where
+/// ThreadSanitizer cannot see it, and would be reported as a race.
 template <class T>
 T run_on_lane(cv::runtime& rt, asio::awaitable<T> aw)
 {
-    auto fut = asio::co_spawn(rt.io_executor(0), std::move(aw), asio::use_future);
+    auto fut = asio::co_spawn(rt.io_executor(0), caught(std::move(aw)), asio::use_future);
     REQUIRE_MESSAGE(fut.wait_for(generous) == std::future_status::ready, "the coroutine did not finish (hang)");
-    return fut.get();
+    auto got = fut.get();
+    if (got.second) throw *got.second;
+    return std::move(*got.first);
 }
 
 /// Reads ranges of `f` at once on lane 0 (all started before any is awaited); returns
