@@ -9,11 +9,14 @@
 //   random-access  random dataset::get(i) calls at 1, 4, 16 and 64 in flight
 //   s3-get, s3-put S3 GETs through conveyor's S3 source, uploads through its sink
 //                  (in s3_bench.cpp)
+//   shards         tar shards read as samples through the shard source, or with cat
+//                  (in shard_bench.cpp)
 //
 // Results go to standard output, one JSON object per line; progress and human summaries
 // go to standard error. Any read failure or byte-count mismatch exits non-zero.
 
 #include "s3_bench.hpp"
+#include "shard_bench.hpp"
 
 #include <conveyor/bench/bench.hpp>
 #include <conveyor/bench/synthetic.hpp>
@@ -423,7 +426,7 @@ int cmd_files(const files_args& a)
     // Everything the run needs besides the data itself (the listing, the paths) is loaded
     // now: what the peak grows by from here is the read path's own memory.
     const double rss_before_mb = static_cast<double>(cb::current_rss_bytes()) / 1e6;
-    std::vector<double> fps, mbps, p50, p99, cpu_gb;
+    std::vector<double> fps, mbps, p50, p99, cpu_gb, cpu_file;
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         const double cached = a.cold ? drop_cache_and_say(s.paths) : 1.0;
         pass_result r = a.engine == "ifstream" ? read_ifstream(s)
@@ -450,6 +453,7 @@ int cmd_files(const files_args& a)
             .add("p99_us", r.latency.percentile_us(99))
             .add("cpu_s", r.usage.cpu_s())
             .add("cpu_s_per_GB", gb > 0 ? r.usage.cpu_s() / gb : 0.0)
+            .add("cpu_us_per_file", r.files ? r.usage.cpu_s() * 1e6 / static_cast<double>(r.files) : 0.0)
             .add("max_rss_MB", r.usage.max_rss_mb())
             .add("rss_before_MB", rss_before_mb)
             .add("rss_growth_MB", r.usage.max_rss_mb() - rss_before_mb)
@@ -460,13 +464,14 @@ int cmd_files(const files_args& a)
         p50.push_back(r.latency.percentile_us(50));
         p99.push_back(r.latency.percentile_us(99));
         cpu_gb.push_back(gb > 0 ? r.usage.cpu_s() / gb : 0.0);
+        cpu_file.push_back(r.files ? r.usage.cpu_s() * 1e6 / static_cast<double>(r.files) : 0.0);
     }
     std::fprintf(stderr,
                  "files: %s x%zu %s, %zu repeat(s): files/s best %.0f median %.0f | MB/s best %.0f median %.0f | "
-                 "p50 %.0f us p99 %.0f us (median) | CPU %.2f s/GB (median)\n",
+                 "p50 %.0f us p99 %.0f us (median) | CPU %.2f s/GB, %.1f us/file (median)\n",
                  a.engine.c_str(), concurrency, a.cold ? "cold" : "warm", a.repeat, *std::max_element(fps.begin(), fps.end()),
                  cb::median(fps), *std::max_element(mbps.begin(), mbps.end()), cb::median(mbps), cb::median(p50),
-                 cb::median(p99), cb::median(cpu_gb));
+                 cb::median(p99), cb::median(cpu_gb), cb::median(cpu_file));
     return 0;
 }
 
@@ -610,6 +615,7 @@ int main(int argc, char** argv)
     r->add_option("--io-threads", ra.io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();
 
     auto run_s3 = add_s3_subcommands(app);
+    auto run_shards = add_shard_subcommands(app);
 
     CLI11_PARSE(app, argc, argv);
 
@@ -628,6 +634,7 @@ int main(int argc, char** argv)
         }
         if (*r) return cmd_random_access(ra);
         if (int rc = run_s3(); rc >= 0) return rc;
+        if (int rc = run_shards(); rc >= 0) return rc;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "conveyor-bench: error: %s\n", e.what());
         return 1;

@@ -17,6 +17,7 @@
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
+#include <conveyor/http/chunks.hpp>
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/endpoint.hpp>
 #include <conveyor/http/error.hpp>
@@ -27,7 +28,14 @@
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
 #include <conveyor/s3/source.hpp>
+#include <conveyor/shard/dataset.hpp>
 #include <conveyor/shard/error.hpp>
+#include <conveyor/shard/index.hpp>
+#include <conveyor/shard/list.hpp>
+#include <conveyor/shard/order.hpp>
+#include <conveyor/shard/sample.hpp>
+#include <conveyor/shard/source.hpp>
 #include <conveyor/shard/untar.hpp>
+#include <conveyor/shard/writer.hpp>
 
 #endif

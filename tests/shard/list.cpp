@@ -1,1 +1,85 @@
-// Tests of conveyor/shard/list.hpp (placeholder until that header lands).
+// Tests of conveyor/shard/list.hpp: brace expansion as the shell and braceexpand do it,
+// URL kinds, and shard lists from patterns and dataset indexes.
+#include <conveyor/core/error.hpp>
+#include <conveyor/shard/index.hpp>
+#include <conveyor/shard/list.hpp>
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace sh = conveyor::shard;
+using strings = std::vector<std::string>;
+
+namespace {
+
+std::string message_of(auto&& f)
+{
+    try {
+        f();
+    } catch (const conveyor::error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+} // namespace
+
+TEST_CASE("brace ranges expand as the shell expands them")
+{
+    CHECK(sh::expand_braces("shard-{000000..000003}.tar") ==
+          strings{"shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000003.tar"});
+    CHECK(sh::expand_braces("{1..3}") == strings{"1", "2", "3"});
+    CHECK(sh::expand_braces("{3..1}") == strings{"3", "2", "1"});
+    CHECK(sh::expand_braces("{0..10..5}") == strings{"0", "5", "10"});
+    CHECK(sh::expand_braces("{10..0..-5}") == strings{"10", "5", "0"});
+    CHECK(sh::expand_braces("{01..3}") == strings{"01", "02", "03"});
+    CHECK(sh::expand_braces("{8..010}") == strings{"008", "009", "010"});
+    CHECK(sh::expand_braces("{-1..1}") == strings{"-1", "0", "1"});
+    CHECK(sh::expand_braces("{a..c}") == strings{"a", "b", "c"});
+    CHECK(sh::expand_braces("{x,y}-{1..2}") == strings{"x-1", "x-2", "y-1", "y-2"});
+    CHECK(sh::expand_braces("{a,b{1..2}}.tar") == strings{"a.tar", "b1.tar", "b2.tar"});
+    CHECK(sh::expand_braces("{train,}x") == strings{"trainx", "x"});
+    CHECK(sh::expand_braces("plain.tar") == strings{"plain.tar"});
+    CHECK(sh::expand_braces("\\{1..2\\}") == strings{"{1..2}"});
+    CHECK(sh::expand_braces("{abc}") == strings{"{abc}"}); // neither a list nor a range: text
+    CHECK(sh::expand_braces("{}") == strings{"{}"});
+    CHECK(sh::expand_braces("{1..a}") == strings{"{1..a}"});
+}
+
+TEST_CASE("bad brace patterns are refused naming the pattern and the position")
+{
+    auto m = message_of([] { sh::expand_braces("data/shard-{000..009.tar"); });
+    CHECK(m.find("never closed") != std::string::npos);
+    CHECK(m.find("shard-{000..009.tar") != std::string::npos);
+    CHECK(m.find("11") != std::string::npos); // the byte offset of the '{'
+    CHECK(message_of([] { sh::expand_braces("a}b"); }).find("closes no '{'") != std::string::npos);
+    CHECK(message_of([] { sh::expand_braces("{0..99999999}", 1000); }).find("more than the limit of 1000") != std::string::npos);
+    CHECK(message_of([] { sh::expand_braces("{0..99}{0..99}", 1000); }).find("more than 1000") != std::string::npos);
+}
+
+TEST_CASE("shard URLs are told apart by their scheme")
+{
+    CHECK(sh::location_of("/data/a.tar") == sh::location::local);
+    CHECK(sh::location_of("file:///data/a.tar") == sh::location::local);
+    CHECK(sh::location_of("s3://b/k.tar") == sh::location::s3);
+    CHECK(sh::location_of("https://host/k.tar") == sh::location::http);
+    CHECK(sh::local_path("file:///data/a.tar") == "/data/a.tar");
+    CHECK(sh::split_s3_url("s3://bucket/a/b.tar") == std::pair<std::string, std::string>{"bucket", "a/b.tar"});
+    CHECK(sh::split_s3_url("s3://bucket") == std::pair<std::string, std::string>{"bucket", ""});
+    CHECK_THROWS_AS(sh::split_s3_url("s3:///k"), conveyor::error);
+    CHECK_THROWS_AS(sh::split_s3_url("/k"), conveyor::error);
+}
+
+TEST_CASE("several lists, separated or given apart, resolve in order")
+{
+    const auto refs = sh::resolve(std::vector<std::string>{"file:///d/a-{0..1}.tar::s3://b/c.tar", "/e/{x,y}.tgz"});
+    strings urls;
+    for (const auto& r : refs) urls.push_back(r.url);
+    CHECK(urls == strings{"/d/a-0.tar", "/d/a-1.tar", "s3://b/c.tar", "/e/x.tgz", "/e/y.tgz"});
+    CHECK(message_of([] { sh::resolve("s3://b/prefix/"); }).find("needs an S3 client") != std::string::npos);
+    CHECK(message_of([] { sh::resolve("a.tar::"); }).find("empty shard list") != std::string::npos);
+}

@@ -9,14 +9,17 @@
 
 #include <conveyor/shard/detail/impl/sample_name.ipp>
 #include <conveyor/shard/detail/impl/tar.ipp>
-#include <conveyor/shard/detail/impl/tar_write.ipp>
-#include <conveyor/shard/impl/index.ipp>
-#include <conveyor/shard/impl/writer.ipp>
 #include <conveyor/shard/detail/impl/tar_reader.ipp>
 #include <conveyor/shard/detail/impl/gunzip.ipp>
 #include <conveyor/shard/detail/impl/sample_reader.ipp>
 #include <conveyor/shard/impl/error.ipp>
 #include <conveyor/shard/impl/untar.ipp>
+#include <conveyor/shard/detail/impl/tar_write.ipp>
+#include <conveyor/shard/impl/index.ipp>
+#include <conveyor/shard/impl/writer.ipp>
 #include <conveyor/shard/impl/order.ipp>
+#include <conveyor/shard/impl/list.ipp>
+#include <conveyor/shard/impl/source.ipp>
+#include <conveyor/shard/impl/dataset.ipp>
 
 #endif

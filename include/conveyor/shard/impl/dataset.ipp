@@ -1,0 +1,185 @@
+// conveyor/shard/impl/dataset.ipp — random access to samples by ranged reads of shards.
+#ifndef CONVEYOR_SHARD_IMPL_DATASET_IPP
+#define CONVEYOR_SHARD_IMPL_DATASET_IPP
+
+#include <conveyor/core/error.hpp>
+#include <conveyor/core/source.hpp>
+#include <conveyor/file/chunks.hpp>
+#include <conveyor/shard/dataset.hpp>
+#include <conveyor/shard/detail/sample_reader.hpp>
+#include <conveyor/shard/error.hpp>
+#include <conveyor/shard/list.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+namespace conveyor::shard {
+namespace detail {
+
+struct dataset_state {
+    runtime* rt = nullptr;
+    dataset_index index;
+    std::vector<std::string> urls;    // resolved
+    std::vector<std::uint64_t> first; // first sample of each shard; one more at the end: the total
+    dataset_options o;
+    std::mutex mu;
+    std::unordered_map<std::size_t, file::ranged_file> open; // local shards open now
+    std::deque<std::size_t> opened;                          // in the order they were opened
+    std::atomic<std::size_t> next_lane{0};
+};
+
+/// Shard `s`'s file, opened (on the blocking pool) if it is not open yet.
+inline asio::awaitable<file::ranged_file> shard_file(std::shared_ptr<dataset_state> st, std::size_t s)
+{
+    {
+        std::lock_guard lk(st->mu);
+        if (auto it = st->open.find(s); it != st->open.end()) co_return it->second;
+    }
+    auto f = co_await file::ranged_file::async_open(*st->rt, local_path(st->urls[s]));
+    std::lock_guard lk(st->mu);
+    if (st->open.emplace(s, f).second) {
+        st->opened.push_back(s);
+        // Forget the oldest: a read in flight keeps its file open through its own copy.
+        while (st->open.size() > std::max<std::size_t>(1, st->o.max_open_files)) {
+            st->open.erase(st->opened.front());
+            st->opened.pop_front();
+        }
+    }
+    co_return f;
+}
+
+inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, std::size_t i)
+{
+    conveyor::detail::check_key_index("shard dataset", i, st->first.back(), "samples");
+    const auto s = static_cast<std::size_t>(std::upper_bound(st->first.begin(), st->first.end(), i) - st->first.begin() - 1);
+    const std::size_t e = i - st->first[s];
+    const index_entry& ent = st->index.shards[s].entries[e];
+    const std::string& url = st->urls[s];
+    buffer bytes;
+    if (location_of(url) == location::local) {
+        auto f = co_await shard_file(st, s);
+        bytes = co_await f.async_read(ent.offset, static_cast<std::size_t>(ent.size));
+    } else {
+        auto [bucket, key] = split_s3_url(url);
+        bytes = co_await st->o.s3->async_get_range(std::move(bucket), std::move(key), ent.offset, ent.size);
+    }
+    if (bytes.size() != ent.size)
+        throw shard_error(errc::index_mismatch, url, ent.offset,
+                          "the index gives sample '" + ent.key + "' " + std::to_string(ent.size) + " bytes here, the shard has " +
+                              std::to_string(bytes.size()));
+    tar_options to = st->o.tar;
+    to.require_end_of_archive = false; // one sample's members, not an archive
+    sample_parser parser(url, {.tar = to, .shard = s});
+    parser.feed(chunk{slice(std::move(bytes)), ent.offset});
+    parser.finish();
+    std::optional<sample> got;
+    try {
+        got = parser.next();
+        if (got && parser.next()) got.reset(); // more than one sample: not what the index says
+    } catch (const conveyor::error& x) {
+        throw shard_error(errc::index_mismatch, url, ent.offset,
+                          "sample '" + ent.key + "' cannot be read where the index puts it: " + x.what());
+    }
+    if (!got || got->key != ent.key)
+        throw shard_error(errc::index_mismatch, url, ent.offset,
+                          "the index puts sample '" + ent.key + "' here, the shard holds " +
+                              (got ? "sample '" + got->key + "'" : std::string("no single sample")));
+    got->url = url;
+    got->shard = s;
+    got->index = e;
+    co_return std::move(*got);
+}
+
+} // namespace detail
+
+CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& rt, dataset_options o)
+    : s_(std::make_shared<detail::dataset_state>())
+{
+    s_->rt = &rt;
+    s_->o = std::move(o);
+    s_->first.push_back(0);
+    for (const auto& sh : index.shards) {
+        std::string url = !base.empty() && !sh.url.empty() && sh.url[0] != '/' && sh.url.find("://") == std::string::npos ? base + sh.url : sh.url;
+        if (url.ends_with(".gz") || url.ends_with(".tgz"))
+            throw error(make_error_code(conveyor::errc::invalid_argument),
+                        {.stage = "shard dataset", .where = url, .detail = "a compressed shard cannot be read at an offset: random access needs uncompressed shards"});
+        if (location_of(url) == location::s3 && !s_->o.s3)
+            throw error(make_error_code(conveyor::errc::invalid_argument),
+                        {.stage = "shard dataset", .where = url, .detail = "reading s3:// shards needs an S3 client (dataset_options::s3)"});
+        if (location_of(url) == location::http)
+            throw error(make_error_code(conveyor::errc::invalid_argument),
+                        {.stage = "shard dataset", .where = conveyor::detail::redact_userinfo(url), .detail = "http(s):// shards are not read yet"});
+        if (location_of(url) == location::local) url = local_path(url);
+        s_->urls.push_back(std::move(url));
+        s_->first.push_back(s_->first.back() + sh.entries.size());
+    }
+    s_->index = std::move(index);
+}
+
+CONVEYOR_DECL dataset dataset::open(const std::string& index_url, runtime& rt, dataset_options o)
+{
+    std::string text;
+    if (location_of(index_url) == location::s3) {
+        if (!o.s3)
+            throw error(make_error_code(conveyor::errc::invalid_argument),
+                        {.stage = "shard dataset", .where = index_url, .detail = "an s3:// index needs an S3 client (dataset_options::s3)"});
+        auto [bucket, key] = split_s3_url(index_url);
+        text.assign(o.s3->run(o.s3->async_get(bucket, key)).view());
+    } else {
+        const std::string path = local_path(index_url);
+        std::ifstream f(path, std::ios::binary);
+        if (!f)
+            throw error(std::error_code(errno, std::system_category()),
+                        {.stage = "shard dataset", .where = path, .detail = "cannot read the dataset index"});
+        std::ostringstream ss;
+        ss << f.rdbuf();
+        text = std::move(ss).str();
+    }
+    const auto slash = index_url.rfind('/');
+    std::string base = slash == std::string::npos ? std::string() : index_url.substr(0, slash + 1);
+    return dataset(parse_index(text, index_url), std::move(base), rt, std::move(o));
+}
+
+CONVEYOR_DECL std::size_t dataset::size() const noexcept
+{
+    return static_cast<std::size_t>(s_->first.back());
+}
+
+CONVEYOR_DECL const dataset_index& dataset::index() const noexcept
+{
+    return s_->index;
+}
+
+CONVEYOR_DECL std::pair<std::size_t, std::size_t> dataset::locate(std::size_t i) const
+{
+    conveyor::detail::check_key_index("shard dataset", i, s_->first.back(), "samples");
+    const auto s = static_cast<std::size_t>(std::upper_bound(s_->first.begin(), s_->first.end(), i) - s_->first.begin() - 1);
+    return {s, i - s_->first[s]};
+}
+
+CONVEYOR_DECL const std::string& dataset::shard_url(std::size_t s) const
+{
+    return s_->urls.at(s);
+}
+
+CONVEYOR_DECL asio::awaitable<sample> dataset::async_get(std::size_t i) const
+{
+    return detail::read_sample(s_, i);
+}
+
+CONVEYOR_DECL sample dataset::get(std::size_t i) const
+{
+    const std::size_t lane = s_->next_lane++ % s_->rt->io_lanes();
+    return asio::co_spawn(s_->rt->io_executor(lane), detail::read_sample(s_, i), asio::use_future).get();
+}
+
+} // namespace conveyor::shard
+
+#endif

@@ -1,0 +1,268 @@
+// conveyor/shard/impl/list.ipp — brace expansion and shard list resolution.
+#ifndef CONVEYOR_SHARD_IMPL_LIST_IPP
+#define CONVEYOR_SHARD_IMPL_LIST_IPP
+
+#include <conveyor/core/error.hpp>
+#include <conveyor/s3/client.hpp>
+#include <conveyor/shard/index.hpp>
+#include <conveyor/shard/list.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace conveyor::shard {
+namespace detail {
+
+[[noreturn]] inline void bad_pattern(std::string_view pattern, std::size_t pos, std::string why)
+{
+    throw error(make_error_code(conveyor::errc::invalid_argument),
+                {.stage = "shard list", .where = std::string(pattern), .offset = static_cast<std::int64_t>(pos), .detail = std::move(why)});
+}
+
+inline std::string unescape(std::string_view s)
+{
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\' && i + 1 < s.size()) ++i;
+        out += s[i];
+    }
+    return out;
+}
+
+inline bool parse_int(std::string_view s, std::int64_t& v)
+{
+    if (s.empty() || s.size() > 18) return false;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    return ec == std::errc{} && p == s.data() + s.size();
+}
+
+/// The items of a range group's text (`a..b` or `a..b..step`), or false when it is not one.
+inline bool expand_range(std::string_view inner, std::vector<std::string>& items, std::string_view pattern, std::size_t pos,
+                         std::size_t max_items)
+{
+    const auto d1 = inner.find("..");
+    if (d1 == std::string_view::npos) return false;
+    std::string_view a = inner.substr(0, d1), b = inner.substr(d1 + 2), step_text;
+    if (const auto d2 = b.find(".."); d2 != std::string_view::npos) {
+        step_text = b.substr(d2 + 2);
+        b = b.substr(0, d2);
+    }
+    std::int64_t step = 1;
+    if (!step_text.empty() && (!parse_int(step_text, step) || step == 0)) return false;
+    step = step < 0 ? -step : step;
+    std::int64_t x, y;
+    const bool letters = a.size() == 1 && b.size() == 1 && std::isalpha(static_cast<unsigned char>(a[0])) &&
+                         std::isalpha(static_cast<unsigned char>(b[0]));
+    if (letters) {
+        x = a[0];
+        y = b[0];
+    } else if (!parse_int(a, x) || !parse_int(b, y)) {
+        return false;
+    }
+    const std::uint64_t span = static_cast<std::uint64_t>(x < y ? y - x : x - y) / static_cast<std::uint64_t>(step) + 1;
+    if (span > max_items) bad_pattern(pattern, pos, "the range {" + std::string(inner) + "} has " + std::to_string(span) + " items, more than the limit of " + std::to_string(max_items));
+    auto padded = [](std::string_view t) { return t.size() > 1 && (t[0] == '0' || (t[0] == '-' && t[1] == '0')); };
+    const std::size_t width = (!letters && (padded(a) || padded(b))) ? std::max(a.size(), b.size()) : 0;
+    const std::int64_t dir = x <= y ? step : -step;
+    for (std::int64_t v = x;; v += dir) {
+        if (letters) {
+            items.emplace_back(1, static_cast<char>(v));
+        } else {
+            std::string t = std::to_string(v < 0 ? -v : v);
+            const std::size_t w = width > 0 && v < 0 ? width - 1 : width;
+            if (t.size() < w) t.insert(0, w - t.size(), '0');
+            if (v < 0) t.insert(0, 1, '-');
+            items.push_back(std::move(t));
+        }
+        if ((dir > 0 && v + dir > y) || (dir < 0 && v + dir < y)) break;
+    }
+    return true;
+}
+
+inline void expand_into(std::string_view s, std::size_t base, std::string_view pattern, std::size_t max_items, std::vector<std::string>& out);
+
+inline std::vector<std::string> expand_part(std::string_view s, std::size_t base, std::string_view pattern, std::size_t max_items)
+{
+    std::vector<std::string> out;
+    expand_into(s, base, pattern, max_items, out);
+    return out;
+}
+
+// `s` starts at byte `base` of `pattern` (for messages).
+inline void expand_into(std::string_view s, std::size_t base, std::string_view pattern, std::size_t max_items, std::vector<std::string>& out)
+{
+    std::size_t open = std::string_view::npos;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '\\') {
+            ++i;
+            continue;
+        }
+        if (s[i] == '}') bad_pattern(pattern, base + i, "a '}' closes no '{'");
+        if (s[i] == '{') {
+            open = i;
+            break;
+        }
+    }
+    if (open == std::string_view::npos) {
+        if (out.size() >= max_items) bad_pattern(pattern, 0, "the pattern expands to more than " + std::to_string(max_items) + " items");
+        out.push_back(unescape(s));
+        return;
+    }
+    // The matching '}' and the top-level commas between.
+    std::size_t close = std::string_view::npos, depth = 0;
+    std::vector<std::size_t> commas;
+    for (std::size_t i = open + 1; i < s.size(); ++i) {
+        if (s[i] == '\\') {
+            ++i;
+            continue;
+        }
+        if (s[i] == '{') ++depth;
+        else if (s[i] == '}') {
+            if (depth == 0) {
+                close = i;
+                break;
+            }
+            --depth;
+        } else if (s[i] == ',' && depth == 0) {
+            commas.push_back(i);
+        }
+    }
+    if (close == std::string_view::npos) bad_pattern(pattern, base + open, "this '{' is never closed");
+    const std::string_view inner = s.substr(open + 1, close - open - 1);
+    std::vector<std::string> alts;
+    if (!commas.empty()) {
+        std::size_t from = open + 1;
+        commas.push_back(close);
+        for (std::size_t c : commas) {
+            expand_into(s.substr(from, c - from), base + from, pattern, max_items, alts);
+            from = c + 1;
+        }
+    } else if (!expand_range(inner, alts, pattern, base + open, max_items)) {
+        // Neither a list nor a range: the braces are plain text (as in the shell).
+        for (auto& x : expand_part(inner, base + open + 1, pattern, max_items)) alts.push_back("{" + x + "}");
+    }
+    const std::string prefix = unescape(s.substr(0, open));
+    const auto rest = expand_part(s.substr(close + 1), base + close + 1, pattern, max_items);
+    if (alts.size() * rest.size() > max_items || out.size() + alts.size() * rest.size() > max_items)
+        bad_pattern(pattern, base + open, "the pattern expands to more than " + std::to_string(max_items) + " items");
+    for (const auto& a : alts)
+        for (const auto& r : rest) out.push_back(prefix + a + r);
+}
+
+inline bool ends_with_any(std::string_view s, const std::vector<std::string>& suffixes)
+{
+    return std::any_of(suffixes.begin(), suffixes.end(), [&](const std::string& x) { return s.ends_with(x); });
+}
+
+[[noreturn]] inline void bad_spec(std::string_view spec, std::string why)
+{
+    throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "shard list", .where = std::string(spec), .detail = std::move(why)});
+}
+
+/// The folder of `url` with its trailing '/' ("" for a bare file name).
+inline std::string folder_of(std::string_view url)
+{
+    const auto slash = url.rfind('/');
+    return slash == std::string_view::npos ? std::string() : std::string(url.substr(0, slash + 1));
+}
+
+inline bool is_relative(std::string_view url)
+{
+    return !url.empty() && url[0] != '/' && url.find("://") == std::string_view::npos;
+}
+
+} // namespace detail
+
+CONVEYOR_DECL std::vector<std::string> expand_braces(std::string_view pattern, std::size_t max_items)
+{
+    return detail::expand_part(pattern, 0, pattern, max_items);
+}
+
+CONVEYOR_DECL location location_of(std::string_view url) noexcept
+{
+    if (url.starts_with("s3://")) return location::s3;
+    if (url.starts_with("http://") || url.starts_with("https://")) return location::http;
+    return location::local;
+}
+
+CONVEYOR_DECL std::string local_path(std::string_view url)
+{
+    if (url.starts_with("file://")) url.remove_prefix(7);
+    return std::string(url);
+}
+
+CONVEYOR_DECL std::pair<std::string, std::string> split_s3_url(std::string_view url)
+{
+    if (!url.starts_with("s3://")) detail::bad_spec(url, "not an s3:// URL");
+    url.remove_prefix(5);
+    const auto slash = url.find('/');
+    if (slash == 0 || url.empty()) detail::bad_spec(url, "an s3:// URL needs a bucket: s3://bucket/key");
+    if (slash == std::string_view::npos) return {std::string(url), {}};
+    return {std::string(url.substr(0, slash)), std::string(url.substr(slash + 1))};
+}
+
+CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& specs, const list_options& o)
+{
+    std::vector<shard_ref> out;
+    for (const auto& whole : specs) {
+        std::string_view rest = whole;
+        for (;;) {
+            const auto sep = rest.find("::");
+            const std::string_view spec = rest.substr(0, sep);
+            if (spec.empty()) detail::bad_spec(whole, "an empty shard list");
+            if (spec.ends_with(".json")) {
+                const std::string url = location_of(spec) == location::local ? local_path(spec) : std::string(spec);
+                std::string text;
+                if (location_of(url) == location::s3) {
+                    if (!o.s3) detail::bad_spec(spec, "an s3:// index needs an S3 client (list_options::s3)");
+                    auto [bucket, key] = split_s3_url(url);
+                    auto b = o.s3->run(o.s3->async_get(bucket, key));
+                    text.assign(b.view());
+                } else if (location_of(url) == location::local) {
+                    std::ifstream f(url, std::ios::binary);
+                    if (!f) throw error(std::error_code(errno, std::system_category()), {.stage = "shard list", .where = url, .detail = "cannot read the dataset index"});
+                    std::ostringstream ss;
+                    ss << f.rdbuf();
+                    text = std::move(ss).str();
+                } else {
+                    detail::bad_spec(spec, "a dataset index is read from a local path or s3://");
+                }
+                const auto index = parse_index(text, url);
+                const std::string base = detail::folder_of(url);
+                for (const auto& s : index.shards) {
+                    shard_ref r;
+                    r.url = detail::is_relative(s.url) ? base + s.url : s.url;
+                    r.size = static_cast<std::int64_t>(s.bytes);
+                    r.samples = static_cast<std::int64_t>(s.samples);
+                    out.push_back(std::move(r));
+                }
+            } else if (location_of(spec) == location::s3 && spec.ends_with('/')) {
+                if (!o.s3) detail::bad_spec(spec, "listing an S3 prefix needs an S3 client (list_options::s3)");
+                auto [bucket, prefix] = split_s3_url(spec);
+                auto objects = o.s3->run(o.s3->async_list_all(bucket, prefix));
+                std::sort(objects.begin(), objects.end(), [](const s3::object_info& a, const s3::object_info& b) { return a.key < b.key; });
+                std::size_t found = 0;
+                for (const auto& obj : objects) {
+                    if (!detail::ends_with_any(obj.key, o.suffixes)) continue;
+                    out.push_back({"s3://" + bucket + "/" + obj.key, obj.size, -1});
+                    ++found;
+                }
+                if (found == 0) detail::bad_spec(spec, "no key under this prefix ends in a shard suffix (" + std::to_string(objects.size()) + " keys listed)");
+            } else {
+                for (auto& u : expand_braces(spec)) out.push_back({location_of(u) == location::local ? local_path(u) : std::move(u), -1, -1});
+            }
+            if (sep == std::string_view::npos) break;
+            rest.remove_prefix(sep + 2);
+        }
+    }
+    if (out.empty()) throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "shard list", .detail = "no shards were named"});
+    return out;
+}
+
+} // namespace conveyor::shard
+
+#endif

@@ -1,0 +1,88 @@
+// conveyor/shard/list.hpp — shard lists: brace ranges, several lists, local paths and
+// URLs, an S3 prefix listing, or the dataset index the shard writer wrote.
+#ifndef CONVEYOR_SHARD_LIST_HPP
+#define CONVEYOR_SHARD_LIST_HPP
+
+#include <conveyor/detail/config.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace conveyor::s3 {
+class client;
+} // namespace conveyor::s3
+
+namespace conveyor::shard {
+
+/** Expands the brace groups of `pattern` as the shell and Python's braceexpand (which
+    webdataset uses) do:
+    - numeric ranges `{000000..000146}`: zero-padded to the width of the wider end when
+      either end has a leading zero; descending ranges count down; an optional step
+      `{0..100..10}`;
+    - single-letter ranges `{a..e}`;
+    - alternatives `{train,val}` (an alternative may hold groups of its own);
+    - several groups multiply out, left to right (`{a,b}-{0..1}`: a-0 a-1 b-0 b-1).
+    A backslash makes the next character plain. Text with no group is returned as it is.
+    Throws `conveyor::error` (`errc::invalid_argument`) naming the pattern and the byte
+    position for an unbalanced brace, and when the expansion would exceed `max_items`
+    (a typo such as `{0..99999999}` must not eat the machine's memory). */
+CONVEYOR_DECL std::vector<std::string> expand_braces(std::string_view pattern, std::size_t max_items = 10'000'000);
+
+/// One shard of a list.
+struct shard_ref {
+    std::string url;           ///< a local path, `s3://bucket/key` or `http(s)://…`
+    std::int64_t size = -1;    ///< bytes, when known (from a listing or an index)
+    std::int64_t samples = -1; ///< samples, when known (from an index)
+};
+
+/// Where a shard lives.
+enum class location { local, s3, http };
+
+/// What kind of URL `url` is (`file://` and plain paths are local).
+CONVEYOR_DECL location location_of(std::string_view url) noexcept;
+
+/// `url` as a local path: `file://` taken off, else unchanged.
+CONVEYOR_DECL std::string local_path(std::string_view url);
+
+/// `s3://bucket/key` split into bucket and key; throws `conveyor::error`
+/// (`errc::invalid_argument`) naming the URL when it is not one.
+CONVEYOR_DECL std::pair<std::string, std::string> split_s3_url(std::string_view url);
+
+/// Settings for resolving shard lists.
+struct list_options {
+    /// The client for `s3://` prefix listings and `s3://` index files (null: such specs
+    /// fail with a message saying a client is needed).
+    const s3::client* s3 = nullptr;
+    /// Keys of an S3 prefix listing that count as shards.
+    std::vector<std::string> suffixes{".tar", ".tar.gz", ".tgz"};
+};
+
+/** The shards named by `specs`, in order. Each spec is one of:
+    - a brace pattern of paths or URLs (`/data/shard-{000000..000146}.tar`,
+      `s3://bucket/train/shard-{0000..0099}.tar`, `file://…`, `http(s)://…`); several
+      patterns in one spec are separated by `::` (as in webdataset);
+    - an S3 prefix, written with a trailing slash (`s3://bucket/train/`): every key under
+      it ending in one of `suffixes`, sorted by key, with its size;
+    - a dataset index (a spec ending in `.json`, local or `s3://`): its shards in order,
+      with sizes and sample counts; relative shard URLs are taken relative to the index's
+      folder.
+    Blocking (an S3 listing or index read waits for the reply): call it before training,
+    not on an I/O thread. Throws `conveyor::error` naming the spec when one cannot be
+    resolved or the list comes out empty. */
+CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& specs, const list_options& o = {});
+
+/// `resolve({spec}, o)`.
+inline std::vector<shard_ref> resolve(std::string_view spec, const list_options& o = {})
+{
+    return resolve(std::vector<std::string>{std::string(spec)}, o);
+}
+
+} // namespace conveyor::shard
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/shard/impl/list.ipp>
+#endif
+
+#endif

@@ -1,0 +1,95 @@
+// conveyor/shard/source.hpp — the shard source: a list of tar shards read as a stream of
+// samples, several shards at once, each streamed in prefetched chunks, divided among ranks
+// and workers, in a per-epoch order, resumable.
+#ifndef CONVEYOR_SHARD_SOURCE_HPP
+#define CONVEYOR_SHARD_SOURCE_HPP
+
+#include <conveyor/core/chunks.hpp>
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/run_context.hpp>
+#include <conveyor/detail/config.hpp>
+#include <conveyor/s3/client.hpp>
+#include <conveyor/shard/detail/tar_reader.hpp>
+#include <conveyor/shard/list.hpp>
+#include <conveyor/shard/order.hpp>
+#include <conveyor/shard/sample.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace conveyor::shard {
+
+/// Settings of the shard source.
+struct source_options {
+    /// Seed, whether shards are shuffled each epoch, and the rule for uneven counts.
+    order_options order{};
+    /// Which share of each epoch this reader takes; unset: rank and world size from the
+    /// launcher's environment (`split_from_environment()`), one worker.
+    std::optional<split> share;
+    /// Draw shards at random with replacement, forever (webdataset's ResampledShards),
+    /// instead of reading each shard of the epoch once. A run then never ends: bound it
+    /// with `take()`. Resume state is not kept in this mode.
+    bool resampled = false;
+    /// Shards read at once. Their samples are interleaved one by one, in a fixed order (the
+    /// first open shard's next sample, then the second's, ...), so for a given seed and
+    /// epoch the stream's order does not depend on timing.
+    unsigned shards_in_flight = 4;
+    /// How each shard is read: chunk size and chunks requested ahead (prefetch).
+    chunk_options chunks{};
+    /// Tar rules and limits.
+    tar_options tar{};
+    /// A shard that cannot be read or parsed fails the run, or (`skip`) the rest of that
+    /// shard is left out, counted in the run's stats and logged, and the epoch goes on.
+    on_error errors = on_error::fail;
+    /// Samples waiting between the source and the next stage.
+    std::size_t capacity = 256;
+    /// The client for `s3://` shards (a `client` is a cheap handle; copies share it).
+    std::optional<s3::client> s3;
+    /** Where the run records how far it got, and where a restart resumes from. At the start
+        of a run: when it holds a state for the run's epoch (restored with
+        `progress::from_json`, or merged from all ranks with `progress::merge`), the run
+        reads only what that state has left, divided among this run's slots; otherwise it
+        is begun afresh for the epoch. Mark samples with `progress::consumed()` as training
+        uses them; save `to_json()` whenever a checkpoint is saved. Null: no state kept. */
+    std::shared_ptr<progress> resume;
+};
+
+/** The samples of the shards in `list`: each epoch (each run of the pipeline) reads this
+    slot's share of the epoch's work list (see `epoch_work`), `shards_in_flight` shards at
+    once, each streamed in chunks of `chunks.chunk_size` with `chunks.chunks_in_flight`
+    prefetched; tar members are grouped into samples by webdataset's rule (see untar.hpp).
+    Local paths are read through the runtime's io_uring rings, `s3://` URLs with
+    `options.s3`. Memory per open shard is at most the chunks in flight plus the largest
+    member that spans two chunks.
+    Each sample carries its key, its shard's URL, its fields (slices of the chunks, no
+    copies), and its place (`shard`, `work`, `index`, `offset`, `end`) for resume and
+    random access.
+    @code
+    auto state = std::make_shared<conveyor::shard::progress>();
+    auto pipe = conveyor::shard::shards(conveyor::shard::resolve("/data/shard-{000000..000146}.tar"),
+                                        {.order = {.seed = 7}, .resume = state})
+              | conveyor::shuffle({.buffer = 10'000, .seed = 7});
+    for (auto& s : pipe) { train(s); state->consumed(s); }
+    @endcode
+*/
+CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_options options = {});
+
+/// The shards of `spec` (see `resolve`; S3 specs use `options.s3`).
+CONVEYOR_DECL pipeline<sample> shards(std::string_view spec, source_options options = {});
+
+/// Opens a reader of the chunks of the shard at `url` (local path, `file://`, `s3://`
+/// with `s3`), from `o.offset`; throws `conveyor::error` naming the URL when its kind
+/// cannot be read here.
+CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::string& url, const chunk_options& o,
+                                                        const std::optional<s3::client>& s3);
+
+} // namespace conveyor::shard
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/shard/impl/source.ipp>
+#endif
+
+#endif

@@ -1,0 +1,235 @@
+// Tests of conveyor/shard/source.hpp: shards read as samples from local files (plain and
+// gzip-compressed, in small chunks), divided among ranks and workers, in per-epoch order,
+// with failures skipped or fatal, and resumed exactly (also with a new world size).
+#include <conveyor/core/stages.hpp>
+#include <conveyor/shard/source.hpp>
+
+#include "tar_support.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+using namespace tar_test;
+namespace shard = conveyor::shard;
+
+namespace {
+
+/// `shards` shards of `per_shard` samples each under `dir` (shard-000.tar, ...): sample
+/// "s<shard>_<k>" has a `jpg` of a size that varies (some over the test's chunk size) and
+/// a `cls`. Returns the shard list and the expected bytes of each sample's jpg.
+struct test_set {
+    std::vector<shard::shard_ref> list;
+    std::map<std::string, std::string> jpg; // key -> bytes
+};
+
+test_set make_shards(const fs::path& dir, int shards, int per_shard, bool gzip = false)
+{
+    test_set t;
+    std::mt19937 rng(7);
+    for (int s = 0; s < shards; ++s) {
+        std::string tar;
+        for (int k = 0; k < per_shard; ++k) {
+            const std::string key = "s" + std::to_string(s) + "_" + std::to_string(k);
+            std::string jpg(100 + rng() % 9000, '\0');
+            for (auto& c : jpg) c = static_cast<char>(rng());
+            tar += tar_entry(key + ".jpg", jpg);
+            tar += tar_entry(key + ".cls", std::to_string(k % 10));
+            t.jpg[key] = jpg;
+        }
+        tar += end_of_archive;
+        char name[32];
+        std::snprintf(name, sizeof name, "shard-%03d.tar", s);
+        const fs::path p = dir / name;
+        spill(p, tar);
+        if (gzip) {
+            REQUIRE(sh("gzip -n -f '" + p.string() + "'") == 0);
+            t.list.push_back({p.string() + ".gz"});
+        } else {
+            t.list.push_back({p.string()});
+        }
+    }
+    return t;
+}
+
+shard::source_options options(std::uint64_t rank = 0, std::uint64_t world = 1, std::uint64_t worker = 0, std::uint64_t workers = 1)
+{
+    shard::source_options o;
+    o.share = shard::split{rank, world, worker, workers};
+    o.order.seed = 3;
+    o.chunks.chunk_size = 4096; // members span chunks; headers straddle them
+    o.chunks.chunks_in_flight = 3;
+    o.shards_in_flight = 3;
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("a shard list reads as samples with their bytes, keys and places")
+{
+    for (bool gzip : {false, true}) {
+        CAPTURE(gzip);
+        temp_dir d;
+        const auto t = make_shards(d.path, 5, 12, gzip);
+        std::map<std::string, int> seen;
+        for (auto& s : shard::shards(t.list, options())) {
+            ++seen[s.key];
+            REQUIRE(s.fields.size() == 2);
+            CHECK(s.fields[0].name == "jpg");
+            CHECK(std::string(s.fields[0].data.view()) == t.jpg.at(s.key));
+            CHECK(s.find("cls") != nullptr);
+            CHECK(s.url == t.list[s.shard].url);
+            CHECK(s.key.starts_with("s" + std::to_string(s.shard) + "_" + std::to_string(s.index)));
+            CHECK(s.end > s.offset);
+        }
+        CHECK(seen.size() == 60);
+        CHECK(std::all_of(seen.begin(), seen.end(), [](const auto& kv) { return kv.second == 1; }));
+    }
+}
+
+TEST_CASE("the order of a run is fixed by seed and epoch, and changes with the epoch")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 8, 4);
+    auto keys = [&](std::uint64_t epoch, std::uint64_t seed) {
+        auto o = options();
+        o.order.seed = seed;
+        auto p = shard::shards(t.list, o);
+        p.set_epoch(epoch);
+        std::vector<std::string> out;
+        for (auto& s : p) out.push_back(s.key);
+        return out;
+    };
+    const auto a = keys(0, 3);
+    CHECK(a.size() == 32);
+    CHECK(a == keys(0, 3));
+    CHECK(a != keys(1, 3));
+    CHECK(a != keys(0, 4));
+}
+
+TEST_CASE("4 ranks x 2 workers read every sample exactly once per epoch")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 16, 5);
+    for (std::uint64_t epoch : {0, 1}) {
+        std::map<std::string, int> seen;
+        for (std::uint64_t r = 0; r < 4; ++r)
+            for (std::uint64_t w = 0; w < 2; ++w) {
+                auto p = shard::shards(t.list, options(r, 4, w, 2));
+                p.set_epoch(epoch);
+                for (auto& s : p) ++seen[s.key];
+            }
+        CHECK(seen.size() == 80);
+        CHECK(std::all_of(seen.begin(), seen.end(), [](const auto& kv) { return kv.second == 1; }));
+    }
+}
+
+TEST_CASE("a shard that cannot be read fails the run naming it, or is skipped and counted")
+{
+    temp_dir d;
+    auto t = make_shards(d.path, 4, 6);
+    // Shard 2 is cut short in the middle of a member.
+    {
+        std::string bytes = slurp(t.list[2].url);
+        spill(t.list[2].url, bytes.substr(0, bytes.size() / 2 + 100));
+    }
+    t.list.push_back({(d.path / "missing.tar").string()});
+    auto o = options();
+    o.order.shuffle = false;
+    try {
+        for (auto& s : shard::shards(t.list, o)) (void)s;
+        FAIL("the run should have failed");
+    } catch (const conveyor::error& e) {
+        const std::string what = e.what();
+        CHECK((what.find("shard-002.tar") != std::string::npos || what.find("missing.tar") != std::string::npos));
+    }
+    o.errors = conveyor::on_error::skip;
+    std::set<std::string> keys;
+    auto run = shard::shards(t.list, o).run();
+    for (auto& s : run) keys.insert(s.key);
+    CHECK(run.stats().skipped == 2);   // the cut shard's rest, and the missing one
+    CHECK(keys.size() >= 18);           // shards 0, 1 and 3 whole, and what came of shard 2 before the cut
+    CHECK(keys.size() < 24);
+}
+
+TEST_CASE("a resumed epoch delivers exactly the samples not consumed, also with a new world size")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 12, 7);
+    std::mt19937 rng(11);
+    for (int round = 0; round < 4; ++round) {
+        CAPTURE(round);
+        const std::uint64_t epoch = 5 + round;
+        const std::uint64_t before = round % 2 ? 3 : 2, after = round % 2 ? 2 : 4;
+        std::map<std::string, int> used;
+        // First run: each of `before` slots consumes a random part of its share, through a
+        // shuffle buffer, then the job stops.
+        std::vector<shard::progress> saved;
+        for (std::uint64_t slot = 0; slot < before; ++slot) {
+            auto state = std::make_shared<shard::progress>();
+            auto o = options(slot, before);
+            o.order.policy = shard::uneven::pad;
+            o.resume = state;
+            auto p = shard::shards(t.list, o) | conveyor::shuffle({.buffer = 10, .seed = 1});
+            p.set_epoch(epoch);
+            const std::size_t stop_after = rng() % 40;
+            std::size_t n = 0;
+            for (auto& s : p) {
+                if (n++ == stop_after) break;
+                ++used[s.key + "@" + std::to_string(s.work)];
+                state->consumed(s);
+            }
+            saved.push_back(shard::progress::from_json(state->to_json()));
+        }
+        // Restart with `after` slots from the merged state.
+        const auto merged = shard::progress::merge(saved);
+        for (std::uint64_t slot = 0; slot < after; ++slot) {
+            auto state = std::make_shared<shard::progress>(merged);
+            auto o = options(slot, after);
+            o.resume = state;
+            auto p = shard::shards(t.list, o);
+            p.set_epoch(merged.epoch());
+            for (auto& s : p) {
+                ++used[s.key + "@" + std::to_string(s.work)];
+                state->consumed(s);
+            }
+        }
+        // The epoch's work list, padded to a whole round of `before` slots: every sample of
+        // it exactly once over both runs.
+        const auto work = shard::epoch_work(12, before, epoch, {.seed = 3, .policy = shard::uneven::pad});
+        std::size_t expected = 0;
+        for (std::size_t w = 0; w < work.size(); ++w)
+            for (int k = 0; k < 7; ++k) {
+                const std::string id = "s" + std::to_string(work[w]) + "_" + std::to_string(k) + "@" + std::to_string(w);
+                CAPTURE(id);
+                CHECK(used[id] == 1);
+                ++expected;
+            }
+        CHECK(used.size() == expected);
+    }
+}
+
+TEST_CASE("resampled shards are drawn with replacement, forever, the same for the same seed")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 6, 3);
+    auto draw = [&](std::uint64_t epoch) {
+        auto o = options();
+        o.resampled = true;
+        o.shards_in_flight = 1; // one shard after the other: the draws show in the order
+        auto p = shard::shards(t.list, o) | conveyor::take(60);
+        p.set_epoch(epoch);
+        std::vector<std::uint64_t> shards;
+        for (auto& s : p)
+            if (s.index == 0) shards.push_back(s.shard);
+        return shards;
+    };
+    const auto a = draw(0);
+    CHECK(a.size() == 20); // 60 samples of 3 per shard: 20 draws, more than the 6 shards
+    CHECK(std::set<std::uint64_t>(a.begin(), a.end()).size() < a.size()); // some drawn twice
+    CHECK(a == draw(0));
+    CHECK(a != draw(1));
+}
