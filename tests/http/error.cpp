@@ -33,6 +33,9 @@ TEST_CASE("http errc values have their own messages in the conveyor.http categor
         {ch::errc::body_too_large, "the response body is larger than the destination buffer"},
         {ch::errc::stale_connection, "the server closed the connection without responding"},
         {ch::errc::attempt_timeout, "timed out: the attempt took longer than its attempt timeout"},
+        {ch::errc::error_status, "the server answered with an error status"},
+        {ch::errc::bad_range, "the server's answer does not hold the range asked for"},
+        {ch::errc::resource_changed, "the resource changed while it was read"},
     };
     for (const auto& [e, text] : cases) {
         const std::error_code ec = e; // is_error_code_enum: converts implicitly
@@ -53,7 +56,8 @@ TEST_CASE("is_transient tells failures worth a retry from final ones")
     for (auto e : {ch::errc::connect_timeout, ch::errc::first_byte_timeout, ch::errc::idle_timeout, ch::errc::total_timeout,
                    ch::errc::attempt_timeout, ch::errc::body_truncated, ch::errc::stale_connection})
         CHECK(is_transient(e));
-    CHECK_FALSE(is_transient(ch::errc::body_too_large));
+    for (auto e : {ch::errc::body_too_large, ch::errc::error_status, ch::errc::bad_range, ch::errc::resource_changed})
+        CHECK_FALSE(is_transient(e));
     CHECK_FALSE(is_transient(std::error_code{}));
 
     for (int e : {ECONNRESET, ECONNREFUSED, ECONNABORTED, EPIPE, ENETUNREACH, EHOSTUNREACH, ETIMEDOUT, ENETDOWN})

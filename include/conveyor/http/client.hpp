@@ -159,6 +159,8 @@ public:
     CONVEYOR_DECL const endpoint& where() const noexcept;
     /// The settings it was made with.
     CONVEYOR_DECL const client_options& options() const noexcept;
+    /// The runtime whose I/O lanes its connections live on.
+    CONVEYOR_DECL runtime& rt() const noexcept;
 
     /** Sends `req` and reads the whole response.
 

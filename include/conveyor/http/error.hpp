@@ -37,6 +37,15 @@ enum class errc {
     /// One attempt (one `async_send`, waiting for a connection included) took longer than
     /// `timeouts::attempt`.
     attempt_timeout,
+    /// The server answered a request for a resource's bytes with an error status (a 4xx or
+    /// 5xx: the status is in the error's detail).
+    error_status,
+    /// A ranged answer does not hold the bytes asked for (its Content-Range starts
+    /// elsewhere, or a 200 with the whole resource came back to a request from an offset).
+    bad_range,
+    /// The resource changed while it was read in parts: its ETag no longer matched (412 to
+    /// `If-Match`, or another ETag).
+    resource_changed,
 };
 
 /// The category of `conveyor::http::errc`.

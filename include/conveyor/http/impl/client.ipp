@@ -113,6 +113,11 @@ CONVEYOR_DECL const client_options& client::options() const noexcept
     return impl_->opts_;
 }
 
+CONVEYOR_DECL runtime& client::rt() const noexcept
+{
+    return *impl_->rt_;
+}
+
 CONVEYOR_DECL client::counters client::stats() const noexcept
 {
     const auto& i = *impl_;

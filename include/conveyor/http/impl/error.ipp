@@ -29,6 +29,9 @@ public:
         case errc::body_too_large: return "the response body is larger than the destination buffer";
         case errc::stale_connection: return "the server closed the connection without responding";
         case errc::attempt_timeout: return "timed out: the attempt took longer than its attempt timeout";
+        case errc::error_status: return "the server answered with an error status";
+        case errc::bad_range: return "the server's answer does not hold the range asked for";
+        case errc::resource_changed: return "the resource changed while it was read";
         }
         return "unknown conveyor.http error";
     }
@@ -58,7 +61,10 @@ CONVEYOR_DECL bool is_transient(std::error_code ec) noexcept
         case errc::attempt_timeout:
         case errc::body_truncated:
         case errc::stale_connection: return true;
-        case errc::body_too_large: return false;
+        case errc::body_too_large:
+        case errc::error_status:
+        case errc::bad_range:
+        case errc::resource_changed: return false;
         }
         return false;
     }

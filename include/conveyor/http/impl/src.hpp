@@ -8,6 +8,7 @@
 #endif
 
 // One line per impl/*.ipp file of the module.
+#include <conveyor/http/impl/chunks.ipp>
 #include <conveyor/http/impl/client.ipp>
 #include <conveyor/http/impl/endpoint.ipp>
 #include <conveyor/http/impl/error.ipp>

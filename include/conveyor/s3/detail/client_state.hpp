@@ -16,6 +16,7 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/client.hpp>
+#include <conveyor/http/detail/chunk_stream.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
@@ -54,12 +55,7 @@ CONVEYOR_DECL bool parse_content_range(std::string_view v, std::uint64_t& first,
     and whether the failed attempt delivered bytes: one that did starts a fresh series of
     attempts (`retry_options::max_attempts` bounds failures in a row, not a large object's
     resets over its whole transfer). */
-struct body_stream : http::body_sink {
-    /// Adds the fields of the next attempt to `h` (before it is signed).
-    virtual void before_attempt(boost::beast::http::fields& h) = 0;
-    /// True when body bytes arrived since the last call.
-    virtual bool took_progress() noexcept = 0;
-};
+using body_stream = http::detail::resumable_sink;
 
 /// One S3 request, before signing.
 struct op {
