@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compare_make_shards.sh — examples/make_shards against GNU `tar -cf` over the same files
 # (warm page cache), alternating which goes first, repeated; then make_shards' full shuffle
-# (--shuffle: every sample read back by offset in a random order). Prints one JSON line per
+# (--shuffle: every sample read back in a random order), from the files and from a tar of
+# per-class tars of them (ImageNet's train archive layout, read back by offset). Prints one JSON line per
 # run (stdout) and a table of medians (stderr); fails if a run fails or the shards do not
 # hold every input byte.
 #
@@ -24,7 +25,7 @@ maxsize=${MAXSIZE:-1e9}
 
 mkdir -p "$dir"
 "$bench_bin" gen-files --dir "$dir/files" --count "$count" >/dev/null
-input_bytes=$(find "$dir/files" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+input_bytes=$(find "$dir/files" -type f -printf '%s\n' | python3 -c 'import sys; print(sum(int(l) for l in sys.stdin))')
 lines=$(mktemp)
 trap 'rm -f "$lines"; rm -rf "$dir/out"' EXIT
 
@@ -43,11 +44,11 @@ run_tar() {
     t1=$(now)
     record "tar -cf" "$(echo "$t1 - $t0" | bc)" "$(stat -c %s "$dir/out/all.tar")"
 }
-run_ms() { # label args...
-    local label=$1; shift
+run_ms() { # label input-flag input args...
+    local label=$1 flag=$2 input=$3; shift 3
     rm -rf "$dir/out" && mkdir -p "$dir/out" && sync
     local t0 t1; t0=$(now)
-    "$make_shards" --folder "$dir/files" --output "$dir/out/shard-%06d.tar" --maxsize "$maxsize" --index "$dir/out/index.json" "$@" \
+    "$make_shards" "$flag" "$input" --output "$dir/out/shard-%06d.tar" --maxsize "$maxsize" --index "$dir/out/index.json" "$@" \
         >/dev/null 2>"$dir/ms.log" || { cat "$dir/ms.log" >&2; exit 1; }
     t1=$(now)
     local out; out=$(cat "$dir"/out/shard-*.tar | wc -c)
@@ -60,12 +61,22 @@ PY
     record "$label" "$(echo "$t1 - $t0" | bc)" "$out"
 }
 
+# ImageNet's layout for the shuffle from one big file: a tar of per-class tars of the same
+# files (made once, kept), every sample read back by offset in a random order.
+if [[ ! -s $dir/train.tar ]]; then
+    mkdir -p "$dir/classes"
+    for c in $(ls "$dir/files"); do [[ -d $dir/files/$c ]] && (cd "$dir/files/$c" && tar -cf "$dir/classes/$c.tar" .); done
+    (cd "$dir/classes" && tar -cf "$dir/train.tar" ./*.tar) && rm -rf "$dir/classes"
+fi
+cat "$dir/train.tar" >/dev/null
+
 for ((r = 0; r < repeat; r++)); do
     echo "== repeat $((r + 1))/$repeat" >&2
     if ((r % 2 == 0)); then run_tar; fi
-    for w in $workers; do run_ms "make_shards --workers $w" --workers "$w"; done
+    for w in $workers; do run_ms "make_shards --workers $w" --folder "$dir/files" --workers "$w"; done
     if ((r % 2 == 1)); then run_tar; fi
-    for w in $workers; do run_ms "make_shards --shuffle --workers $w" --shuffle --seed "$r" --workers "$w"; done
+    for w in $workers; do run_ms "make_shards --shuffle --workers $w" --folder "$dir/files" --shuffle --seed "$r" --workers "$w"; done
+    for w in $workers; do run_ms "make_shards --tar --shuffle --workers $w" --tar "$dir/train.tar" --shuffle --seed "$r" --workers "$w"; done
 done
 
 python3 - "$lines" "$count" <<'PY' >&2

@@ -13,13 +13,15 @@
 //               --shuffle --seed 1 --workers 8 --index out/index.json
 //
 // Samples are read back by byte offset (the tar's members where they lie, or each file
-// whole) in the chosen order, several shards being written at once; the shard boundaries
+// whole) in the chosen order through file::ranged_file (io_uring, --reads-in-flight per
+// worker), several shards being written at once; the shard boundaries
 // are planned first from the sizes alone, so the output is the same bytes for a given input
 // and seed whatever --workers is. Memory: the index (a key and four numbers a sample),
-// plus one sample a worker.
+// plus the samples in flight.
 #include <conveyor/bench/progress.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
+#include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/config.hpp>
@@ -28,6 +30,9 @@
 #include <conveyor/shard/writer.hpp>
 
 #include <CLI/CLI.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -39,7 +44,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <future>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -272,7 +279,7 @@ struct run_settings {
     std::uint64_t max_count = 100'000;
     std::uint64_t max_size = 3'000'000'000;
     unsigned workers = 4;
-    unsigned lookahead = 32;
+    unsigned reads_in_flight = 32;
     bool fsync = false;
 };
 
@@ -282,6 +289,8 @@ struct shared_run {
     const std::vector<std::uint64_t>& starts; // shard -> first position
     const run_settings& s;
     const cv::s3::client* s3;
+    cv::runtime& rt;
+    cv::file::ranged_file whole; // the one file of a tar of tars
     std::vector<cv::shard::index_shard> shards;
     std::atomic<std::uint64_t> next{0}, samples{0}, bytes{0};
     std::mutex mu;
@@ -289,7 +298,23 @@ struct shared_run {
     std::atomic<bool> stop{false};
 };
 
-void write_shard(shared_run& r, std::uint64_t k, std::map<std::uint32_t, std::unique_ptr<open_file>>& open)
+/// One sample's bytes: the file opened and read whole (a plain function with named
+/// parameters: GCC 12 destroys a lambda's closure handed to a coroutine twice).
+cv::asio::awaitable<cv::buffer> read_file(cv::runtime& rt, std::string path, std::uint64_t size)
+{
+    auto f = co_await cv::file::ranged_file::async_open(rt, std::move(path));
+    co_return co_await f.async_read(0, static_cast<std::size_t>(size));
+}
+
+std::future<cv::buffer> start_read(shared_run& r, const item& it)
+{
+    if (r.whole.is_open())
+        return cv::asio::co_spawn(r.rt.next_io_executor(), r.whole.async_read(it.offset, static_cast<std::size_t>(it.size)),
+                                  cv::asio::use_future);
+    return cv::asio::co_spawn(r.rt.next_io_executor(), read_file(r.rt, r.d.files[it.source], it.size), cv::asio::use_future);
+}
+
+void write_shard(shared_run& r, std::uint64_t k)
 {
     const std::uint64_t first = r.starts[k], last = k + 1 < r.starts.size() ? r.starts[k + 1] : r.order.size();
     cv::shard::writer_options o{.pattern = r.s.output, .max_count = UINT64_MAX, .max_size = UINT64_MAX, .first_shard = k};
@@ -299,42 +324,29 @@ void write_shard(shared_run& r, std::uint64_t k, std::map<std::uint32_t, std::un
         w.emplace(o, *r.s3);
     else
         w.emplace(o);
-    std::vector<std::byte> data;
-    const bool one_file = r.d.files.size() == 1;
-    auto fd_of = [&](std::uint32_t) -> int {
-        if (one_file) {
-            auto& f = open[0];
-            if (!f) f = std::make_unique<open_file>(r.d.files[0]);
-            return f->fd;
+    // Reads go out ahead of the writing, up to reads_in_flight of them, and come back in order.
+    std::deque<std::future<cv::buffer>> reads;
+    std::uint64_t next = first;
+    const std::size_t window = std::max(1u, r.s.reads_in_flight);
+    struct drain { // reads still in flight when this ends early point at nothing of ours, but wait them out
+        std::deque<std::future<cv::buffer>>& q;
+        ~drain()
+        {
+            for (auto& f : q)
+                if (f.valid()) f.wait();
         }
-        return -1;
-    };
+    } guard{reads};
     for (std::uint64_t p = first; p < last && !r.stop.load(std::memory_order_relaxed); ++p) {
-        // Ask the kernel for the next samples of one big file now, so that reads of a
-        // shuffled order overlap (readahead cannot guess them).
-        if (one_file && r.s.lookahead && (p - first) % r.s.lookahead == 0) {
-            const int fd = fd_of(0);
-            for (std::uint64_t q = p + r.s.lookahead; q < std::min(last, p + 2 * r.s.lookahead); ++q) {
-                const auto& it = r.d.items[r.order[q]];
-                ::posix_fadvise(fd, static_cast<off_t>(it.offset), static_cast<off_t>(it.size), POSIX_FADV_WILLNEED);
-            }
-            if (p == first)
-                for (std::uint64_t q = p; q < std::min(last, p + r.s.lookahead); ++q) {
-                    const auto& it = r.d.items[r.order[q]];
-                    ::posix_fadvise(fd, static_cast<off_t>(it.offset), static_cast<off_t>(it.size), POSIX_FADV_WILLNEED);
-                }
-        }
+        while (next < last && reads.size() < window) reads.push_back(start_read(r, r.d.items[r.order[next++]]));
         const item& it = r.d.items[r.order[p]];
-        data.resize(static_cast<std::size_t>(it.size));
-        const std::string& path = r.d.files[it.source];
-        if (one_file) {
-            read_at(fd_of(0), path, it.offset, data.data(), data.size());
-        } else {
-            open_file f(path);
-            read_at(f.fd, path, it.offset, data.data(), data.size());
-        }
+        cv::buffer data = reads.front().get();
+        reads.pop_front();
+        if (data.size() != it.size)
+            throw cv::error(std::make_error_code(std::errc::io_error),
+                            {.stage = "make_shards", .key = it.key, .where = r.d.files[it.source], .offset = static_cast<std::int64_t>(it.offset),
+                             .detail = "read " + std::to_string(data.size()) + " of " + std::to_string(it.size) + " bytes (the file changed since it was indexed?)"});
         const std::string cls = std::to_string(it.label);
-        const cv::shard::field_view fields[] = {{"jpg", data}, {"cls", std::as_bytes(std::span(cls.data(), cls.size()))}};
+        const cv::shard::field_view fields[] = {{"jpg", data.span()}, {"cls", std::as_bytes(std::span(cls.data(), cls.size()))}};
         w->write(it.key, fields);
         r.samples.fetch_add(1, std::memory_order_relaxed);
         r.bytes.fetch_add(it.size, std::memory_order_relaxed);
@@ -346,12 +358,11 @@ void write_shard(shared_run& r, std::uint64_t k, std::map<std::uint32_t, std::un
 
 void worker(shared_run& r)
 {
-    std::map<std::uint32_t, std::unique_ptr<open_file>> open;
     try {
         for (;;) {
             const std::uint64_t k = r.next.fetch_add(1);
             if (k >= r.starts.size() || r.stop.load()) return;
-            write_shard(r, k, open);
+            write_shard(r, k);
         }
     } catch (...) {
         std::lock_guard lk(r.mu);
@@ -385,6 +396,7 @@ int main(int argc, char** argv)
     bool shuffle = false, anonymous = false;
     std::uint64_t seed = 0;
     std::uint64_t part_mb = 16;
+    std::size_t io_threads = 0;
     unsigned parts_in_flight = 8;
     auto* in = app.add_option_group("input", "what to pack (one of)");
     in->add_option("--folder", folder, "an ImageFolder directory: class subdirectories, ids in sorted order");
@@ -399,7 +411,8 @@ int main(int argc, char** argv)
     app.add_flag("--shuffle", shuffle, "a full random permutation of the whole dataset (else: input order)");
     app.add_option("--seed", seed, "seed of the permutation")->capture_default_str();
     app.add_option("--workers", s.workers, "shards written at once")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--lookahead", s.lookahead, "reading one big file: samples announced to the kernel ahead of reading (posix_fadvise)")->capture_default_str();
+    app.add_option("--reads-in-flight", s.reads_in_flight, "sample reads in flight per worker")->capture_default_str();
+    app.add_option("--io-threads", io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();
     app.add_flag("--fsync", s.fsync, "fsync each local shard before renaming it into place");
     app.add_option("--index", index_out, "write the dataset index here (a local path)");
     app.add_option("--endpoint", endpoint, "S3 endpoint URL (default: AWS_ENDPOINT_URL, the profile, or AWS)");
@@ -442,10 +455,9 @@ int main(int argc, char** argv)
         }
         const auto starts = cv::shard::plan_shards(sizes, s.max_count, s.max_size);
 
-        std::optional<cv::runtime> rt;
+        cv::runtime rt({.io_threads = io_threads});
         std::optional<cv::s3::client> client;
         if (s.output.starts_with("s3://") || s.output.starts_with("S3://")) {
-            rt.emplace();
             cv::s3::config_options co;
             co.endpoint_url = endpoint;
             co.region = region;
@@ -455,10 +467,11 @@ int main(int argc, char** argv)
             o.upload_part_size = std::max<std::uint64_t>(part_mb, 5) << 20;
             o.upload_parts_in_flight = std::max(1u, parts_in_flight);
             o.http.max_connections = std::max<std::size_t>(s.workers * o.upload_parts_in_flight, 8);
-            client.emplace(*rt, co, o);
+            client.emplace(rt, co, o);
         }
 
-        shared_run r{d, order, starts, s, client ? &*client : nullptr, {}, {}, {}, {}, {}, {}, {}};
+        shared_run r{d, order, starts, s, client ? &*client : nullptr, rt, {}, {}, {}, {}, {}, {}, {}, {}};
+        if (d.files.size() == 1 && !tar.empty()) r.whole = cv::file::ranged_file(rt, tar);
         r.shards.resize(starts.size());
         cv::bench::progress bar("make_shards", d.items.size());
         std::vector<std::thread> threads;

@@ -217,7 +217,7 @@ public:
             const std::size_t n = std::min(room, bytes.size());
             const std::size_t at = part_.size();
             part_.resize(at + n);
-            std::memcpy(part_.data() + at, bytes.data(), n);
+            if (n) std::memcpy(part_.data() + at, bytes.data(), n);
             bytes = bytes.subspan(n);
             if (part_.size() == part_size_) send_part();
         }

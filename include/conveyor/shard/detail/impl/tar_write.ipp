@@ -59,7 +59,7 @@ inline void put_octal(std::byte* field, std::size_t width, std::uint64_t v) noex
 
 inline void put_text(std::byte* field, std::size_t width, std::string_view s) noexcept
 {
-    std::memcpy(field, s.data(), std::min(width, s.size()));
+    if (!s.empty()) std::memcpy(field, s.data(), std::min(width, s.size()));
 }
 
 } // namespace
