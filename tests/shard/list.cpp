@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -82,4 +83,25 @@ TEST_CASE("several lists, separated or given apart, resolve in order")
     CHECK(urls == strings{"/d/a-0.tar", "/d/a-1.tar", "s3://b/c.tar", "/e/x.tgz", "/e/y.tgz"});
     CHECK(message_of([] { sh::resolve("s3://b/prefix/"); }).find("needs an S3 client") != std::string::npos);
     CHECK(message_of([] { sh::resolve("a.tar::"); }).find("empty shard list") != std::string::npos);
+}
+
+TEST_CASE("a dataset index resolves to its shards, relative ones beside it")
+{
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("conveyor-list-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    sh::dataset_index index;
+    index.shards.push_back({"shard-0.tar", 0, 1024, {}});
+    index.shards.push_back({"/elsewhere/shard-1.tar", 0, 1024, {}});
+    index.shards.push_back({"s3://b/shard-2.tar", 0, 1024, {}});
+    std::ofstream(dir / "index.json") << sh::to_json(index);
+    const auto refs = sh::resolve((dir / "index.json").string());
+    REQUIRE(refs.size() == 3);
+    CHECK(refs[0].url == (dir / "shard-0.tar").string());
+    CHECK(refs[1].url == "/elsewhere/shard-1.tar");
+    CHECK(refs[2].url == "s3://b/shard-2.tar");
+    CHECK(refs[0].size == 1024);
+    CHECK(refs[0].samples == 0);
+    CHECK(message_of([&] { sh::resolve((dir / "missing.json").string()); }).find("missing.json") != std::string::npos);
+    fs::remove_all(dir);
 }

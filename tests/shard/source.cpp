@@ -4,7 +4,10 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/shard/source.hpp>
 
+#include <conveyor/shard/dataset.hpp>
+
 #include "tar_support.hpp"
+#include "../support/http_server.hpp"
 
 #include <doctest/doctest.h>
 
@@ -232,4 +235,69 @@ TEST_CASE("resampled shards are drawn with replacement, forever, the same for th
     CHECK(std::set<std::uint64_t>(a.begin(), a.end()).size() < a.size()); // some drawn twice
     CHECK(a == draw(0));
     CHECK(a != draw(1));
+}
+
+namespace {
+
+/// Serves files at /<name> with Range requests (bytes=a- and bytes=a-b), as a web server does.
+conveyor_test::script file_server(std::map<std::string, std::string> files)
+{
+    return [files = std::move(files)](conveyor_test::peer& p, const boost::beast::http::request<boost::beast::http::string_body>& req,
+                                      std::size_t) -> boost::asio::awaitable<bool> {
+        namespace bhttp = boost::beast::http;
+        const auto it = files.find(std::string(req.target()));
+        if (it == files.end()) co_return co_await p.write(conveyor_test::reply(404, "not here"));
+        const std::string& data = it->second;
+        std::size_t first = 0, last = data.size() - 1;
+        const std::string_view range = req[bhttp::field::range];
+        const bool ranged = range.starts_with("bytes=");
+        if (ranged) {
+            const auto dash = range.find('-');
+            first = std::stoull(std::string(range.substr(6, dash - 6)));
+            if (dash + 1 < range.size()) last = std::min<std::size_t>(last, std::stoull(std::string(range.substr(dash + 1))));
+        }
+        std::string head = ranged ? "HTTP/1.1 206 Partial Content\r\n" : "HTTP/1.1 200 OK\r\n";
+        head += "Content-Length: " + std::to_string(last - first + 1) + "\r\nETag: \"v1\"\r\n";
+        if (ranged) head += "Content-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" + std::to_string(data.size()) + "\r\n";
+        co_return co_await p.write(head + "\r\n" + data.substr(first, last - first + 1));
+    };
+}
+
+} // namespace
+
+TEST_CASE("shards behind http:// URLs read as they do from disk, and by random access")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 3, 6);
+    std::map<std::string, std::string> files;
+    for (int s = 0; s < 3; ++s) files["/data/shard-" + std::to_string(s) + ".tar"] = slurp(t.list[s].url);
+    conveyor_test::test_server srv(file_server(files));
+    const std::string base = "http://127.0.0.1:" + std::to_string(srv.port()) + "/data/";
+    std::map<std::string, std::string> got;
+    for (auto& s : shard::shards(base + "shard-{0..2}.tar", options())) {
+        CHECK(s.url.starts_with(base));
+        got[s.key] = std::string(s.find("jpg")->data.view());
+    }
+    CHECK(got.size() == 18);
+    for (const auto& [k, v] : got) CHECK(v == t.jpg.at(k));
+
+    // Random access by ranged GETs: an index made from what the stream reported.
+    shard::dataset_index index;
+    for (int s = 0; s < 3; ++s) index.shards.push_back({"shard-" + std::to_string(s) + ".tar", 0, files["/data/shard-" + std::to_string(s) + ".tar"].size(), {}});
+    auto o = options();
+    o.order.shuffle = false;
+    o.shards_in_flight = 1;
+    for (auto& s : shard::shards(base + "shard-{0..2}.tar", o)) {
+        shard::index_entry e{s.key, s.offset, s.end - s.offset, {}};
+        for (const auto& f : s.fields) e.fields.push_back({f.name, f.offset, f.data.size()});
+        index.shards[s.shard].entries.push_back(std::move(e));
+        ++index.shards[s.shard].samples;
+    }
+    shard::dataset ds(index, base);
+    REQUIRE(ds.size() == 18);
+    for (std::size_t i : {0, 7, 17}) {
+        const auto s = ds.get(i);
+        CHECK(s.key == index.shards[i / 6].entries[i % 6].key);
+        CHECK(std::string(s.find("jpg")->data.view()) == t.jpg.at(s.key));
+    }
 }

@@ -39,7 +39,8 @@ struct dataset_options {
     writer wrote (`examples/make_shards --index`): `async_get(i)` (or the blocking `get(i)`)
     reads sample `i` — numbered across the shards in index order — with one ranged read of
     its shard: `pread` through the I/O lane's io_uring ring for a local shard, a ranged GET
-    for an `s3://` one. Only that sample's bytes are read; its members are parsed as the
+    for an `s3://` one or an `http(s)://` one (the latter on a connection of its own per
+    read: not pooled yet). Only that sample's bytes are read; its members are parsed as the
     shard reader parses them, so the sample is the one the stream would give, with its
     offsets. Calls may overlap freely (many in flight is the point).
     A sample whose bytes do not hold what the index says (the shard was rewritten since)

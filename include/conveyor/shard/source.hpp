@@ -62,7 +62,7 @@ struct source_options {
     once, each streamed in chunks of `chunks.chunk_size` with `chunks.chunks_in_flight`
     prefetched; tar members are grouped into samples by webdataset's rule (see untar.hpp).
     Local paths are read through the runtime's io_uring rings, `s3://` URLs with
-    `options.s3`. Memory per open shard is at most the chunks in flight plus the largest
+    `options.s3`, `http(s)://` URLs with a plain streamed GET each (`http::read_chunks`). Memory per open shard is at most the chunks in flight plus the largest
     member that spans two chunks.
     Each sample carries its key, its shard's URL, its fields (slices of the chunks, no
     copies), and its place (`shard`, `work`, `index`, `offset`, `end`) for resume and
@@ -81,8 +81,8 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
 CONVEYOR_DECL pipeline<sample> shards(std::string_view spec, source_options options = {});
 
 /// Opens a reader of the chunks of the shard at `url` (local path, `file://`, `s3://`
-/// with `s3`), from `o.offset`; throws `conveyor::error` naming the URL when its kind
-/// cannot be read here.
+/// with `s3`, `http(s)://`), from `o.offset`; throws `conveyor::error` naming the URL when
+/// it cannot be read.
 CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::string& url, const chunk_options& o,
                                                         const std::optional<s3::client>& s3);
 

@@ -5,6 +5,7 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/file/chunks.hpp>
+#include <conveyor/http/chunks.hpp>
 #include <conveyor/shard/dataset.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/error.hpp>
@@ -62,13 +63,19 @@ inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, st
     const std::size_t e = i - st->first[s];
     const index_entry& ent = st->index.shards[s].entries[e];
     const std::string& url = st->urls[s];
-    buffer bytes;
+    slice bytes;
     if (location_of(url) == location::local) {
         auto f = co_await shard_file(st, s);
-        bytes = co_await f.async_read(ent.offset, static_cast<std::size_t>(ent.size));
-    } else {
+        bytes = slice(co_await f.async_read(ent.offset, static_cast<std::size_t>(ent.size)));
+    } else if (location_of(url) == location::s3) {
         auto [bucket, key] = split_s3_url(url);
-        bytes = co_await st->o.s3->async_get_range(std::move(bucket), std::move(key), ent.offset, ent.size);
+        bytes = slice(co_await st->o.s3->async_get_range(std::move(bucket), std::move(key), ent.offset, ent.size));
+    } else {
+        // One ranged GET, its body in one chunk (a connection of its own: not pooled yet).
+        auto reader = http::read_chunks(*st->rt, url,
+                                        {.chunk_size = std::max<std::size_t>(1, static_cast<std::size_t>(ent.size)), .chunks_in_flight = 1,
+                                         .offset = ent.offset, .length = ent.size});
+        if (auto c = co_await reader->async_next()) bytes = std::move(c->bytes);
     }
     if (bytes.size() != ent.size)
         throw shard_error(errc::index_mismatch, url, ent.offset,
@@ -77,7 +84,7 @@ inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, st
     tar_options to = st->o.tar;
     to.require_end_of_archive = false; // one sample's members, not an archive
     sample_parser parser(url, {.tar = to, .shard = s});
-    parser.feed(chunk{slice(std::move(bytes)), ent.offset});
+    parser.feed(chunk{std::move(bytes), ent.offset});
     parser.finish();
     std::optional<sample> got;
     try {
@@ -113,9 +120,6 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
         if (location_of(url) == location::s3 && !s_->o.s3)
             throw error(make_error_code(conveyor::errc::invalid_argument),
                         {.stage = "shard dataset", .where = url, .detail = "reading s3:// shards needs an S3 client (dataset_options::s3)"});
-        if (location_of(url) == location::http)
-            throw error(make_error_code(conveyor::errc::invalid_argument),
-                        {.stage = "shard dataset", .where = conveyor::detail::redact_userinfo(url), .detail = "http(s):// shards are not read yet"});
         if (location_of(url) == location::local) url = local_path(url);
         s_->urls.push_back(std::move(url));
         s_->first.push_back(s_->first.back() + sh.entries.size());

@@ -7,6 +7,7 @@
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/chunks.hpp>
+#include <conveyor/http/chunks.hpp>
 #include <conveyor/s3/chunks.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/source.hpp>
@@ -135,10 +136,10 @@ CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::
         return s3::read_chunks(*s3, std::move(bucket), std::move(key), o);
     }
     case location::http:
-        break;
+        return http::read_chunks(rt, url, o);
     }
     throw error(make_error_code(conveyor::errc::invalid_argument),
-                {.stage = "shards", .where = conveyor::detail::redact_userinfo(url), .detail = "http(s):// shards are not read yet"});
+                {.stage = "shards", .where = conveyor::detail::redact_userinfo(url), .detail = "not a shard URL conveyor reads"});
 }
 
 CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_options o)
