@@ -3,7 +3,8 @@
 # lists and extracts them, Python's tarfile (/usr/bin/python3) extracts the same bytes,
 # both agree with the input files; long member names (ustar prefix, pax path over 100 and
 # over 255 bytes) come back whole; the bytes are reproducible; shard boundaries follow
-# --maxcount and --maxsize; and ImageNet's layout (a tar of per-class tars, made here by
+# --maxcount and --maxsize; an index of paths with a classes file gives the file's ids;
+# and ImageNet's layout (a tar of per-class tars, made here by
 # GNU tar) shards to the same bytes as the extracted folder, and with --shuffle to a full
 # permutation that is the same for a seed whatever --workers is.
 #
@@ -100,6 +101,32 @@ for i, s in enumerate(shards):
     assert data - last < limit, (s, data, last)              # ...and not full before its last sample
 PY
 [ $? -eq 0 ] || fail "--maxsize boundaries"
+
+# An index of paths and a classes file (the seeds' formats): ids from the file, not sorted order.
+$PY - "$T/folder" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+paths = sorted(os.path.join(c, f) for c in classes for f in os.listdir(os.path.join(root, c)) if not f.startswith("p"))
+json.dump(paths, open(root + "/../list.json", "w"))
+json.dump({c: {"id": len(classes) - 1 - i, "name": c} for i, c in enumerate(classes)}, open(root + "/../classes.json", "w"))
+PY
+"$MS" --list "$T/list.json" --root "$T/folder" --classes "$T/classes.json" --output "$T/l/shard-%06d.tar" >/dev/null 2>>"$T/log" || { cat "$T/log"; fail "make_shards --list"; }
+$PY - "$T" <<'PY'
+import glob, json, sys, tarfile
+T = sys.argv[1]
+paths = json.load(open(T + "/list.json"))
+ids = {c: v["id"] for c, v in json.load(open(T + "/classes.json")).items()}
+got = []
+for s in sorted(glob.glob(T + "/l/shard-*.tar")):
+    with tarfile.open(s) as t:
+        for m in t.getmembers():
+            if m.name.endswith(".cls"):
+                got.append((m.name[:-4], t.extractfile(m).read().decode()))
+want = [(p[: p.rindex(".")], str(ids[p.split("/")[0]])) for p in paths]
+assert got == want, (got[:3], want[:3])
+PY
+[ $? -eq 0 ] || fail "--list with a classes file"
 
 # ImageNet's layout: a tar of per-class tars (made by GNU tar), indexed in place.
 mkdir -p "$T/classes"
