@@ -301,3 +301,51 @@ TEST_CASE("shards behind http:// URLs read as they do from disk, and by random a
         CHECK(std::string(s.find("jpg")->data.view()) == t.jpg.at(s.key));
     }
 }
+
+TEST_CASE("runs take their read-ahead from the memory budget and wait for room, and say so")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 4, 6);
+    std::mutex mu;
+    std::vector<std::string> lines;
+    // Each run wants 3 shards x 3 chunks x 4 KiB = 36 KiB of read-ahead; the budget holds one.
+    conveyor::runtime rt(conveyor::runtime_options{.io_threads = 1,
+                                                   .compute_threads = 1,
+                                                   .memory_limit = 40 << 10,
+                                                   .log = [&](std::string_view l) {
+                                                       std::lock_guard lk(mu);
+                                                       lines.emplace_back(l);
+                                                   }});
+    auto o1 = options();
+    o1.capacity = 1; // the first run's source cannot finish while its consumer holds off
+    auto pipe = shard::shards(t.list, o1).on(rt);
+    auto first = pipe.run();
+    REQUIRE(first.next().has_value()); // the first run holds its read-ahead now
+    std::atomic<std::size_t> second_fields{0};
+    std::atomic<bool> second_done{false};
+    std::thread second([&] {
+        for (auto& s : shard::shards(t.list, options()).on(rt)) second_fields += s.fields.size();
+        second_done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(second_done.load()); // waiting for room
+    std::size_t n = 1;
+    while (first.next()) ++n;
+    CHECK(n == 24);
+    second.join();
+    CHECK(second_fields == 48);
+    CHECK(rt.memory().stats().peak <= 40 << 10);
+    std::lock_guard lk(mu);
+    CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find("for room in the memory budget (limit 40 KiB") != std::string::npos; }));
+}
+
+TEST_CASE("a budget smaller than one run's read-ahead lets the run through alone")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 4, 6);
+    conveyor::runtime rt(conveyor::runtime_options{.io_threads = 1, .compute_threads = 1, .memory_limit = 16 << 10});
+    std::size_t n = 0;
+    for (auto& s : shard::shards(t.list, options()).on(rt)) n += s.fields.size();
+    CHECK(n == 48);
+    CHECK(rt.memory().stats().oversize >= 1);
+}

@@ -35,6 +35,13 @@ struct chunk_options {
     std::uint64_t offset = 0;
     /// How many bytes to read from `offset` at most (the rest of the object by default).
     std::uint64_t length = std::numeric_limits<std::uint64_t>::max();
+    /** Take each chunk's bytes from the runtime's memory budget before reading it (given
+        back when the chunk's last slice is gone). False: the caller accounts for them, as
+        the shard source does, which takes the read-ahead of all the shards a run has open
+        at once in one piece when the run starts: a run that waited for room chunk by chunk
+        while holding other chunks could wait for ever on memory that only its own
+        progress would free. */
+    bool use_memory_budget = true;
 };
 
 /** A sequential reader of one object's bytes in chunks, with prefetch and backpressure:

@@ -222,6 +222,7 @@ private:
     std::atomic<runtime*> rt_;
     runtime::io_executor_type home_;
     std::uint64_t epoch_;
+    std::uint64_t budget_waits_at_start_ = 0; // the runtime's memory budget waits when the run began
     run_stats stats_;
     mutable std::mutex mu_;
     std::condition_variable idle_cv_;

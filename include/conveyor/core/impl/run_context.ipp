@@ -48,7 +48,7 @@ CONVEYOR_DECL std::exception_ptr with_context(std::exception_ptr e, std::string_
 } // namespace detail
 
 CONVEYOR_DECL run_context::run_context(runtime& rt, std::uint64_t epoch)
-    : rt_(&rt), home_(rt.next_io_executor()), epoch_(epoch)
+    : rt_(&rt), home_(rt.next_io_executor()), epoch_(epoch), budget_waits_at_start_(rt.memory().stats().waits)
 {
 }
 
@@ -138,6 +138,20 @@ CONVEYOR_DECL void run_context::report()
     if (reported_.exchange(true)) return;
     if (auto n = stats_.skipped.load())
         log("conveyor: run finished with " + std::to_string(n) + " item(s) skipped on error");
+    // Reads that waited for the memory budget (counted runtime-wide: runs at the same time
+    // share it): said once per run, with what to change if the wait was not meant.
+    if (auto* r = rt_.load()) {
+        const auto m = r->memory().stats();
+        auto size = [](std::size_t n) {
+            return n >= (std::size_t{1} << 30) ? std::to_string(n >> 30) + " GiB"
+                   : n >= (std::size_t{1} << 20) ? std::to_string(n >> 20) + " MiB"
+                                                  : std::to_string(n >> 10) + " KiB";
+        };
+        if (m.waits > budget_waits_at_start_)
+            log("conveyor: reads waited " + std::to_string(m.waits - budget_waits_at_start_) + " time(s) for room in the memory budget (limit " +
+                size(m.limit) + ", peak " + size(m.peak) +
+                "); raise runtime_options::memory_limit, or read fewer or smaller chunks at once, if that was not meant");
+    }
 }
 
 CONVEYOR_DECL void run_context::log(std::string_view line)

@@ -189,6 +189,10 @@ struct chunk_stream : std::enable_shared_from_this<chunk_stream> {
             s->length = static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, end - next));
             next += s->length;
             slots.push_back(s);
+            if (!o.use_memory_budget) {
+                read(s);
+                continue;
+            }
             if (auto lease = rt.memory().try_acquire(s->length)) {
                 s->lease = std::move(*lease);
                 read(s);

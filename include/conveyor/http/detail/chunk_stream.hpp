@@ -152,7 +152,9 @@ struct chunk_stream : resumable_sink {
                 end == unknown ? o.chunk_size
                                : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, std::max<std::uint64_t>(end - next, 1)));
             auto& budget = rt.memory();
-            if (auto l = budget.try_acquire(len)) {
+            if (!o.use_memory_budget) {
+                cur_lease = memory_lease{};
+            } else if (auto l = budget.try_acquire(len)) {
                 cur_lease = std::move(*l);
             } else {
                 auto [ec, l2] = co_await budget.async_acquire(len, asio::as_tuple(asio::use_awaitable));

@@ -12,6 +12,9 @@
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/source.hpp>
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include <algorithm>
 #include <exception>
 
@@ -92,9 +95,23 @@ inline asio::awaitable<void> read_lane(std::shared_ptr<run_context> ctx, std::sh
 }
 
 /// Merges the lanes' samples one from each in turn, so the order does not depend on timing.
-inline asio::awaitable<void> merge_lanes(std::vector<std::shared_ptr<conveyor::detail::channel<sample>>> lanes,
+inline asio::awaitable<void> merge_lanes(std::shared_ptr<run_context> ctx, std::shared_ptr<const shards_run> st, std::size_t count,
                                          conveyor::detail::channel<sample>& out)
 {
+    // The run's whole read-ahead (every open shard's chunks in flight) is taken from the
+    // memory budget in one piece before any read, and given back when the run ends: the
+    // lanes' readers then take nothing chunk by chunk (chunk_options::use_memory_budget).
+    // Taken chunk by chunk, a lane waiting for room could wait for ever on chunks that
+    // other lanes hold until this merge, which waits for that lane, takes their samples.
+    runtime& rt = ctx->rt();
+    const std::size_t want = count * std::max<std::size_t>(1, st->o.chunks.chunks_in_flight) * st->o.chunks.chunk_size;
+    auto [ec, lease] = co_await rt.memory().async_acquire(want, asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return;
+    std::vector<std::shared_ptr<conveyor::detail::channel<sample>>> lanes;
+    for (std::size_t j = 0; j < count; ++j) {
+        lanes.push_back(ctx->make_channel<sample>(16));
+        ctx->spawn(rt.io_executor(j % rt.io_lanes()), read_lane(ctx, st, j, count, lanes.back()), "shards");
+    }
     // However this ends (the consumer or a `take` stopped listening, or a failure), the
     // lanes are told nobody listens, so that none waits for room forever.
     struct close_lanes {
@@ -173,14 +190,9 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
             ch->close();
             return stream<sample>(ctx, ch);
         }
-        std::vector<std::shared_ptr<conveyor::detail::channel<sample>>> chans;
-        runtime& rt = ctx->rt();
-        for (std::size_t j = 0; j < lanes; ++j) {
-            chans.push_back(ctx->make_channel<sample>(16));
-            ctx->spawn(rt.io_executor(j % rt.io_lanes()), detail::read_lane(ctx, st, j, lanes, chans.back()), "shards");
-        }
-        return make_stream<sample>(ctx, "shards", o.capacity, [chans = std::move(chans)](conveyor::detail::channel<sample>& out) {
-            return detail::merge_lanes(chans, out);
+        st->o.chunks.use_memory_budget = false; // the run takes its read-ahead at once (merge_lanes)
+        return make_stream<sample>(ctx, "shards", o.capacity, [ctx, st, lanes](conveyor::detail::channel<sample>& out) {
+            return detail::merge_lanes(ctx, st, lanes, out);
         });
     });
 }
