@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tar_support.hpp"
+
 #include <filesystem>
 #include <unistd.h>
 #include <fstream>
@@ -13,21 +15,8 @@
 #include <vector>
 
 namespace sh = conveyor::shard;
+using tar_test::message_of;
 using strings = std::vector<std::string>;
-
-namespace {
-
-std::string message_of(auto&& f)
-{
-    try {
-        f();
-    } catch (const conveyor::error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-} // namespace
 
 TEST_CASE("brace ranges expand as the shell expands them")
 {

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tar_support.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -15,6 +17,7 @@
 #include <vector>
 
 namespace sh = conveyor::shard;
+using tar_test::message_of;
 
 namespace {
 
@@ -34,16 +37,6 @@ struct env_vars {
         for (const auto& n : names) ::unsetenv(n.c_str());
     }
 };
-
-std::string message_of(auto&& f)
-{
-    try {
-        f();
-    } catch (const conveyor::error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 } // namespace
 

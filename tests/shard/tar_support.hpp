@@ -5,6 +5,7 @@
 
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/chunks.hpp>
+#include <conveyor/core/error.hpp>
 #include <conveyor/core/slice.hpp>
 #include <conveyor/shard/detail/tar_reader.hpp>
 
@@ -85,6 +86,17 @@ struct temp_dir {
     }
     std::string str() const { return path.string(); }
 };
+
+/// What the `conveyor::error` that `f()` throws says, or "(no error)".
+inline std::string message_of(auto&& f)
+{
+    try {
+        f();
+    } catch (const conveyor::error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
 
 inline conveyor::slice to_slice(const std::string& s)
 {

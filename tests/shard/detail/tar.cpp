@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../tar_support.hpp"
+
 #include <array>
 #include <cstring>
 #include <filesystem>
@@ -60,25 +62,12 @@ std::vector<member> walk(const std::string& bytes)
     return out;
 }
 
-/// A valid ustar header block for `name` of `size` bytes, with its checksum.
+/// A valid ustar header block for `name` of `size` bytes, with its checksum (as bytes).
 std::array<std::byte, 512> ustar_block(const std::string& name, std::int64_t size, char type = '0')
 {
-    std::array<char, 512> b{};
-    std::memcpy(b.data(), name.data(), std::min<std::size_t>(name.size(), 100));
-    std::snprintf(b.data() + 100, 8, "%07o", 0644);
-    std::snprintf(b.data() + 108, 8, "%07o", 1000);
-    std::snprintf(b.data() + 116, 8, "%07o", 1000);
-    std::snprintf(b.data() + 124, 12, "%011llo", static_cast<unsigned long long>(size));
-    std::snprintf(b.data() + 136, 12, "%011o", 1700000000);
-    b[156] = type;
-    std::memcpy(b.data() + 257, "ustar\0" "00", 8);
-    std::memset(b.data() + 148, ' ', 8);
-    unsigned sum = 0;
-    for (char c : b) sum += static_cast<unsigned char>(c);
-    std::snprintf(b.data() + 148, 8, "%06o", sum);
-    b[155] = ' ';
+    const std::string h = tar_test::ustar_header(name, static_cast<std::uint64_t>(size), type);
     std::array<std::byte, 512> out;
-    std::memcpy(out.data(), b.data(), 512);
+    std::memcpy(out.data(), h.data(), 512);
     return out;
 }
 

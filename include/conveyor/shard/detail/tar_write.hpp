@@ -14,17 +14,11 @@
 #include <string_view>
 #include <vector>
 
-namespace conveyor::shard::detail {
+namespace conveyor::shard {
+struct tar_write_options; // shard/writer.hpp: what every member header says besides name and size
+} // namespace conveyor::shard
 
-/// What every member header of a shard says besides its name and size.
-struct tar_member_meta {
-    std::int64_t mtime = 0;
-    std::uint32_t mode = 0444;
-    std::uint32_t uid = 0;
-    std::uint32_t gid = 0;
-    std::string uname; ///< at most 31 bytes
-    std::string gname; ///< at most 31 bytes
-};
+namespace conveyor::shard::detail {
 
 /// ustar's name field: 100 bytes (no NUL needed when full).
 inline constexpr std::size_t ustar_name_max = 100;
@@ -44,7 +38,7 @@ CONVEYOR_DECL std::string pax_record(std::string_view key, std::string_view valu
 /** Encodes one ustar header block into `block` (512 bytes): regular file `typeflag` '0',
     or 'x' for a pax member. `name` and `prefix` must fit their fields. */
 CONVEYOR_DECL void encode_ustar_block(std::byte* block, std::string_view prefix, std::string_view name, std::uint64_t size,
-                                      char typeflag, const tar_member_meta& meta) noexcept;
+                                      char typeflag, const tar_write_options& meta) noexcept;
 
 /** Appends the header of a regular member named `path` with `size` bytes of data to `out`:
     one ustar block, or, when the path does not fit ustar (longer than 100 bytes with no
@@ -54,7 +48,7 @@ CONVEYOR_DECL void encode_ustar_block(std::byte* block, std::string_view prefix,
     size 0 when the pax record holds it). Returns the bytes appended (a multiple of 512).
     `path` must not be empty or hold a NUL: the writer checks that first. */
 CONVEYOR_DECL std::size_t append_member_header(std::vector<std::byte>& out, std::string_view path, std::uint64_t size,
-                                               const tar_member_meta& meta);
+                                               const tar_write_options& meta);
 
 } // namespace conveyor::shard::detail
 

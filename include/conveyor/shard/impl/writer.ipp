@@ -418,9 +418,7 @@ CONVEYOR_DECL void writer::write(std::string_view key, std::span<const field_vie
             name.assign(key);
             name += '.';
             name += f.name;
-            const shard::detail::tar_member_meta meta{opts_.tar.mtime, opts_.tar.mode, opts_.tar.uid, opts_.tar.gid,
-                                                      opts_.tar.uname, opts_.tar.gname};
-            shard::detail::append_member_header(header_, name, f.data.size(), meta);
+            shard::detail::append_member_header(header_, name, f.data.size(), opts_.tar);
             e.fields.push_back({std::string(f.name), offset_ + header_.size(), f.data.size()});
             // Small members are gathered with their headers; large ones go straight out.
             if (f.data.size() <= 4096) {

@@ -3,6 +3,7 @@
 #define CONVEYOR_SHARD_DETAIL_IMPL_TAR_WRITE_IPP
 
 #include <conveyor/shard/detail/tar_write.hpp>
+#include <conveyor/shard/writer.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -65,7 +66,7 @@ inline void put_text(std::byte* field, std::size_t width, std::string_view s) no
 } // namespace
 
 CONVEYOR_DECL void encode_ustar_block(std::byte* b, std::string_view prefix, std::string_view name, std::uint64_t size, char typeflag,
-                                      const tar_member_meta& meta) noexcept
+                                      const tar_write_options& meta) noexcept
 {
     std::memset(b, 0, tar_block);
     put_text(b + 0, 100, name);
@@ -91,7 +92,7 @@ CONVEYOR_DECL void encode_ustar_block(std::byte* b, std::string_view prefix, std
 }
 
 CONVEYOR_DECL std::size_t append_member_header(std::vector<std::byte>& out, std::string_view path, std::uint64_t size,
-                                               const tar_member_meta& meta)
+                                               const tar_write_options& meta)
 {
     const std::size_t start = out.size();
     std::string_view prefix, name;
