@@ -178,10 +178,39 @@ CONVEYOR_DECL asio::awaitable<sample> dataset::async_get(std::size_t i) const
     return detail::read_sample(s_, i);
 }
 
+namespace detail {
+
+/// What a blocking `get` hands back from the lane: the sample, or its error as a value.
+/// (A `conveyor::error` crosses threads as a copy: an exception_ptr's count is kept inside
+/// libstdc++, where ThreadSanitizer cannot see it, and was reported as a race.)
+struct got_sample {
+    std::optional<sample> value;
+    std::optional<conveyor::error> failed;
+    std::exception_ptr other;
+};
+
+inline asio::awaitable<got_sample> read_sample_as_value(std::shared_ptr<dataset_state> st, std::size_t i)
+{
+    got_sample g;
+    try {
+        g.value = co_await read_sample(std::move(st), i);
+    } catch (const conveyor::error& e) {
+        g.failed.emplace(e);
+    } catch (...) {
+        g.other = std::current_exception();
+    }
+    co_return g;
+}
+
+} // namespace detail
+
 CONVEYOR_DECL sample dataset::get(std::size_t i) const
 {
     const std::size_t lane = s_->next_lane++ % s_->rt->io_lanes();
-    return asio::co_spawn(s_->rt->io_executor(lane), detail::read_sample(s_, i), asio::use_future).get();
+    auto g = asio::co_spawn(s_->rt->io_executor(lane), detail::read_sample_as_value(s_, i), asio::use_future).get();
+    if (g.failed) throw *g.failed;
+    if (g.other) std::rethrow_exception(g.other);
+    return std::move(*g.value);
 }
 
 } // namespace conveyor::shard
