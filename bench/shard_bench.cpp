@@ -33,7 +33,7 @@ struct shard_args {
     std::string engine = "conveyor";
     std::size_t repeat = 3;
     unsigned shards_in_flight = 4;
-    std::size_t chunk_mb = 8;
+    std::size_t chunk_mb = 2; // the library's default (chunk_options::chunk_size)
     unsigned chunks_in_flight = 2;
     std::size_t io_threads = 0;
     std::string endpoint;

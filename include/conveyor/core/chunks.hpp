@@ -26,8 +26,14 @@ struct chunk {
 
 /// How an object is read in chunks.
 struct chunk_options {
-    /// Bytes per chunk (the last one may be shorter). Also the pooled buffer size.
-    std::size_t chunk_size = std::size_t{8} << 20;
+    /** Bytes per chunk (the last one may be shorter). Also the pooled buffer size.
+        2 MiB: the kernel's copy into a chunk is most of a warm local read, and it is much
+        cheaper into a buffer that is still in cache. Measured reading 9 warm shards (2.2 GB,
+        4 at once, 2 ahead): 18-18.5 GB/s with 2 MiB chunks, 14-16 GB/s with 8 MiB ones (cat:
+        24 GB/s); over S3 with 20 ms to first byte the two were alike (2.6-2.9 GB/s), the
+        smaller in 66 MB of RSS instead of 165. A streamed GET is one request whatever the
+        chunk size, so smaller chunks cost no round trips. */
+    std::size_t chunk_size = std::size_t{2} << 20;
     /// Chunks requested ahead of the consumer (prefetch): reads of chunks k+1 … k+n are in
     /// flight while chunk k is being consumed. At least 1.
     unsigned chunks_in_flight = 2;
