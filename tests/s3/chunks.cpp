@@ -37,18 +37,6 @@ using conveyor_test::peer;
 using conveyor_test::test_server;
 using http_request = bhttp::request<bhttp::string_body>;
 
-/// Anonymous, path-style requests to `srv`.
-s3::config config_of(const test_server& srv)
-{
-    s3::config c;
-    c.creds.source = "test";
-    c.region = "us-east-1";
-    c.endpoint = srv.endpoint();
-    c.aws_endpoint = false;
-    c.style = s3::addressing::path;
-    return c;
-}
-
 /** A one-object S3 server: GET with Range (`bytes=a-` or `bytes=a-b`) and If-Match, as S3
     answers them (206 + Content-Range, 416 past the end, 412 for another ETag). What each
     request asked for is recorded; a fault cuts the response of request `reset_on` after
@@ -172,7 +160,7 @@ TEST_CASE("s3 read_chunks streams an object with one GET in chunks of chunk_size
     object_server obj(pattern((5u << 20) + 123, 1));
     test_server srv(script_for(obj));
     cv::runtime rt(one_lane());
-    s3::client c(rt, config_of(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
     auto r = s3::read_chunks(c, "bucket", "dir/shard-000.tar", {.chunk_size = 1u << 20, .chunks_in_flight = 2});
     CHECK(r->url() == "s3://bucket/dir/shard-000.tar");
     CHECK(r->size() == -1);
@@ -193,7 +181,7 @@ TEST_CASE("s3 read_chunks honours offset and length with a ranged GET; an offset
     object_server obj(pattern(3'000'000, 2));
     test_server srv(script_for(obj));
     cv::runtime rt(one_lane());
-    s3::client c(rt, config_of(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
     {
         auto r = s3::read_chunks(c, "b", "k", {.chunk_size = 100'000, .offset = 1'234'567, .length = 500'000});
         auto [bytes, count] = on_lane(rt, drain(*r, 1'234'567, 100'000));
@@ -223,7 +211,7 @@ TEST_CASE("s3 read_chunks resumes a GET reset mid-body with Range from the next 
     obj.reset_after = 1'300'000;
     test_server srv(script_for(obj));
     cv::runtime rt(one_lane());
-    s3::client c(rt, config_of(srv), fast_retries(2)); // one retry is enough: the resume is not starting over
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries(2)); // one retry is enough: the resume is not starting over
     auto r = s3::read_chunks(c, "b", "big.tar", {.chunk_size = 1u << 20, .chunks_in_flight = 2});
     auto [bytes, count] = on_lane(rt, drain(*r, 0, 1u << 20));
     CHECK(bytes == obj.data);
@@ -244,7 +232,7 @@ TEST_CASE("s3 read_chunks: an object that changed before the resume is an error 
     obj.etag_after_reset = "\"v2\"";
     test_server srv(script_for(obj));
     cv::runtime rt(one_lane());
-    s3::client c(rt, config_of(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
     auto r = s3::read_chunks(c, "b", "changing.tar", {.chunk_size = 256 * 1024, .chunks_in_flight = 8});
     std::optional<s3::request_error> err;
     std::size_t got = 0;
@@ -270,7 +258,7 @@ TEST_CASE("s3 read_chunks reads ahead chunks_in_flight chunks and then stops rea
     object_server obj(pattern(64u << 20, 5));
     test_server srv(script_for(obj));
     cv::runtime rt(one_lane());
-    s3::client c(rt, config_of(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
     const std::size_t chunk = 1u << 20;
     auto r = s3::read_chunks(c, "b", "huge.tar", {.chunk_size = chunk, .chunks_in_flight = 2});
     auto first = on_lane(rt, next_of(*r));

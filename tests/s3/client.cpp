@@ -348,18 +348,6 @@ cv::runtime_options two_lanes()
     return o;
 }
 
-/// Anonymous, path-style requests to `srv`.
-s3::config config_for(const test_server& srv)
-{
-    s3::config c;
-    c.creds.source = "test";
-    c.region = "us-east-1";
-    c.endpoint = srv.endpoint();
-    c.aws_endpoint = false;
-    c.style = s3::addressing::path;
-    return c;
-}
-
 bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
 /// The value of query parameter `name` in a request target, as sent (still encoded).
@@ -405,7 +393,7 @@ TEST_CASE("s3 list_all stops at a continuation token the server sends again, nam
         co_return co_await p.write(page);
     });
     cv::runtime rt(two_lanes());
-    s3::client c(rt, config_for(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
     auto e = error_of([&] { c.run(c.async_list_all("pictures", "photos/")); });
     REQUIRE(e);
     CHECK(e->code() == s3::errc::bad_reply);
@@ -437,7 +425,7 @@ TEST_CASE("s3 listings that go round in circles are errors; empty pages with new
         co_return co_await p.write(page);
     });
     cv::runtime rt(two_lanes());
-    s3::client c(rt, config_for(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
 
     auto sparse = c.run(c.async_list_all("pictures", "sparse/"));
     REQUIRE(sparse.size() == 1);
@@ -465,7 +453,7 @@ TEST_CASE("s3 list_objects (the parallel lister) stops at a repeated continuatio
         co_return co_await p.write(page);
     });
     cv::runtime rt(two_lanes());
-    s3::client c(rt, config_for(srv), fast_retries());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
     auto e = error_of([&] { (void)s3::list_objects(c, "pictures", "photos/"); });
     REQUIRE(e);
     CHECK(e->code() == s3::errc::bad_reply);
@@ -483,7 +471,7 @@ TEST_CASE("s3 timeouts.total bounds a whole request, retries and backoff include
     cv::runtime rt(two_lanes());
     s3::client_options o;
     o.http.timeouts.total = 3s;
-    s3::client c(rt, config_for(srv), o);
+    s3::client c(rt, path_style_config(srv.endpoint()), o);
     const auto t0 = std::chrono::steady_clock::now();
     auto e = error_of([&] { c.run(c.async_get("pictures", "silent.jpg")); });
     const auto took = std::chrono::steady_clock::now() - t0;
@@ -509,7 +497,7 @@ TEST_CASE("s3 timeouts.total also ends the backoff: no attempt starts past it")
     o.http.timeouts.total = 1s;
     o.retry.base_delay = 5s;
     o.retry.max_delay = 5s;
-    s3::client c(rt, config_for(srv), o);
+    s3::client c(rt, path_style_config(srv.endpoint()), o);
     const auto t0 = std::chrono::steady_clock::now();
     auto e = error_of([&] { c.run(c.async_get("pictures", "busy.jpg")); });
     const auto took = std::chrono::steady_clock::now() - t0;
@@ -546,7 +534,7 @@ TEST_CASE("s3 client gives up on a silent endpoint after a few timed-out attempt
     cv::runtime rt(two_lanes());
     s3::client_options o;
     o.http.timeouts.first_byte = 300ms;
-    s3::client c(rt, config_for(srv), o);
+    s3::client c(rt, path_style_config(srv.endpoint()), o);
     auto e = error_of([&] { c.run(c.async_head("pictures", "silent.jpg")); });
     REQUIRE(e);
     INFO(std::string(e->what()));
@@ -574,7 +562,7 @@ TEST_CASE("a multipart upload whose part fails is aborted, raised as upload_abor
     auto o = fast_retries(2);
     o.multipart_threshold = 5u << 20;
     o.upload_part_size = 5u << 20;
-    s3::client c(rt, config_for(srv), o);
+    s3::client c(rt, path_style_config(srv.endpoint()), o);
     const std::vector<std::byte> data(11u << 20, std::byte{42});
     std::exception_ptr failed;
     try {

@@ -62,6 +62,19 @@ inline s3::config_options good_options()
     return o;
 }
 
+/// Anonymous, path-style requests to a scripted loopback server at `ep` (not the test
+/// s3rver: its own settings are good_options()).
+inline s3::config path_style_config(conveyor::http::endpoint ep)
+{
+    s3::config c;
+    c.creds.source = "test";
+    c.region = "us-east-1";
+    c.endpoint = std::move(ep);
+    c.aws_endpoint = false;
+    c.style = s3::addressing::path;
+    return c;
+}
+
 inline s3::client_options fast_retries(unsigned attempts = 10)
 {
     s3::client_options o;
