@@ -4,6 +4,7 @@
 #define CONVEYOR_SHARD_LIST_HPP
 
 #include <conveyor/detail/config.hpp>
+#include <conveyor/shard/index.hpp>
 
 #include <cstdint>
 #include <string>
@@ -49,6 +50,23 @@ CONVEYOR_DECL std::string local_path(std::string_view url);
 /// `s3://bucket/key` split into bucket and key; throws `conveyor::error`
 /// (`errc::invalid_argument`) naming the URL when it is not one.
 CONVEYOR_DECL std::pair<std::string, std::string> split_s3_url(std::string_view url);
+
+namespace detail {
+/// The folder of `url` with its trailing '/' ("" for a bare file name).
+CONVEYOR_DECL std::string folder_of(std::string_view url);
+/// `url` as a shard list or index stores it, made whole: one that is relative (no leading
+/// '/', no scheme) is taken relative to `folder` (from `folder_of`); others are unchanged.
+CONVEYOR_DECL std::string beside(std::string_view folder, std::string_view url);
+/// True for a gzip-compressed shard by its name (`.gz`, `.tgz`): one that cannot be
+/// entered at an offset.
+CONVEYOR_DECL bool compressed_by_name(std::string_view url) noexcept;
+} // namespace detail
+
+/** The dataset index at `url`: a local path, `file://…`, or `s3://bucket/key` (read with
+    `s3`). Shard URLs are kept as stored (see `detail::beside`). Blocking. Throws
+    `conveyor::error` naming the index when it cannot be read or parsed, or when it is on
+    S3 and no client was given. */
+CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3 = nullptr);
 
 /// Settings for resolving shard lists.
 struct list_options {

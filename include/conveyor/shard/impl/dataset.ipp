@@ -16,9 +16,7 @@
 
 #include <algorithm>
 #include <deque>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <unordered_map>
 
 namespace conveyor::shard {
@@ -56,11 +54,17 @@ inline asio::awaitable<file::ranged_file> shard_file(std::shared_ptr<dataset_sta
     co_return f;
 }
 
+/// Which shard and which of its entries sample `i` is (throws past the end).
+inline std::pair<std::size_t, std::size_t> locate(const dataset_state& st, std::size_t i)
+{
+    conveyor::detail::check_key_index("shard dataset", i, st.first.back(), "samples");
+    const auto s = static_cast<std::size_t>(std::upper_bound(st.first.begin(), st.first.end(), i) - st.first.begin() - 1);
+    return {s, i - st.first[s]};
+}
+
 inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, std::size_t i)
 {
-    conveyor::detail::check_key_index("shard dataset", i, st->first.back(), "samples");
-    const auto s = static_cast<std::size_t>(std::upper_bound(st->first.begin(), st->first.end(), i) - st->first.begin() - 1);
-    const std::size_t e = i - st->first[s];
+    const auto [s, e] = locate(*st, i);
     const index_entry& ent = st->index.shards[s].entries[e];
     const std::string& url = st->urls[s];
     slice bytes;
@@ -83,7 +87,7 @@ inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, st
                               std::to_string(bytes.size()));
     tar_options to = st->o.tar;
     to.require_end_of_archive = false; // one sample's members, not an archive
-    sample_parser parser(url, {.tar = to, .shard = s});
+    sample_parser parser(url, {.tar = to, .shard = s, .first_index = e});
     parser.feed(chunk{std::move(bytes), ent.offset});
     parser.finish();
     std::optional<sample> got;
@@ -99,8 +103,6 @@ inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, st
                           "the index puts sample '" + ent.key + "' here, the shard holds " +
                               (got ? "sample '" + got->key + "'" : std::string("no single sample")));
     got->url = url;
-    got->shard = s;
-    got->index = e;
     co_return std::move(*got);
 }
 
@@ -113,8 +115,8 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
     s_->o = std::move(o);
     s_->first.push_back(0);
     for (const auto& sh : index.shards) {
-        std::string url = !base.empty() && !sh.url.empty() && sh.url[0] != '/' && sh.url.find("://") == std::string::npos ? base + sh.url : sh.url;
-        if (url.ends_with(".gz") || url.ends_with(".tgz"))
+        std::string url = detail::beside(base, sh.url);
+        if (detail::compressed_by_name(url))
             throw error(make_error_code(conveyor::errc::invalid_argument),
                         {.stage = "shard dataset", .where = url, .detail = "a compressed shard cannot be read at an offset: random access needs uncompressed shards"});
         if (location_of(url) == location::s3 && !s_->o.s3)
@@ -129,26 +131,9 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
 
 CONVEYOR_DECL dataset dataset::open(const std::string& index_url, runtime& rt, dataset_options o)
 {
-    std::string text;
-    if (location_of(index_url) == location::s3) {
-        if (!o.s3)
-            throw error(make_error_code(conveyor::errc::invalid_argument),
-                        {.stage = "shard dataset", .where = index_url, .detail = "an s3:// index needs an S3 client (dataset_options::s3)"});
-        auto [bucket, key] = split_s3_url(index_url);
-        text.assign(o.s3->run(o.s3->async_get(bucket, key)).view());
-    } else {
-        const std::string path = local_path(index_url);
-        std::ifstream f(path, std::ios::binary);
-        if (!f)
-            throw error(std::error_code(errno, std::system_category()),
-                        {.stage = "shard dataset", .where = path, .detail = "cannot read the dataset index"});
-        std::ostringstream ss;
-        ss << f.rdbuf();
-        text = std::move(ss).str();
-    }
-    const auto slash = index_url.rfind('/');
-    std::string base = slash == std::string::npos ? std::string() : index_url.substr(0, slash + 1);
-    return dataset(parse_index(text, index_url), std::move(base), rt, std::move(o));
+    const std::string url = location_of(index_url) == location::local ? local_path(index_url) : index_url;
+    auto index = load_index(url, o.s3 ? &*o.s3 : nullptr);
+    return dataset(std::move(index), detail::folder_of(url), rt, std::move(o));
 }
 
 CONVEYOR_DECL std::size_t dataset::size() const noexcept
@@ -163,9 +148,7 @@ CONVEYOR_DECL const dataset_index& dataset::index() const noexcept
 
 CONVEYOR_DECL std::pair<std::size_t, std::size_t> dataset::locate(std::size_t i) const
 {
-    conveyor::detail::check_key_index("shard dataset", i, s_->first.back(), "samples");
-    const auto s = static_cast<std::size_t>(std::upper_bound(s_->first.begin(), s_->first.end(), i) - s_->first.begin() - 1);
-    return {s, i - s_->first[s]};
+    return detail::locate(*s_, i);
 }
 
 CONVEYOR_DECL const std::string& dataset::shard_url(std::size_t s) const

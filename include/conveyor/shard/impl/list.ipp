@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <fstream>
-#include <sstream>
 
 namespace conveyor::shard {
 namespace detail {
@@ -163,19 +161,36 @@ inline bool ends_with_any(std::string_view s, const std::vector<std::string>& su
     throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "shard list", .where = std::string(spec), .detail = std::move(why)});
 }
 
-/// The folder of `url` with its trailing '/' ("" for a bare file name).
-inline std::string folder_of(std::string_view url)
+} // namespace detail
+
+CONVEYOR_DECL std::string detail::folder_of(std::string_view url)
 {
     const auto slash = url.rfind('/');
     return slash == std::string_view::npos ? std::string() : std::string(url.substr(0, slash + 1));
 }
 
-inline bool is_relative(std::string_view url)
+CONVEYOR_DECL std::string detail::beside(std::string_view folder, std::string_view url)
 {
-    return !url.empty() && url[0] != '/' && url.find("://") == std::string_view::npos;
+    const bool relative = !url.empty() && url[0] != '/' && url.find("://") == std::string_view::npos;
+    return relative ? std::string(folder) + std::string(url) : std::string(url);
 }
 
-} // namespace detail
+CONVEYOR_DECL bool detail::compressed_by_name(std::string_view url) noexcept
+{
+    return url.ends_with(".gz") || url.ends_with(".tgz");
+}
+
+CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3)
+{
+    if (location_of(url) == location::s3) {
+        if (!s3) detail::bad_spec(url, "an s3:// index needs an S3 client (list_options::s3, dataset_options::s3)");
+        auto [bucket, key] = split_s3_url(url);
+        const auto text = s3->run(s3->async_get(bucket, key));
+        return parse_index(text.view(), url);
+    }
+    if (location_of(url) == location::http) detail::bad_spec(url, "a dataset index is read from a local path or s3://");
+    return read_index(local_path(url));
+}
 
 CONVEYOR_DECL std::vector<std::string> expand_braces(std::string_view pattern, std::size_t max_items)
 {
@@ -216,26 +231,11 @@ CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& spe
             if (spec.empty()) detail::bad_spec(whole, "an empty shard list");
             if (spec.ends_with(".json")) {
                 const std::string url = location_of(spec) == location::local ? local_path(spec) : std::string(spec);
-                std::string text;
-                if (location_of(url) == location::s3) {
-                    if (!o.s3) detail::bad_spec(spec, "an s3:// index needs an S3 client (list_options::s3)");
-                    auto [bucket, key] = split_s3_url(url);
-                    auto b = o.s3->run(o.s3->async_get(bucket, key));
-                    text.assign(b.view());
-                } else if (location_of(url) == location::local) {
-                    std::ifstream f(url, std::ios::binary);
-                    if (!f) throw error(std::error_code(errno, std::system_category()), {.stage = "shard list", .where = url, .detail = "cannot read the dataset index"});
-                    std::ostringstream ss;
-                    ss << f.rdbuf();
-                    text = std::move(ss).str();
-                } else {
-                    detail::bad_spec(spec, "a dataset index is read from a local path or s3://");
-                }
-                const auto index = parse_index(text, url);
+                const auto index = load_index(url, o.s3);
                 const std::string base = detail::folder_of(url);
                 for (const auto& s : index.shards) {
                     shard_ref r;
-                    r.url = detail::is_relative(s.url) ? base + s.url : s.url;
+                    r.url = detail::beside(base, s.url);
                     r.size = static_cast<std::int64_t>(s.bytes);
                     r.samples = static_cast<std::int64_t>(s.samples);
                     out.push_back(std::move(r));

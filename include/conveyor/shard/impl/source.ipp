@@ -30,32 +30,25 @@ struct shards_run {
     std::vector<work_piece> pieces; // this slot's share, in order (not used when resampled)
 };
 
-/// A gzip-compressed shard cannot be entered at an offset: it is read from its start and
-/// the samples before the resume point are passed over.
-inline bool compressed_name(std::string_view url)
-{
-    return url.ends_with(".gz") || url.ends_with(".tgz");
-}
-
 /// Reads one piece of work into `out`; false when nobody listens any more.
 inline asio::awaitable<bool> read_piece(std::shared_ptr<run_context> ctx, std::shared_ptr<const shards_run> st, work_piece piece,
                                         std::shared_ptr<conveyor::detail::channel<sample>> out)
 {
     const shard_ref& ref = (*st->list)[piece.shard];
-    const bool from_start = compressed_name(ref.url) || piece.offset == 0;
+    // A gzip-compressed shard cannot be entered at an offset: it is read from its start
+    // and the samples before the resume point are passed over.
+    const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
     chunk_options co = st->o.chunks;
     co.offset = from_start ? 0 : piece.offset;
-    sample_reader reader(open_chunks(ctx->rt(), ref.url, co, st->o.s3), {.tar = st->o.tar, .shard = piece.shard}, &ctx->rt());
-    std::uint64_t index = from_start ? 0 : piece.first;
+    sample_reader reader(open_chunks(ctx->rt(), ref.url, co, st->o.s3),
+                         {.tar = st->o.tar, .shard = piece.shard, .first_index = from_start ? 0 : piece.first}, &ctx->rt());
     auto skip = piece.skip.begin();
     while (auto s = co_await reader.async_next()) {
-        const std::uint64_t i = index++;
+        const std::uint64_t i = s->index;
         if (i < piece.first) continue;
         while (skip != piece.skip.end() && *skip < i) ++skip;
         if (skip != piece.skip.end() && *skip == i) continue;
-        s->shard = piece.shard;
         s->work = piece.work;
-        s->index = i;
         s->url = ref.url;
         if (!co_await out->send(std::move(*s))) co_return false;
     }
