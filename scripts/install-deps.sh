@@ -10,7 +10,7 @@ packages=(
   liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev
   doctest-dev libcli11-dev libbenchmark-dev
   fio golang-1.19-src zlib1g-dev libarchive-tools
-  python3-botocore openssl curl
+  python3-botocore openssl curl python3-torch python3-torchvision python3-pil
 )
 # The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
