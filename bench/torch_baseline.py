@@ -175,9 +175,11 @@ def split_name(name):
     return name[:dot], name[dot + 1:]
 
 
-def tar_samples(path):
-    """Samples ({'__key__': key, ext: bytes, ...}) of one shard, streamed, in member order."""
-    current, key = None, None
+def tar_samples(path, keep=None, first=0):
+    """Samples ({'__key__': key, ext: bytes, ...}) of one shard, streamed, in member order.
+    keep(i), if given, says whether sample i is wanted (numbered from `first`): the members of
+    the others are skipped over unread. Returns the number after its last sample."""
+    current, key, index = None, None, first - 1
     with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as tf:
         for member in tf:
             if not member.isfile():
@@ -186,10 +188,14 @@ def tar_samples(path):
             if k != key:
                 if current is not None:
                     yield current
-                current, key = {"__key__": k, "__url__": path}, k
-            current[ext] = tf.extractfile(member).read()
+                index += 1
+                key = k
+                current = {"__key__": k, "__url__": path} if keep is None or keep(index) else None
+            if current is not None:
+                current[ext] = tf.extractfile(member).read()
     if current is not None:
         yield current
+    return index + 1
 
 
 class ShardDataset(IterableDataset):
@@ -197,8 +203,9 @@ class ShardDataset(IterableDataset):
 
     split='shards': each worker reads its own shards (webdataset's split_by_worker); needs
     several shards per worker to keep them equally busy. split='samples': every worker reads
-    every shard and keeps every N-th sample (the tar parsing is repeated, the decode is not):
-    for fewer shards than that. Each worker counts its epochs itself (one __iter__ per epoch;
+    every shard and keeps every N-th sample (the tar headers are parsed by every
+    worker, the other samples' bytes skipped unread, the decode is not repeated): for fewer
+    shards than that. Each worker counts its epochs itself (one __iter__ per epoch;
     the workers are persistent), so the per-epoch shard order agrees across workers.
     """
 
@@ -234,14 +241,12 @@ class ShardDataset(IterableDataset):
             n += 1
 
     def _samples(self, order, worker, workers):
-        i = 0
+        keep = None
+        if self.split == "samples" and workers > 1:
+            keep = lambda i: i % workers == worker
+        count = 0
         for path in order:
-            for sample in tar_samples(path):
-                if self.split == "samples":
-                    i += 1
-                    if (i - 1) % workers != worker:
-                        continue
-                yield sample
+            count = yield from tar_samples(path, keep, count)
 
     def _decode(self, sample):
         data = next((sample[f] for f in IMAGE_FIELDS if f in sample), None)
@@ -505,6 +510,7 @@ def main(argv):
               "size": args.size, "dtype": "float32" if args.float else "uint8", "draft": args.draft,
               "threads": args.threads, "prefetch_factor": args.prefetch_factor if workers else 0, **extra}
     memory = PeakMemory()
+    cpu_start = resource.getrusage(resource.RUSAGE_SELF)
     totals = {"images": 0, "batches": 0, "bytes": 0, "seconds": 0.0}
     first_ttfb = None
     shape = None
@@ -536,12 +542,19 @@ def main(argv):
               flush=True)
 
     del loader  # ends the workers; their exit is what RUSAGE_CHILDREN could see
-    largest_child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, joined (reaped) by now
+    largest_child_mb = children.ru_maxrss / 1024
+    main_now = resource.getrusage(resource.RUSAGE_SELF)
+    main_cpu_s = main_now.ru_utime + main_now.ru_stime - cpu_start.ru_utime - cpu_start.ru_stime
+    workers_cpu_s = children.ru_utime + children.ru_stime
+    cpu_s = main_cpu_s + workers_cpu_s
     final = {**common, "epoch": "all", "epochs": args.epochs, "images": totals["images"],
              "batches": totals["batches"], "bytes": totals["bytes"], "seconds": round(totals["seconds"], 3),
              "images_per_s": round(totals["images"] / totals["seconds"], 1),
              "mb_per_s": round(totals["bytes"] / totals["seconds"] / 1e6, 1),
              "time_to_first_batch_s": round(first_ttfb, 3), "batch_shape": shape, **memory.fields(),
+             "cpu_s": round(cpu_s, 3), "main_cpu_s": round(main_cpu_s, 3), "workers_cpu_s": round(workers_cpu_s, 3),
+             "images_per_cpu_s": round(totals["images"] / max(cpu_s, 1e-9), 1),
              "largest_child_maxrss_mb": round(largest_child_mb, 1),
              "torch": torch.__version__, "torchvision": torchvision.__version__,
              "pil": PIL.__version__}
