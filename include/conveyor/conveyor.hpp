@@ -17,6 +17,8 @@
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
+#include <conveyor/image/decode.hpp>
+#include <conveyor/image/error.hpp>
 #include <conveyor/http/chunks.hpp>
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/endpoint.hpp>

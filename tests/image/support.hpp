@@ -1,0 +1,85 @@
+// Helpers of the image tests: files as bytes, JPEGs made at run time with TurboJPEG.
+#ifndef CONVEYOR_TESTS_IMAGE_SUPPORT_HPP
+#define CONVEYOR_TESTS_IMAGE_SUPPORT_HPP
+
+#include <turbojpeg.h>
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace conveyor_test_image {
+
+inline std::uint64_t mix(std::uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+inline std::vector<std::byte> read_bytes(const std::filesystem::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot open " + p.string());
+    std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::byte> b(c.size());
+    for (std::size_t i = 0; i < c.size(); ++i) b[i] = std::byte(c[i]);
+    return b;
+}
+
+/// A w x h RGB picture: 16x16 blocks of colours that differ from block to block, with a
+/// gradient inside each, so crops, flips and channel orders all show.
+inline std::vector<std::uint8_t> block_picture(std::uint32_t w, std::uint32_t h)
+{
+    std::vector<std::uint8_t> px(std::size_t{w} * h * 3);
+    for (std::uint32_t y = 0; y < h; ++y)
+        for (std::uint32_t x = 0; x < w; ++x) {
+            const std::uint64_t r = mix((y / 16) * 7919 + (x / 16));
+            auto* p = &px[(std::size_t{y} * w + x) * 3];
+            p[0] = std::uint8_t((r & 0xFF) / 2 + (x % 16) * 4);
+            p[1] = std::uint8_t(((r >> 8) & 0xFF) / 2 + (y % 16) * 4);
+            p[2] = std::uint8_t(((r >> 16) & 0xFF) / 2 + 32);
+        }
+    return px;
+}
+
+/// `block_picture(w, h)` compressed by TurboJPEG.
+inline std::vector<std::byte> make_jpeg(std::uint32_t w, std::uint32_t h, int subsamp, int quality)
+{
+    const auto px = block_picture(w, h);
+    tjhandle tj = tjInitCompress();
+    REQUIRE(tj != nullptr);
+    unsigned char* out = nullptr;
+    unsigned long size = 0;
+    const int rc = tjCompress2(tj, px.data(), int(w), 0, int(h), TJPF_RGB, &out, &size, subsamp, quality, 0);
+    tjDestroy(tj);
+    REQUIRE(rc == 0);
+    std::vector<std::byte> b(size);
+    for (unsigned long i = 0; i < size; ++i) b[i] = std::byte(out[i]);
+    tjFree(out);
+    return b;
+}
+
+/// Calls `edit` with the first byte after the length of `jpeg`'s frame header (SOF0: the
+/// precision, then height and width, big-endian).
+template <class F>
+void patch_sof(std::vector<std::byte>& jpeg, F edit)
+{
+    for (std::size_t i = 2; i + 4 < jpeg.size(); ++i)
+        if (jpeg[i] == std::byte{0xFF} && (jpeg[i + 1] == std::byte{0xC0} || jpeg[i + 1] == std::byte{0xC2})) {
+            edit(&jpeg[i + 4]);
+            return;
+        }
+    FAIL("no SOF marker");
+}
+
+} // namespace conveyor_test_image
+
+#endif
