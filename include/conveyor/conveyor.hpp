@@ -19,6 +19,7 @@
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/error.hpp>
+#include <conveyor/image/stage.hpp>
 #include <conveyor/http/chunks.hpp>
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/endpoint.hpp>

@@ -38,6 +38,10 @@ enum class errc {
     /// The options cannot be applied (an output span of the wrong size, a crop range
     /// that is empty or inverted).
     bad_options,
+    /// A shard sample has none of the image fields asked for, or not the label field.
+    missing_field,
+    /// A sample's label field is not a decimal integer.
+    bad_label,
 };
 
 /// The category of `conveyor::image::errc`.

@@ -9,5 +9,6 @@
 
 #include <conveyor/image/impl/error.ipp>
 #include <conveyor/image/impl/decode.ipp>
+#include <conveyor/image/impl/stage.ipp>
 
 #endif

@@ -1,0 +1,77 @@
+// conveyor/image/impl/stage.ipp — the decode_image stage's non-template parts (see stage.hpp).
+#ifndef CONVEYOR_IMAGE_IMPL_STAGE_IPP
+#define CONVEYOR_IMAGE_IMPL_STAGE_IPP
+
+#include <conveyor/image/stage.hpp>
+
+#include <charconv>
+#include <utility>
+
+namespace conveyor::image {
+
+namespace detail {
+
+CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view field, std::string_view key, std::string_view where)
+{
+    auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+    while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+    while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
+        throw image_error(errc::bad_label, key, where,
+                          "field '" + std::string(field) + "' holds \"" + conveyor::detail::printable(text, 40) +
+                              "\", not a decimal integer");
+    return v;
+}
+
+CONVEYOR_DECL decoded decode_sample(const decoder& dec, const decode_image_options& o, const shard::sample& s, std::uint64_t epoch)
+{
+    const shard::field* img = nullptr;
+    for (const auto& name : o.fields)
+        if ((img = s.find(name))) break;
+    if (!img) {
+        std::string names;
+        for (const auto& n : o.fields) names += (names.empty() ? "" : ", ") + n;
+        std::string has;
+        for (const auto& f : s.fields) has += (has.empty() ? "" : ", ") + f.name;
+        throw image_error(errc::missing_field, s.key, s.url,
+                          "none of the image fields (" + names + ") is in the sample, which has: " + (has.empty() ? "no fields" : has));
+    }
+    decoded d;
+    if (!o.label_field.empty()) {
+        const shard::field* cls = s.find(o.label_field);
+        if (!cls) throw image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_field + "' is not in the sample");
+        d.label = parse_label(cls->data.view(), o.label_field, s.key, s.url);
+    }
+    d.image = dec.decode(img->data.span(), o.decode, {.key = s.key, .where = s.url, .epoch = epoch, .stats = o.stats.get()});
+    d.key = s.key;
+    d.where = s.url;
+    d.index = s.index;
+    return d;
+}
+
+CONVEYOR_DECL decoded decode_blob(const decoder& dec, const decode_image_options& o, const blob& b, std::uint64_t epoch)
+{
+    decoded d;
+    d.image = dec.decode(b.data.span(), o.decode, {.key = b.key, .where = b.origin, .epoch = epoch, .stats = o.stats.get()});
+    d.key = b.key;
+    d.where = b.origin;
+    d.label = b.label;
+    d.index = b.index;
+    return d;
+}
+
+} // namespace detail
+
+CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o)
+{
+    if (!o.stats) o.stats = std::make_shared<decode_stats>();
+    if (o.fields.empty())
+        throw conveyor::error(make_error_code(errc::bad_options), {.stage = "decode_image", .detail = "no image fields to look for"});
+    o_ = std::make_shared<const decode_image_options>(std::move(o));
+}
+
+} // namespace conveyor::image
+
+#endif

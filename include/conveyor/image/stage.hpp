@@ -1,0 +1,135 @@
+// conveyor/image/stage.hpp — the decode_image pipeline stage: shard samples or file blobs to decoded images.
+#ifndef CONVEYOR_IMAGE_STAGE_HPP
+#define CONVEYOR_IMAGE_STAGE_HPP
+
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/stages.hpp>
+#include <conveyor/detail/config.hpp>
+#include <conveyor/image/decode.hpp>
+#include <conveyor/shard/sample.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace conveyor::image {
+
+/// What `decode_image` hands on: one decoded image with its label and where it came from.
+struct decoded {
+    std::string key;           ///< the sample key (shards) or the file's key (files)
+    std::string where;         ///< the shard URL or the file's path
+    decoded_image image;       ///< the pixels, HWC uint8
+    std::int64_t label = -1;   ///< class id (the `cls` field, or the ImageFolder class), -1 if none
+    std::uint64_t index = 0;   ///< the sample's position in its shard, or the file's in its listing
+};
+
+/// Settings of `decode_image`.
+struct decode_image_options {
+    /// How each image is decoded and augmented.
+    decode_options decode;
+    /// Shard samples: the image is the first of these fields that the sample has
+    /// (webdataset's `to_tuple("jpg;jpeg;png", ...)`).
+    std::vector<std::string> fields{"jpg", "jpeg", "png"};
+    /// Shard samples: the field holding the label as decimal text (webdataset's `cls`);
+    /// empty: no label (-1). A sample without it, or with anything but an integer in it,
+    /// is an error (`errc::missing_field`, `errc::bad_label`). File blobs take the
+    /// label their source gives (the ImageFolder class), whatever this says.
+    std::string label_field = "cls";
+    /// Images decoded at once on the compute pool. 0: twice its threads.
+    std::size_t concurrency = 0;
+    /// Keep input order (true) or hand images on as they are done (false).
+    bool ordered = true;
+    /// A bad image fails the pipeline, or is skipped, counted and logged.
+    on_error errors = on_error::fail;
+    /// Images waiting between this stage and the next.
+    std::size_t capacity = default_stream_capacity;
+    /// Counters to add to (images decoded, warnings tolerated); null: the stage's own,
+    /// readable through `decode_image_stage::stats()`.
+    std::shared_ptr<decode_stats> stats;
+};
+
+namespace detail {
+
+/// The label of `text` (decimal, surrounding white space allowed), for sample `key` of `where`.
+CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view field, std::string_view key, std::string_view where);
+
+/// Decodes the image field of shard sample `s`.
+CONVEYOR_DECL decoded decode_sample(const decoder& dec, const decode_image_options& o, const shard::sample& s, std::uint64_t epoch);
+
+/// Decodes file blob `b`.
+CONVEYOR_DECL decoded decode_blob(const decoder& dec, const decode_image_options& o, const blob& b, std::uint64_t epoch);
+
+} // namespace detail
+
+/** The `decode_image` stage; see `conveyor::image::decode_image`.
+
+    @par Thread Safety
+    Distinct objects: safe. Shared objects: safe (it is immutable once built; its counters
+    are atomic).
+*/
+class decode_image_stage {
+public:
+    CONVEYOR_DECL explicit decode_image_stage(decode_image_options o);
+
+    template <class T>
+        requires(std::is_same_v<T, shard::sample> || std::is_same_v<T, blob>)
+    stream<decoded> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
+    {
+        const std::uint64_t epoch = ctx->epoch();
+        const std::size_t threads = std::max<std::size_t>(ctx->rt().options().compute_threads, 1);
+        auto f = [o = o_, dec = decoder(ctx->rt().buffers()), epoch](T item) -> decoded {
+            if constexpr (std::is_same_v<T, shard::sample>) return detail::decode_sample(dec, *o, item, epoch);
+            else return detail::decode_blob(dec, *o, item, epoch);
+        };
+        return conveyor::map(std::move(f), {.concurrency = o_->concurrency ? o_->concurrency : 2 * threads,
+                                            .ordered = o_->ordered,
+                                            .where = run_on::compute,
+                                            .errors = o_->errors,
+                                            .capacity = o_->capacity,
+                                            .name = "decode_image"})(ctx, std::move(in));
+    }
+
+    /// The counters this stage adds to.
+    const std::shared_ptr<decode_stats>& stats() const noexcept { return o_->stats; }
+    const decode_image_options& options() const noexcept { return *o_; }
+
+private:
+    std::shared_ptr<const decode_image_options> o_;
+};
+
+/** Decodes JPEG and PNG images on the runtime's compute pool: a stage on shard samples
+    (`shard::sample`: the first present of `fields`, the label from `label_field`) or on
+    file blobs (`blob`: the label from the file source, e.g. the ImageFolder class), giving
+    `decoded` items (pixels in the runtime's buffer pool, label, key).
+
+    Randomness (crop, flip) is a pure function of (`decode.seed`, the run's epoch, the
+    key), so each epoch augments differently and every run of an epoch alike.
+
+    @code
+    auto pipe = conveyor::shard::samples(urls)
+              | conveyor::image::decode_image({.decode = {.size = {224, 224},
+                                                           .crop = conveyor::image::crop_mode::random_resized,
+                                                           .flip = 0.5, .seed = 7},
+                                               .errors = conveyor::on_error::skip});
+    for (auto& d : pipe) train_on(d.image, d.label);
+    @endcode
+*/
+inline decode_image_stage decode_image(decode_image_options o = {})
+{
+    return decode_image_stage(std::move(o));
+}
+
+} // namespace conveyor::image
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/image/impl/stage.ipp>
+#endif
+
+#endif
