@@ -20,7 +20,7 @@ DCT scaling, for a stronger baseline; off by default because torchvision's recip
 
 Output (stdout): one JSON line per epoch and a final one ("epoch": "all"); a human summary
 on stderr. MB are 10^6 bytes; mb_per_s counts the encoded image bytes (the jpg members or
-files), not tar headers. Peak RSS: see peak_memory().
+files), not tar headers. Peak RSS: see PeakMemory.
 
 Runs under Debian's /usr/bin/python3 with python3-torch, python3-torchvision, python3-pil.
 """
@@ -230,7 +230,7 @@ class ShardDataset(IterableDataset):
         epoch = self.epoch
         self.epoch += 1
         order = list(self.shards)
-        random.Random(self.seed * 1000003 + epoch).shuffle(order)
+        random.Random(f"shards {self.seed} {epoch}").shuffle(order)  # a str seed goes through SHA-512
         if self.split == "shards":
             order = order[worker::workers]
         limit = None
@@ -238,7 +238,7 @@ class ShardDataset(IterableDataset):
             limit = self.limit // workers + (1 if worker < self.limit % workers else 0)
         samples = self._samples(order, worker, workers)
         if self.shuffle_buffer > 1:
-            samples = shuffled(samples, self.shuffle_buffer, random.Random((self.seed * 1000003 + epoch) * 1009 + worker))
+            samples = shuffled(samples, self.shuffle_buffer, random.Random(f"samples {self.seed} {epoch} {worker}"))
         n = 0
         for sample in samples:
             if limit is not None and n >= limit:
@@ -296,8 +296,11 @@ class SizedImageFolder(torchvision.datasets.ImageFolder):
 
     def __getitem__(self, index):
         path, label = self.samples[index]
-        with open(path, "rb") as f:
-            image = self.augment(Image.open(f))
+        try:
+            with open(path, "rb") as f:
+                image = self.augment(Image.open(f))
+        except Exception as e:
+            raise ValueError(f"{path}: {e}") from e
         return image, label, self.sizes[index]
 
 
