@@ -19,8 +19,12 @@ so the random crop still has at least --size pixels each way: the same idea as c
 DCT scaling, for a stronger baseline; off by default because torchvision's recipe does not.
 
 Output (stdout): one JSON line per epoch and a final one ("epoch": "all"); a human summary
-on stderr. MB are 10^6 bytes; mb_per_s counts the encoded image bytes (the jpg members or
-files), not tar headers. Peak RSS: see PeakMemory.
+on stderr. mb_per_s is 10^6 bytes a second of encoded images (the jpg members or the files;
+not tar headers); the memory figures (*_rss_mb, pss_mb) are MiB, as in conveyor's benches.
+Peak RSS: see PeakMemory. Seconds run from the epoch's first request for a batch (for the
+first epoch, that includes starting the workers) to its last batch; time_to_first_batch_s
+is the first batch's share of that. CPU seconds (final line) are the main process's from the
+first epoch on plus its workers' (getrusage of the reaped children).
 
 Runs under Debian's /usr/bin/python3 with python3-torch, python3-torchvision, python3-pil.
 """
