@@ -11,12 +11,15 @@
 //                  (in s3_bench.cpp)
 //   shards         tar shards read as samples through the shard source, or with cat
 //                  (in shard_bench.cpp)
+//   decode         JPEG decode: conveyor's decoder and decode_image stage beside a plain
+//                  tjDecompress2 loop (in decode_bench.cpp)
 //
 // Results go to standard output, one JSON object per line; progress and human summaries
 // go to standard error. Any read failure or byte-count mismatch exits non-zero.
 
 #include "s3_bench.hpp"
 #include "shard_bench.hpp"
+#include "decode_bench.hpp"
 
 #include <conveyor/bench/bench.hpp>
 #include <conveyor/bench/synthetic.hpp>
@@ -616,6 +619,7 @@ int main(int argc, char** argv)
 
     auto run_s3 = add_s3_subcommands(app);
     auto run_shards = add_shard_subcommands(app);
+    auto run_decode = add_decode_subcommands(app);
 
     CLI11_PARSE(app, argc, argv);
 
@@ -635,6 +639,7 @@ int main(int argc, char** argv)
         if (*r) return cmd_random_access(ra);
         if (int rc = run_s3(); rc >= 0) return rc;
         if (int rc = run_shards(); rc >= 0) return rc;
+        if (int rc = run_decode(); rc >= 0) return rc;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "conveyor-bench: error: %s\n", e.what());
         return 1;

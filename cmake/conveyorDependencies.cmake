@@ -10,7 +10,7 @@ find_package(OpenSSL 3 REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(CONVEYOR_URING REQUIRED IMPORTED_TARGET GLOBAL liburing)
-pkg_check_modules(CONVEYOR_IMAGE REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg spng)
+pkg_check_modules(CONVEYOR_IMAGE REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg libjpeg spng)
 
 if(NOT TARGET conveyor::deps)
   # The imported target itself carries the namespaced name (no alias), so that install(EXPORT)

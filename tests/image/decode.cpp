@@ -246,6 +246,18 @@ TEST_CASE("bad input of every kind is an error naming the key and the path, neve
         CHECK(img.width == 320);
         CHECK(stats.warnings == 1);
         CHECK(stats.decoded == 1);
+        // The same through each crop method (a region decode stops at the crop's last row).
+        for (auto method : {image::jpeg_crop_method::decode_region, image::jpeg_crop_method::decode_then_crop,
+                            image::jpeg_crop_method::transform_then_decode}) {
+            CAPTURE(int(method));
+            const image::decode_options strict{.size = {64, 64}, .crop = image::crop_mode::center, .center_fraction = 0.9, .jpeg_crop = method};
+            CHECK(code_of(bytes, strict) == image::errc::truncated);
+            auto lenient = strict;
+            lenient.strict = false;
+            image::decode_stats s2;
+            CHECK(dec.decode(bytes, lenient, {.key = "k", .stats = &s2}).width == 64);
+            CHECK(s2.warnings >= 1);
+        }
         // Cut inside the header: truncated whatever the mode.
         auto head = make_jpeg(320, 240, TJSAMP_420, 90);
         head.resize(100);
@@ -439,7 +451,7 @@ TEST_CASE("a flip mirrors each row")
             for (std::uint32_t c = 0; c < 3; ++c) CHECK(flipped.at(y, x, c) == plain.at(y, 95 - x, c));
 }
 
-TEST_CASE("crops take the right region: decoded whole, DCT-scaled or cut from the compressed data")
+TEST_CASE("crops take the right region: decoded as a region, decoded whole, DCT-scaled or cut from the compressed data")
 {
     // A picture whose every 16x16 block has its own colour: a crop must show the blocks of
     // its region, however it was decoded.
@@ -448,7 +460,8 @@ TEST_CASE("crops take the right region: decoded whole, DCT-scaled or cut from th
     const image::decoder dec;
     const auto full = dec.decode(bytes, {});
     const image::decode_context ctx{.key = "blocks"};
-    for (auto method : {image::jpeg_crop_method::decode_then_crop, image::jpeg_crop_method::transform_then_decode}) {
+    for (auto method : {image::jpeg_crop_method::decode_region, image::jpeg_crop_method::decode_then_crop,
+                        image::jpeg_crop_method::transform_then_decode}) {
         for (bool scaling : {false, true}) {
             CAPTURE(int(method));
             CAPTURE(scaling);

@@ -86,6 +86,11 @@ enum class crop_mode {
 /** How a JPEG crop is taken when the crop is smaller than the image.
     (Measured by `conveyor-bench decode`; see bench/README.md.) */
 enum class jpeg_crop_method {
+    /// Decode only the rows and the MCU columns that hold the crop (libjpeg-turbo's
+    /// jpeg_skip_scanlines and jpeg_crop_scanline, through its libjpeg API: TurboJPEG 2.1's
+    /// own API has no partial decode). Rows above the crop are entropy-decoded only, rows
+    /// below it not at all, columns beside it are not transformed or colour-converted.
+    decode_region,
     /// Decode the whole image (DCT-scaled), then read the crop from it.
     decode_then_crop,
     /// Cut the MCU-aligned crop out of the compressed data first (TurboJPEG's lossless
@@ -111,8 +116,8 @@ struct decode_options {
         that leaves the crop at least `size` in both dimensions: far less work for large
         photos resized to 224. */
     bool dct_scaling = true;
-    /// How JPEG crops are taken.
-    jpeg_crop_method jpeg_crop = jpeg_crop_method::decode_then_crop;
+    /// How JPEG crops are taken (decode_region: the fastest, see bench/README.md).
+    jpeg_crop_method jpeg_crop = jpeg_crop_method::decode_region;
     /// Probability of a horizontal flip.
     double flip = 0.0;
     /// Seed of the random crop and flip; with the epoch and the sample key it fixes them.
