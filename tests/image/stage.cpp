@@ -186,3 +186,30 @@ TEST_CASE("decode_image decodes file blobs with the ImageFolder class as label")
     CHECK(labels["cat/img0.jpg"] == 0);
     CHECK(labels["dog/img2.jpg"] == 1);
 }
+
+TEST_CASE("encoded_image_of and decode_into give what the stage gives (the batch path)")
+{
+    temp_dir d;
+    const auto p = make_shard(d.path, 4);
+    const image::decode_image_options o{.decode = {.size = {24, 24}, .crop = image::crop_mode::random_resized, .flip = 0.5, .seed = 2}};
+    auto staged = shard::shards(p.string()) | image::decode_image(o);
+    staged.set_epoch(5);
+    std::vector<std::vector<std::uint8_t>> want;
+    for (auto& x : staged) want.emplace_back(x.image.data().begin(), x.image.data().end());
+    REQUIRE(want.size() == 4);
+
+    auto raw = shard::shards(p.string());
+    const image::decoder dec;
+    std::vector<std::uint8_t> slab(4 * 24 * 24 * 3);
+    std::size_t k = 0;
+    for (auto& s : raw) {
+        const auto e = image::encoded_image_of(s, o);
+        CHECK(e.key == s.key);
+        CHECK(e.label == std::int64_t(k % 3));
+        dec.decode_into(e.bytes, o.decode, {.key = e.key, .where = e.where, .epoch = 5},
+                        std::span(slab).subspan(k * 24 * 24 * 3, 24 * 24 * 3));
+        CHECK(std::equal(want[k].begin(), want[k].end(), slab.begin() + std::ptrdiff_t(k * 24 * 24 * 3)));
+        ++k;
+    }
+    CHECK(k == 4);
+}

@@ -83,8 +83,8 @@ enum class crop_mode {
     random_resized,
 };
 
-/** How a JPEG crop is taken when the crop is smaller than the image.
-    (Measured by `conveyor-bench decode`; see bench/README.md.) */
+/** How a JPEG crop is taken when the crop is smaller than the image (each is measured by
+    `conveyor-bench decode`: modes rrc-region, rrc-scaled, rrc-transform). */
 enum class jpeg_crop_method {
     /// Decode only the rows and the MCU columns that hold the crop (libjpeg-turbo's
     /// jpeg_skip_scanlines and jpeg_crop_scanline, through its libjpeg API: TurboJPEG 2.1's
@@ -116,7 +116,7 @@ struct decode_options {
         that leaves the crop at least `size` in both dimensions: far less work for large
         photos resized to 224. */
     bool dct_scaling = true;
-    /// How JPEG crops are taken (decode_region: the fastest, see bench/README.md).
+    /// How JPEG crops are taken (decode_region: the fastest of the three).
     jpeg_crop_method jpeg_crop = jpeg_crop_method::decode_region;
     /// Probability of a horizontal flip.
     double flip = 0.0;

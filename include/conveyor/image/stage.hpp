@@ -55,16 +55,31 @@ struct decode_image_options {
     std::shared_ptr<decode_stats> stats;
 };
 
+/** The encoded image of one item, and what goes with it: for stages that decode into
+    memory of their own (a batch slab, with `decoder::decode_into`) and pick the image and
+    label as `decode_image` does. Views into the item, valid while it lives. */
+struct encoded_image {
+    std::span<const std::byte> bytes; ///< the JPEG or PNG
+    std::string_view key;             ///< sample or file key (the augmentation's key)
+    std::string_view where;           ///< shard URL or file path (for errors)
+    std::int64_t label = -1;          ///< class id, or -1
+    std::uint64_t index = 0;          ///< position in the shard or listing
+};
+
+/** The image field of shard sample `s` (the first of `o.fields` present) and its label
+    (`o.label_field`); throws `errc::missing_field` or `errc::bad_label` naming the sample. */
+CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decode_image_options& o);
+
+/// File blob `b` with the label its source gave.
+CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options& o);
+
 namespace detail {
 
 /// The label of `text` (decimal, surrounding white space allowed), for sample `key` of `where`.
 CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view field, std::string_view key, std::string_view where);
 
-/// Decodes the image field of shard sample `s`.
-CONVEYOR_DECL decoded decode_sample(const decoder& dec, const decode_image_options& o, const shard::sample& s, std::uint64_t epoch);
-
-/// Decodes file blob `b`.
-CONVEYOR_DECL decoded decode_blob(const decoder& dec, const decode_image_options& o, const blob& b, std::uint64_t epoch);
+/// Decodes what `encoded_image_of(item)` picks into a new `decoded`.
+CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options& o, const encoded_image& e, std::uint64_t epoch);
 
 } // namespace detail
 
@@ -85,8 +100,7 @@ public:
         const std::uint64_t epoch = ctx->epoch();
         const std::size_t threads = std::max<std::size_t>(ctx->rt().options().compute_threads, 1);
         auto f = [o = o_, dec = decoder(ctx->rt().buffers()), epoch](T item) -> decoded {
-            if constexpr (std::is_same_v<T, shard::sample>) return detail::decode_sample(dec, *o, item, epoch);
-            else return detail::decode_blob(dec, *o, item, epoch);
+            return detail::decode_item(dec, *o, encoded_image_of(item, *o), epoch);
         };
         return conveyor::map(std::move(f), {.concurrency = o_->concurrency ? o_->concurrency : 2 * threads,
                                             .ordered = o_->ordered,

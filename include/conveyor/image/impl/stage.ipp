@@ -25,7 +25,20 @@ CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view f
     return v;
 }
 
-CONVEYOR_DECL decoded decode_sample(const decoder& dec, const decode_image_options& o, const shard::sample& s, std::uint64_t epoch)
+CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options& o, const encoded_image& e, std::uint64_t epoch)
+{
+    decoded d;
+    d.image = dec.decode(e.bytes, o.decode, {.key = e.key, .where = e.where, .epoch = epoch, .stats = o.stats.get()});
+    d.key = std::string(e.key);
+    d.where = std::string(e.where);
+    d.label = e.label;
+    d.index = e.index;
+    return d;
+}
+
+} // namespace detail
+
+CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decode_image_options& o)
 {
     const shard::field* img = nullptr;
     for (const auto& name : o.fields)
@@ -35,34 +48,23 @@ CONVEYOR_DECL decoded decode_sample(const decoder& dec, const decode_image_optio
         for (const auto& n : o.fields) names += (names.empty() ? "" : ", ") + n;
         std::string has;
         for (const auto& f : s.fields) has += (has.empty() ? "" : ", ") + f.name;
-        throw image_error(errc::missing_field, s.key, s.url,
-                          "none of the image fields (" + names + ") is in the sample, which has: " + (has.empty() ? "no fields" : has));
+        throw detail::image_error(errc::missing_field, s.key, s.url,
+                                  "none of the image fields (" + names + ") is in the sample, which has: " + (has.empty() ? "no fields" : has));
     }
-    decoded d;
+    encoded_image e{.bytes = img->data.span(), .key = s.key, .where = s.url, .index = s.index};
     if (!o.label_field.empty()) {
         const shard::field* cls = s.find(o.label_field);
-        if (!cls) throw image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_field + "' is not in the sample");
-        d.label = parse_label(cls->data.view(), o.label_field, s.key, s.url);
+        if (!cls)
+            throw detail::image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_field + "' is not in the sample");
+        e.label = detail::parse_label(cls->data.view(), o.label_field, s.key, s.url);
     }
-    d.image = dec.decode(img->data.span(), o.decode, {.key = s.key, .where = s.url, .epoch = epoch, .stats = o.stats.get()});
-    d.key = s.key;
-    d.where = s.url;
-    d.index = s.index;
-    return d;
+    return e;
 }
 
-CONVEYOR_DECL decoded decode_blob(const decoder& dec, const decode_image_options& o, const blob& b, std::uint64_t epoch)
+CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options&)
 {
-    decoded d;
-    d.image = dec.decode(b.data.span(), o.decode, {.key = b.key, .where = b.origin, .epoch = epoch, .stats = o.stats.get()});
-    d.key = b.key;
-    d.where = b.origin;
-    d.label = b.label;
-    d.index = b.index;
-    return d;
+    return {.bytes = b.data.span(), .key = b.key, .where = b.origin, .label = b.label, .index = b.index};
 }
-
-} // namespace detail
 
 CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o)
 {
