@@ -276,6 +276,7 @@ struct files_args {
     bool cold = false;
     bool unordered = false;
     std::size_t io_threads = 0;
+    std::size_t capacity = 0; // 0: the source's default
 };
 
 /// What one pass over the file set measured.
@@ -381,6 +382,7 @@ public:
         : rt_(bench_runtime_options(a.io_threads, fell_back_)), sizes_(&s.sizes),
           pipe_(cv::file::files(s.shared_listing, {.concurrency = a.concurrency,
                                             .ordered = !a.unordered,
+                                            .capacity = a.capacity ? a.capacity : cv::file::source_options{}.capacity,
                                             .on_read = [this](const cv::blob&, std::chrono::nanoseconds d) { lat_.record(d); }})
                     .on(rt_))
     {
@@ -606,6 +608,7 @@ int main(int argc, char** argv)
     f->add_option("--repeat", fa.repeat, "passes over the file set")->capture_default_str();
     f->add_flag("--cold", fa.cold, "drop the files from the page cache before each pass");
     f->add_flag("--unordered", fa.unordered, "uring: deliver files in completion order");
+    f->add_option("--capacity", fa.capacity, "uring: the source's output queue (0: its default)");
     f->add_option("--io-threads", fa.io_threads, "uring: the runtime's I/O threads (0: its default)")->capture_default_str();
 
     random_args ra;

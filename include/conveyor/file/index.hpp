@@ -20,7 +20,7 @@ namespace conveyor::file {
 /// One file of a listing.
 struct entry {
     std::string path;        ///< relative to the listing's root (or absolute, for plain path lists)
-    std::int64_t size = -1;  ///< bytes when listed, or -1 if unknown (then it is stat'ed when read)
+    std::int64_t size = -1;  ///< bytes when listed, as a regular file (not checked again when read), or -1 if unknown (then it is stat'ed when read)
     std::int64_t label = -1; ///< class id, or -1
 };
 

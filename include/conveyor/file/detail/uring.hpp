@@ -71,6 +71,11 @@ struct file_ref {
     /// `path` must resolve below `dir`, through symlinks too (`openat2` with
     /// `RESOLVE_BENEATH`); a path that leaves it fails with `errc::path_escapes_root`.
     bool beneath = false;
+    /// The listing found a regular file here, of the size the read asks for less one byte
+    /// (`entry::size` known): a small read first tries without a `statx` (see
+    /// `small_read_op` in impl/uring.ipp), and falls back to the checked way on anything
+    /// but the whole file read at once from the page cache.
+    bool listed_regular = false;
 
     int dirfd() const noexcept { return dir ? dir->fd() : AT_FDCWD; }
 };

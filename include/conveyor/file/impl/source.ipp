@@ -76,8 +76,9 @@ CONVEYOR_DECL file_read read_failed(std::error_code ec, std::string detail = {})
 CONVEYOR_DECL file_ref file_of(const read_env& env, const listing& l, std::size_t i)
 {
     const std::string& p = l.entries[i].path;
-    if (!env.root || p.empty() || p.front() == '/') return {nullptr, l.full_path(i), false};
-    return {env.root, p, env.beneath};
+    const bool regular = l.entries[i].size >= 0;
+    if (!env.root || p.empty() || p.front() == '/') return {nullptr, l.full_path(i), false, regular};
+    return {env.root, p, env.beneath, regular};
 }
 
 /// The ring of lane `lane`, or null if this runtime reads with pread (saying why, once).
