@@ -12,9 +12,9 @@
 //   make_shards --tar ILSVRC2012_img_train.tar --output out/shard-%06d.tar --maxsize 1e9
 //               --shuffle --seed 1 --workers 8 --index out/index.json
 //
-// Samples are read back by byte offset (the tar's members where they lie, or each file
-// whole) in the chosen order through file::ranged_file (io_uring, --reads-in-flight per
-// worker), several shards being written at once; the shard boundaries
+// Samples are read back in the chosen order, --reads-in-flight per worker: files whole
+// through the file source (io_uring), a tar's members by byte offset through
+// file::ranged_file; several shards are written at once; the shard boundaries
 // are planned first from the sizes alone, so the output is the same bytes for a given input
 // and seed whatever --workers is. Memory: the index (a key and four numbers a sample),
 // plus the samples in flight.
@@ -23,6 +23,7 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>
+#include <conveyor/file/source.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/shard/detail/tar.hpp>
@@ -298,33 +299,44 @@ struct shared_run {
     std::atomic<bool> stop{false};
 };
 
-/// One sample's bytes: the file opened and read whole (a plain function with named
-/// parameters: GCC 12 destroys a lambda's closure handed to a coroutine twice).
-cv::asio::awaitable<cv::buffer> read_file(cv::runtime& rt, std::string path, std::uint64_t size)
+/// Appends sample `it` (its bytes `data`) to `w`; throws if the bytes are not what the
+/// index said.
+void write_sample(shared_run& r, cv::shard::writer& w, const item& it, std::span<const std::byte> data)
 {
-    auto f = co_await cv::file::ranged_file::async_open(rt, std::move(path));
-    co_return co_await f.async_read(0, static_cast<std::size_t>(size));
+    if (data.size() != it.size)
+        throw cv::error(std::make_error_code(std::errc::io_error),
+                        {.stage = "make_shards", .key = it.key, .where = r.d.files[it.source], .offset = static_cast<std::int64_t>(it.offset),
+                         .detail = "read " + std::to_string(data.size()) + " of " + std::to_string(it.size) + " bytes (the file changed since it was indexed?)"});
+    const std::string cls = std::to_string(it.label);
+    const cv::shard::field_view fields[] = {{"jpg", data}, {"cls", std::as_bytes(std::span(cls.data(), cls.size()))}};
+    w.write(it.key, fields);
+    r.samples.fetch_add(1, std::memory_order_relaxed);
+    r.bytes.fetch_add(it.size, std::memory_order_relaxed);
 }
 
-std::future<cv::buffer> start_read(shared_run& r, const item& it)
+/// The samples of positions [first, last) from files, through the file source: each file
+/// whole, `reads_in_flight` at once, delivered in order (batched hand-off, no thread
+/// wake-up or future per file). The sizes are the index's, so the source trusts them.
+void write_from_files(shared_run& r, cv::shard::writer& w, std::uint64_t first, std::uint64_t last)
 {
-    if (r.whole.is_open())
-        return cv::asio::co_spawn(r.rt.next_io_executor(), r.whole.async_read(it.offset, static_cast<std::size_t>(it.size)),
-                                  cv::asio::use_future);
-    return cv::asio::co_spawn(r.rt.next_io_executor(), read_file(r.rt, r.d.files[it.source], it.size), cv::asio::use_future);
+    cv::file::listing l;
+    l.entries.reserve(last - first);
+    for (std::uint64_t p = first; p < last; ++p) {
+        const item& it = r.d.items[r.order[p]];
+        l.entries.push_back({r.d.files[it.source], static_cast<std::int64_t>(it.size), it.label});
+    }
+    const std::size_t window = std::max(1u, r.s.reads_in_flight);
+    auto run = cv::file::files(std::move(l), {.concurrency = window}).on(r.rt);
+    for (auto& b : run) {
+        if (r.stop.load(std::memory_order_relaxed)) return;
+        write_sample(r, w, r.d.items[r.order[first + b.index]], b.data.span());
+    }
 }
 
-void write_shard(shared_run& r, std::uint64_t k)
+/// The samples of positions [first, last) from the one tar of tars, by offset, up to
+/// `reads_in_flight` ranged reads ahead of the writing, taken in order.
+void write_from_tar(shared_run& r, cv::shard::writer& w, std::uint64_t first, std::uint64_t last)
 {
-    const std::uint64_t first = r.starts[k], last = k + 1 < r.starts.size() ? r.starts[k + 1] : r.order.size();
-    cv::shard::writer_options o{.pattern = r.s.output, .max_count = UINT64_MAX, .max_size = UINT64_MAX, .first_shard = k};
-    o.fsync = r.s.fsync;
-    std::optional<cv::shard::writer> w;
-    if (r.s3)
-        w.emplace(o, *r.s3);
-    else
-        w.emplace(o);
-    // Reads go out ahead of the writing, up to reads_in_flight of them, and come back in order.
     std::deque<std::future<cv::buffer>> reads;
     std::uint64_t next = first;
     const std::size_t window = std::max(1u, r.s.reads_in_flight);
@@ -337,20 +349,32 @@ void write_shard(shared_run& r, std::uint64_t k)
         }
     } guard{reads};
     for (std::uint64_t p = first; p < last && !r.stop.load(std::memory_order_relaxed); ++p) {
-        while (next < last && reads.size() < window) reads.push_back(start_read(r, r.d.items[r.order[next++]]));
-        const item& it = r.d.items[r.order[p]];
+        while (next < last && reads.size() < window) {
+            const item& ahead = r.d.items[r.order[next++]];
+            reads.push_back(cv::asio::co_spawn(r.rt.next_io_executor(),
+                                               r.whole.async_read(ahead.offset, static_cast<std::size_t>(ahead.size)),
+                                               cv::asio::use_future));
+        }
         cv::buffer data = reads.front().get();
         reads.pop_front();
-        if (data.size() != it.size)
-            throw cv::error(std::make_error_code(std::errc::io_error),
-                            {.stage = "make_shards", .key = it.key, .where = r.d.files[it.source], .offset = static_cast<std::int64_t>(it.offset),
-                             .detail = "read " + std::to_string(data.size()) + " of " + std::to_string(it.size) + " bytes (the file changed since it was indexed?)"});
-        const std::string cls = std::to_string(it.label);
-        const cv::shard::field_view fields[] = {{"jpg", data.span()}, {"cls", std::as_bytes(std::span(cls.data(), cls.size()))}};
-        w->write(it.key, fields);
-        r.samples.fetch_add(1, std::memory_order_relaxed);
-        r.bytes.fetch_add(it.size, std::memory_order_relaxed);
+        write_sample(r, w, r.d.items[r.order[p]], data.span());
     }
+}
+
+void write_shard(shared_run& r, std::uint64_t k)
+{
+    const std::uint64_t first = r.starts[k], last = k + 1 < r.starts.size() ? r.starts[k + 1] : r.order.size();
+    cv::shard::writer_options o{.pattern = r.s.output, .max_count = UINT64_MAX, .max_size = UINT64_MAX, .first_shard = k};
+    o.fsync = r.s.fsync;
+    std::optional<cv::shard::writer> w;
+    if (r.s3)
+        w.emplace(o, *r.s3);
+    else
+        w.emplace(o);
+    if (r.whole.is_open())
+        write_from_tar(r, *w, first, last);
+    else
+        write_from_files(r, *w, first, last);
     if (r.stop.load()) return; // the writer removes its shard in progress
     w->close();
     r.shards[k] = std::move(w->index().shards.at(0));
