@@ -549,3 +549,41 @@ TEST_CASE("decode_into writes exactly the output size into caller memory, as dec
     CHECK(info.kind == image::image_kind::jpeg);
     CHECK(info.components == 3);
 }
+
+TEST_CASE("damaged copies of real images decode or fail with an image error, whatever the crop method")
+{
+    // Bytes flipped at random in a JPEG (baseline and progressive) and a PNG: every decode
+    // ends in an image or a conveyor::error of the image category, never a crash (run
+    // under ASan/UBSan too: libjpeg's errors leave by longjmp).
+    std::vector<std::vector<std::byte>> originals{make_jpeg(120, 90, TJSAMP_420, 85)};
+    if (fs::exists(go_images / "video-001.progressive.jpeg")) {
+        originals.push_back(read_bytes(go_images / "video-001.progressive.jpeg"));
+        originals.push_back(read_bytes(go_images / "video-001.png"));
+    }
+    const image::decoder dec;
+    int decoded = 0, failed = 0;
+    std::uint64_t s = 77;
+    for (const auto& original : originals)
+        for (int round = 0; round < 150; ++round) {
+            auto bytes = original;
+            const int flips = 1 + int(mix(++s) % 8);
+            for (int f = 0; f < flips; ++f) {
+                const auto at = 2 + mix(++s) % (bytes.size() - 2);
+                bytes[at] = std::byte(mix(++s) & 0xFF);
+            }
+            if (round % 5 == 0) bytes.resize(2 + mix(++s) % (bytes.size() - 2));
+            const auto method = static_cast<image::jpeg_crop_method>(round % 3);
+            const image::decode_options o{.size = {32, 32}, .crop = image::crop_mode::random_resized, .jpeg_crop = method,
+                                          .strict = round % 2 == 0, .max_pixels = 1 << 22};
+            try {
+                const auto img = dec.decode(bytes, o, {.key = "fuzz"});
+                CHECK(img.width == 32);
+                ++decoded;
+            } catch (const conveyor::error& e) {
+                CHECK(std::string(e.code().category().name()) == "conveyor.image");
+                ++failed;
+            }
+        }
+    MESSAGE("damaged images: " << decoded << " decoded, " << failed << " failed");
+    CHECK(failed > 0);
+}
