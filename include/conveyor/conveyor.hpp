@@ -18,6 +18,8 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/decode.hpp>
+#include <conveyor/image/encode.hpp>
+#include <conveyor/image/synthetic.hpp>
 #include <conveyor/image/error.hpp>
 #include <conveyor/image/stage.hpp>
 #include <conveyor/http/chunks.hpp>

@@ -10,5 +10,7 @@
 #include <conveyor/image/impl/error.ipp>
 #include <conveyor/image/impl/decode.ipp>
 #include <conveyor/image/impl/stage.ipp>
+#include <conveyor/image/impl/encode.ipp>
+#include <conveyor/image/impl/synthetic.ipp>
 
 #endif
