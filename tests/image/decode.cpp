@@ -587,3 +587,22 @@ TEST_CASE("damaged copies of real images decode or fail with an image error, wha
     MESSAGE("damaged images: " << decoded << " decoded, " << failed << " failed");
     CHECK(failed > 0);
 }
+
+TEST_CASE("a region decode gives the same pixels as a whole decode, in every pixel format")
+{
+    const auto bytes = make_jpeg(333, 251, TJSAMP_420, 92); // sizes that are not MCU multiples
+    const image::decoder dec;
+    for (auto fmt : {image::pixel_format::rgb, image::pixel_format::bgr, image::pixel_format::gray}) {
+        for (int k = 0; k < 20; ++k) {
+            const std::string key = "k" + std::to_string(k);
+            CAPTURE(key);
+            CAPTURE(int(fmt));
+            image::decode_options o{.format = fmt, .size = {40, 30}, .crop = image::crop_mode::random_resized,
+                                    .dct_scaling = false, .jpeg_crop = image::jpeg_crop_method::decode_region};
+            const auto region = dec.decode(bytes, o, {.key = key});
+            o.jpeg_crop = image::jpeg_crop_method::decode_then_crop;
+            const auto whole = dec.decode(bytes, o, {.key = key});
+            CHECK(std::equal(region.data().begin(), region.data().end(), whole.data().begin(), whole.data().end()));
+        }
+    }
+}

@@ -723,9 +723,14 @@ inline void jpeg_decode_cropped(std::span<const std::uint8_t> b, const plan& p, 
     js.err.warnings = 0;
     js.err.warning_stop = false;
     const double s = double(f.num) / f.denom;
-    const auto x0 = static_cast<unsigned>(std::floor(p.crop.left * s)), y0 = static_cast<unsigned>(std::floor(p.crop.top * s));
-    const auto x1 = static_cast<unsigned>(std::ceil((p.crop.left + p.crop.width) * s));
-    const auto y1 = static_cast<unsigned>(std::ceil((p.crop.top + p.crop.height) * s));
+    // A margin around the crop: libjpeg's fancy (triangle) chroma upsampling reads one
+    // chroma sample beyond each edge of what it decodes, which at a region's edge is
+    // replicated, not read; with 4 pixels to spare the crop's own pixels are exact.
+    constexpr unsigned margin = 4;
+    const auto fx0 = static_cast<unsigned>(std::floor(p.crop.left * s)), fy0 = static_cast<unsigned>(std::floor(p.crop.top * s));
+    const unsigned x0 = fx0 > margin ? fx0 - margin : 0, y0 = fy0 > margin ? fy0 - margin : 0;
+    const auto x1 = static_cast<unsigned>(std::ceil((p.crop.left + p.crop.width) * s)) + margin;
+    const auto y1 = static_cast<unsigned>(std::ceil((p.crop.top + p.crop.height) * s)) + margin;
     const J_COLOR_SPACE cs = opts.format == pixel_format::gray ? JCS_GRAYSCALE : opts.format == pixel_format::bgr ? JCS_EXT_BGR : JCS_EXT_RGB;
     auto& st = thread_state();
     std::uint8_t* px = nullptr;
