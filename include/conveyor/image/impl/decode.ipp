@@ -299,6 +299,10 @@ struct filter_bank {
     std::vector<std::uint32_t> count; // window length
     std::vector<std::int32_t> weights; // `stride` per output
     std::uint32_t stride = 0;
+    // The weights as 16-bit pairs (tap 2k low, 2k+1 high; 0 past the window), `stride / 2 + 1`
+    // per output: the operands of SSE2's multiply-add, ready made.
+    std::vector<std::int32_t> pairs;
+    std::uint32_t pair_stride = 0;
 };
 
 /// Weights in 14-bit fixed point, so that two taps fit the 16-bit lanes of SSE2's
@@ -341,6 +345,14 @@ inline void make_bank(filter_bank& b, std::uint32_t out, double x0, double x1, s
         for (std::uint32_t k = 0; k < n; ++k)
             b.weights[std::size_t{i} * b.stride + k] = static_cast<std::int32_t>(std::lround(w[k] / total * (1 << bits)));
     }
+    b.pair_stride = b.stride / 2 + 1;
+    b.pairs.assign(std::size_t{out} * b.pair_stride, 0);
+    for (std::uint32_t i = 0; i < out; ++i)
+        for (std::uint32_t k = 0; k < b.count[i]; k += 2) {
+            const auto lo = static_cast<std::uint32_t>(b.weights[std::size_t{i} * b.stride + k]) & 0xFFFFu;
+            const auto hi = k + 1 < b.count[i] ? static_cast<std::uint32_t>(b.weights[std::size_t{i} * b.stride + k + 1]) << 16 : 0u;
+            b.pairs[std::size_t{i} * b.pair_stride + k / 2] = static_cast<std::int32_t>(lo | hi);
+        }
 }
 
 /// Resampler state kept per thread (banks, the intermediate image, an accumulator row).
@@ -365,34 +377,30 @@ inline void resample_row(const std::uint8_t* in, std::uint32_t base, const filte
 #if defined(__SSE2__)
     if constexpr (C == 3) {
         // Two taps of all three channels per multiply-add: each pixel loaded as 4 bytes
-        // (3 where that would read past `limit`), the pair interleaved into 16-bit lanes.
+        // (3 where that would read past `limit`, none past it), the pair interleaved into
+        // 16-bit lanes.
         const __m128i zero = _mm_setzero_si128();
         auto load = [limit](const std::uint8_t* q) {
             std::int32_t v;
             if (q + 4 <= limit) std::memcpy(&v, q, 4);
-            else v = std::int32_t{q[0]} | (std::int32_t{q[1]} << 8) | (std::int32_t{q[2]} << 16);
+            else if (q + 3 <= limit) v = std::int32_t{q[0]} | (std::int32_t{q[1]} << 8) | (std::int32_t{q[2]} << 16);
+            else v = 0; // the partner of a lone last tap, past the end: its weight is 0
             return _mm_cvtsi32_si128(v);
         };
         for (; i < out_w; ++i) {
-            const std::int32_t* wt = &b.weights[std::size_t{i} * b.stride];
+            const std::int32_t* pw = &b.pairs[std::size_t{i} * b.pair_stride];
             const std::uint8_t* p = in + std::size_t{b.first[i] - base} * 3;
             const std::uint32_t n = b.count[i];
             __m128i acc = _mm_set1_epi32(1 << (simd_bits - 1));
-            std::uint32_t j = 0;
-            for (; j + 2 <= n; j += 2) {
+            for (std::uint32_t j = 0; j < n; j += 2) { // a lone last tap pairs with weight 0
                 const __m128i x = _mm_unpacklo_epi8(_mm_unpacklo_epi8(load(p + 3 * j), load(p + 3 * j + 3)), zero);
-                const __m128i w = _mm_set1_epi32(static_cast<std::int32_t>((static_cast<std::uint32_t>(wt[j]) & 0xFFFFu) |
-                                                                           (static_cast<std::uint32_t>(wt[j + 1]) << 16)));
-                acc = _mm_add_epi32(acc, _mm_madd_epi16(x, w));
-            }
-            if (j < n) {
-                const __m128i x = _mm_unpacklo_epi16(_mm_unpacklo_epi8(load(p + 3 * j), zero), zero);
-                acc = _mm_add_epi32(acc, _mm_madd_epi16(x, _mm_set1_epi32(static_cast<std::int32_t>(static_cast<std::uint32_t>(wt[j]) & 0xFFFFu))));
+                acc = _mm_add_epi32(acc, _mm_madd_epi16(x, _mm_set1_epi32(pw[j / 2])));
             }
             acc = _mm_srai_epi32(acc, simd_bits);
-            const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, zero), zero);
-            const std::int32_t v = _mm_cvtsi128_si32(packed);
-            std::memcpy(o + i * 3, &v, 3);
+            const std::int32_t v = _mm_cvtsi128_si32(_mm_packus_epi16(_mm_packs_epi32(acc, zero), zero));
+            // Four bytes where the next pixel will overwrite the fourth; three at the end.
+            if (i + 1 < out_w) std::memcpy(o + i * 3, &v, 4);
+            else std::memcpy(o + i * 3, &v, 3);
         }
         return;
     }
