@@ -608,6 +608,23 @@ TEST_CASE("batch groups items and delivers a smaller last batch unless told not 
     CHECK(flat == iota(10'000));
 }
 
+// Regression test, fixed bug: after each full batch the stage reset its vector with `cur = {}`, the
+// initializer-list assignment, which copies: a batch of move-only items (decoded images, buffers)
+// did not compile.
+TEST_CASE("batch groups move-only items")
+{
+    cv::runtime rt;
+    auto p = cv::from_range(iota(7)).on(rt) | cv::map([](int i) { return std::make_unique<int>(i); }) | cv::batch(3);
+    std::vector<int> seen;
+    std::vector<std::size_t> sizes;
+    for (auto& b : p) {
+        sizes.push_back(b.size());
+        for (auto& x : b) seen.push_back(*x);
+    }
+    CHECK(sizes == std::vector<std::size_t>{3, 3, 1});
+    CHECK(seen == iota(7));
+}
+
 TEST_CASE("batch rejects a size of zero")
 {
     try {

@@ -328,7 +328,7 @@ public:
                             in.close();
                             co_return;
                         }
-                        cur = {};
+                        cur = std::vector<T>(); // not `= {}`: that is the initializer-list assignment, which copies
                         cur.reserve(n);
                     }
                 }

@@ -70,7 +70,7 @@ inline double synthetic_distance(std::size_t shape, double x, double y)
     case 2: return polygon(3, 0.5);                                                   // triangle
     case 3: return std::abs(std::hypot(x, y) - 0.75) - 0.25;                          // ring
     case 4: return std::min(std::max(ax - 1, ay - 0.3), std::max(ax - 0.3, ay - 1)); // cross
-    case 5: return (ax + ay) / std::numbers::sqrt2 - 0.7;                             // diamond
+    case 5: return (ax + ay / 0.55 - 1) * 0.48;                                       // diamond (a rhombus)
     case 6: {                                                                         // star
         const double r = std::hypot(x, y), t = std::atan2(y, x);
         return r - (0.55 + 0.45 * std::pow(0.5 + 0.5 * std::cos(5 * t + std::numbers::pi / 2), 2));
@@ -156,9 +156,13 @@ CONVEYOR_DECL std::vector<std::uint8_t> draw_synthetic_image(const synthetic_ima
                                   (grid[(iy + 1) * gw + ix] * (1 - tx) + grid[(iy + 1) * gw + ix + 1] * tx) * ty;
             double t = ((gx * x + gy * y) - std::min(0.0, gx * w) - std::min(0.0, gy * h)) / span;
             t = std::clamp(t, 0.0, 1.0);
-            const double grain = static_cast<double>(rng.next() % 25) - 12;
+            const double grain = static_cast<double>(rng.next() % 49) - 24;
             std::uint8_t* p = px.data() + (std::size_t{y} * w + x) * 3;
-            for (int k = 0; k < 3; ++k) p[k] = static_cast<std::uint8_t>(std::clamp(a[k] * (1 - t) + b[k] * t + coarse + grain, 0.0, 255.0));
+            const std::uint64_t tint = rng.next(); // a little colour noise too, as in photos
+            for (int k = 0; k < 3; ++k) {
+                const double chroma = static_cast<double>((tint >> (16 * k)) % 17) - 8;
+                p[k] = static_cast<std::uint8_t>(std::clamp(a[k] * (1 - t) + b[k] * t + coarse + grain + chroma, 0.0, 255.0));
+            }
         }
     }
     // Distractors: a few grey shapes of any kind, half transparent.
