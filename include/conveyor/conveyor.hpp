@@ -13,6 +13,11 @@
 #include <conveyor/core/slice.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
+#if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/device.hpp>
+#include <conveyor/cuda/error.hpp>
+#include <conveyor/cuda/staging.hpp>
+#endif
 #include <conveyor/file/error.hpp>
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>

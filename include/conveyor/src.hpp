@@ -19,6 +19,7 @@
 #include <conveyor/s3/impl/src.hpp>
 #include <conveyor/shard/impl/src.hpp>
 #include <conveyor/image/impl/src.hpp>
+#include <conveyor/cuda/impl/src.hpp>
 #include <conveyor/bench/impl/src.hpp>
 
 #endif
