@@ -19,6 +19,7 @@
 
 #include "s3_bench.hpp"
 #include "shard_bench.hpp"
+#include "pipeline_bench.hpp"
 #if CONVEYOR_WITH_CUDA
 #include "h2d_bench.hpp"
 #endif
@@ -626,6 +627,7 @@ int main(int argc, char** argv)
     auto run_s3 = add_s3_subcommands(app);
     auto run_shards = add_shard_subcommands(app);
     auto run_decode = add_decode_subcommands(app);
+    auto run_pipeline = add_pipeline_subcommands(app);
 #if CONVEYOR_WITH_CUDA
     auto run_h2d = add_h2d_subcommands(app);
 #endif
@@ -649,6 +651,7 @@ int main(int argc, char** argv)
         if (int rc = run_s3(); rc >= 0) return rc;
         if (int rc = run_shards(); rc >= 0) return rc;
         if (int rc = run_decode(); rc >= 0) return rc;
+        if (int rc = run_pipeline(); rc >= 0) return rc;
 #if CONVEYOR_WITH_CUDA
         if (int rc = run_h2d(); rc >= 0) return rc;
 #endif

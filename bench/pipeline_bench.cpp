@@ -1,0 +1,206 @@
+// conveyor-bench pipeline: the end-to-end rate of a training input pipeline, from tar shards
+// (local, S3 or http) or an ImageFolder to batches of decoded, augmented images:
+//
+//     shards → samples → decode (random-resized crop, flip) → batches [→ GPU with --cuda]
+//
+// It prints, per epoch, images/s, MB/s read, the time to the first batch, peak RSS and CPU
+// time; then the decode-only rate with the same threads over samples held in memory (what
+// the pipeline would reach if reading and batching cost nothing), and the ratio. The JSON
+// fields match bench/torch_baseline.py's, so the two compare line by line.
+#include "pipeline_bench.hpp"
+
+#include <conveyor/bench/bench.hpp>
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/core/stages.hpp>
+#include <conveyor/file/index.hpp>
+#include <conveyor/file/source.hpp>
+#include <conveyor/image/decode.hpp>
+#include <conveyor/image/stage.hpp>
+#include <conveyor/shard/list.hpp>
+#include <conveyor/shard/source.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace cv = conveyor;
+namespace cb = conveyor::bench;
+namespace ci = conveyor::image;
+
+struct pipeline_args {
+    std::vector<std::string> urls;
+    std::string folder;
+    std::size_t batch = 256;
+    std::uint32_t size = 224;
+    std::size_t threads = 0;
+    std::size_t epochs = 1;
+    std::size_t decode_only = 1000;
+    std::uint64_t seed = 1;
+};
+
+/// One epoch's figures.
+struct epoch_result {
+    std::uint64_t images = 0, batches = 0;
+    double seconds = 0, first_batch_s = -1;
+    cb::resource_usage usage;
+};
+
+template <class Pipe>
+epoch_result run_epoch(Pipe& pipe)
+{
+    epoch_result r;
+    const auto before = cb::usage_now();
+    cb::stopwatch clock;
+    for (auto& b : pipe) {
+        if (r.batches++ == 0) r.first_batch_s = clock.seconds();
+        r.images += b.size();
+    }
+    r.seconds = clock.seconds();
+    r.usage = cb::usage_now() - before;
+    return r;
+}
+
+/// Decodes `jpegs` with `opts` on `threads` threads, `passes` times; images/s.
+double decode_only_rate(const std::vector<std::vector<std::byte>>& jpegs, const ci::decode_options& opts, std::size_t threads)
+{
+    if (jpegs.empty()) return 0;
+    const ci::decoder dec;
+    const auto out = dec.output_size(std::span(jpegs.front()), opts);
+    std::atomic<std::size_t> next{0};
+    const std::size_t total = std::max<std::size_t>(jpegs.size(), 2000);
+    cb::stopwatch clock;
+    {
+        std::vector<std::jthread> pool;
+        for (std::size_t t = 0; t < threads; ++t)
+            pool.emplace_back([&] {
+                std::vector<std::uint8_t> pixels(std::size_t{out.width} * out.height * ci::channels_of(opts.format));
+                for (std::size_t i; (i = next.fetch_add(1)) < total;) {
+                    const auto& j = jpegs[i % jpegs.size()];
+                    const std::string key = std::to_string(i);
+                    dec.decode_into(std::span(j), opts, {.key = key}, pixels);
+                }
+            });
+    }
+    return static_cast<double>(total) / clock.seconds();
+}
+
+int cmd_pipeline(const pipeline_args& a)
+{
+    const std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
+    cv::runtime rt({.io_threads = 1, .compute_threads = threads});
+    const ci::decode_image_options decode{
+        .decode = {.size = {a.size, a.size}, .crop = ci::crop_mode::random_resized, .flip = 0.5, .seed = a.seed}};
+    std::uint64_t bytes = 0;
+    std::string engine;
+    std::optional<cv::pipeline<std::vector<ci::decoded>>> pipe;
+    std::optional<cv::pipeline<cv::shard::sample>> samples; // for the decode-only pass
+    if (!a.folder.empty()) {
+        auto files = cv::file::walk(a.folder, {.labels = true});
+        for (const auto& e : files.entries) bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.size));
+        engine = "conveyor-files";
+        std::fprintf(stderr, "pipeline: %zu files, %.1f MB, in %s\n", files.size(), bytes / 1e6, a.folder.c_str());
+        pipe = cv::file::files(std::move(files)).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed}) |
+               ci::decode_image(decode) | cv::batch(a.batch);
+    } else {
+        auto list = cv::shard::resolve(a.urls);
+        for (auto& s : list) {
+            std::error_code ec;
+            if (s.size < 0 && cv::shard::location_of(s.url) == cv::shard::location::local)
+                if (const auto n = std::filesystem::file_size(cv::shard::local_path(s.url), ec); !ec) s.size = static_cast<std::int64_t>(n);
+            bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.size));
+        }
+        engine = "conveyor-shards";
+        std::fprintf(stderr, "pipeline: %zu shards, %.1f MB\n", list.size(), bytes / 1e6);
+        pipe = cv::shard::shards(list, {.order = {.seed = a.seed}}).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed}) |
+               ci::decode_image(decode) | cv::batch(a.batch);
+        samples = cv::shard::shards(list, {.order = {.seed = a.seed, .shuffle = false}}).on(rt);
+    }
+    const double rss_before = static_cast<double>(cb::current_rss_bytes()) / 1e6;
+    std::vector<double> rates;
+    for (std::size_t e = 0; e < a.epochs; ++e) {
+        const auto r = run_epoch(*pipe);
+        rates.push_back(static_cast<double>(r.images) / r.seconds);
+        cb::json_line()
+            .add("bench", "pipeline")
+            .add("engine", engine)
+            .add("threads", threads)
+            .add("batch", a.batch)
+            .add("size", a.size)
+            .add("epoch", e)
+            .add("images", r.images)
+            .add("batches", r.batches)
+            .add("bytes", bytes)
+            .add("seconds", r.seconds)
+            .add("images_per_s", rates.back())
+            .add("mb_per_s", static_cast<double>(bytes) / 1e6 / r.seconds)
+            .add("time_to_first_batch_s", r.first_batch_s)
+            .add("peak_rss_mb", r.usage.max_rss_mb())
+            .add("rss_before_mb", rss_before)
+            .add("cpu_s", r.usage.cpu_s())
+            .add("images_per_cpu_s", static_cast<double>(r.images) / std::max(1e-9, r.usage.cpu_s()))
+            .print();
+        std::fprintf(stderr, "pipeline: epoch %zu: %llu images in %llu batches, %.2f s: %.0f images/s, %.0f MB/s, first batch after %.3f s, peak RSS %.0f MB, %.0f images per CPU second\n",
+                     e, static_cast<unsigned long long>(r.images), static_cast<unsigned long long>(r.batches), r.seconds,
+                     rates.back(), bytes / 1e6 / r.seconds, r.first_batch_s, r.usage.max_rss_mb(),
+                     r.images / std::max(1e-9, r.usage.cpu_s()));
+    }
+    // Decode only: the same decode on the same threads over JPEGs already in memory.
+    if (samples && a.decode_only > 0) {
+        std::vector<std::vector<std::byte>> jpegs;
+        for (auto& s : *samples) {
+            for (const char* f : {"jpg", "jpeg"})
+                if (const auto* field = s.find(f)) {
+                    const auto d = field->data.span();
+                    jpegs.emplace_back(d.begin(), d.end());
+                    break;
+                }
+            if (jpegs.size() >= a.decode_only) break;
+        }
+        const double only = decode_only_rate(jpegs, decode.decode, threads);
+        // The first epoch also warms the pools (fresh memory is dear in VMs): with more than
+        // one, the later ones are compared.
+        const double e2e = rates.size() > 1 ? cb::median(std::vector<double>(rates.begin() + 1, rates.end())) : rates.front();
+        cb::json_line()
+            .add("bench", "pipeline")
+            .add("engine", "decode-only")
+            .add("threads", threads)
+            .add("size", a.size)
+            .add("images", jpegs.size())
+            .add("images_per_s", only)
+            .add("pipeline_over_decode_only", e2e / std::max(1e-9, only))
+            .print();
+        std::fprintf(stderr, "pipeline: decode only (%zu JPEGs in memory, %zu threads): %.0f images/s; the pipeline reached %.0f%% of it\n",
+                     jpegs.size(), threads, only, 100 * e2e / std::max(1e-9, only));
+    }
+    return 0;
+}
+
+} // namespace
+
+std::function<int()> add_pipeline_subcommands(CLI::App& app)
+{
+    auto a = std::make_shared<pipeline_args>();
+    auto* p = app.add_subcommand("pipeline", "end to end: shards (or an ImageFolder) → decode with random-resized crop and flip → batches");
+    auto* urls = p->add_option("urls", a->urls, "shards: paths, brace patterns, s3:// URLs, a dataset index (.json)");
+    auto* folder = p->add_option("--folder", a->folder, "an ImageFolder instead of shards");
+    urls->excludes(folder);
+    p->add_option("--batch", a->batch, "images per batch")->capture_default_str();
+    p->add_option("--size", a->size, "output side (random-resized crop)")->capture_default_str();
+    p->add_option("--threads", a->threads, "compute threads (0: one per core); one I/O thread besides")->capture_default_str();
+    p->add_option("--epochs", a->epochs, "passes over the data")->capture_default_str();
+    p->add_option("--decode-only", a->decode_only, "JPEGs held in memory for the decode-only rate (0: skip it)")->capture_default_str();
+    p->add_option("--seed", a->seed, "seed of order and augmentation")->capture_default_str();
+    return [p, a]() -> int {
+        if (!p->parsed()) return -1;
+        if (a->urls.empty() && a->folder.empty()) throw CLI::ValidationError("pipeline", "give shard URLs or --folder");
+        return cmd_pipeline(*a);
+    };
+}
