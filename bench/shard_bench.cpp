@@ -32,7 +32,7 @@ struct shard_args {
     std::vector<std::string> specs;
     std::string engine = "conveyor";
     std::size_t repeat = 3;
-    unsigned shards_in_flight = 4;
+    unsigned shards_in_flight = 0; // the source's default for the list
     std::size_t chunk_mb = 2; // the library's default (chunk_options::chunk_size)
     unsigned chunks_in_flight = 2;
     std::size_t io_threads = 0;
@@ -105,7 +105,7 @@ int cmd_shards(const shard_args& a)
     cv::shard::source_options o;
     o.share = cv::shard::split{};
     o.order.shuffle = false;
-    o.shards_in_flight = a.shards_in_flight;
+    o.shards_in_flight = a.shards_in_flight ? a.shards_in_flight : cv::shard::default_shards_in_flight(list);
     o.chunks.chunk_size = a.chunk_mb << 20;
     o.chunks.chunks_in_flight = a.chunks_in_flight;
     o.s3 = s3;
@@ -134,7 +134,7 @@ int cmd_shards(const shard_args& a)
         line.add("bench", "shards")
             .add("engine", a.engine)
             .add("shards", list.size())
-            .add("shards_in_flight", a.shards_in_flight)
+            .add("shards_in_flight", o.shards_in_flight)
             .add("chunk_MB", a.chunk_mb)
             .add("chunks_in_flight", a.chunks_in_flight)
             .add("repeat", rep)
@@ -170,7 +170,7 @@ std::function<int()> add_shard_subcommands(CLI::App& app)
         ->check(CLI::IsMember({"conveyor", "cat"}))
         ->capture_default_str();
     s->add_option("--repeat", a->repeat, "passes over the shards")->check(CLI::PositiveNumber)->capture_default_str();
-    s->add_option("--shards-in-flight", a->shards_in_flight, "shards read at once")->check(CLI::PositiveNumber)->capture_default_str();
+    s->add_option("--shards-in-flight", a->shards_in_flight, "shards read at once (0: the source's default, 4 local, 12 remote)")->capture_default_str();
     s->add_option("--chunk-MB", a->chunk_mb, "chunk size in MiB")->check(CLI::PositiveNumber)->capture_default_str();
     s->add_option("--chunks-in-flight", a->chunks_in_flight, "chunks of one shard read ahead")->check(CLI::PositiveNumber)->capture_default_str();
     s->add_option("--io-threads", a->io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();

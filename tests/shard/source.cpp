@@ -71,6 +71,15 @@ shard::source_options options(std::uint64_t rank = 0, std::uint64_t world = 1, s
 
 } // namespace
 
+TEST_CASE("by default a source reads 4 local shards at once, and 12 when any shard is remote")
+{
+    using cs = conveyor::shard::shard_ref;
+    CHECK(conveyor::shard::default_shards_in_flight({cs{"/data/a.tar"}, cs{"file:///data/b.tar"}}) == 4);
+    CHECK(conveyor::shard::default_shards_in_flight({cs{"/data/a.tar"}, cs{"s3://bucket/b.tar"}}) == 12);
+    CHECK(conveyor::shard::default_shards_in_flight({cs{"https://host/c.tar"}}) == 12);
+    CHECK(conveyor::shard::source_options{}.shards_in_flight == 0);
+}
+
 TEST_CASE("a shard list reads as samples with their bytes, keys and places")
 {
     for (bool gzip : {false, true}) {

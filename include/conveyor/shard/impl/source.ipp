@@ -152,6 +152,13 @@ CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::
                 {.stage = "shards", .where = conveyor::detail::redact_userinfo(url), .detail = "not a shard URL conveyor reads"});
 }
 
+CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list) noexcept
+{
+    for (const auto& s : list)
+        if (location_of(s.url) != location::local) return 12;
+    return 4;
+}
+
 CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_options o)
 {
     if (list.empty()) throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "shards", .detail = "the shard list is empty"});
@@ -161,7 +168,7 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
         throw error(make_error_code(conveyor::errc::invalid_argument),
                     {.stage = "shards", .detail = "rank " + std::to_string(share.rank) + " of " + std::to_string(share.world_size) + ", worker " +
                                                   std::to_string(share.worker) + " of " + std::to_string(share.workers) + " is not a valid share"});
-    if (o.shards_in_flight == 0) o.shards_in_flight = 1;
+    if (o.shards_in_flight == 0) o.shards_in_flight = default_shards_in_flight(*shared);
     return pipeline<sample>([shared, o, share](const std::shared_ptr<run_context>& ctx) {
         auto st = std::make_shared<detail::shards_run>();
         st->list = shared;
