@@ -11,13 +11,14 @@ find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(CONVEYOR_URING REQUIRED IMPORTED_TARGET GLOBAL liburing)
 pkg_check_modules(CONVEYOR_IMAGE REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg libjpeg spng)
+find_package(dlpack REQUIRED CONFIG) # Debian libdlpack-dev (header only): image/dlpack.hpp
 
 if(NOT TARGET conveyor::deps)
   # The imported target itself carries the namespaced name (no alias), so that install(EXPORT)
   # writes `conveyor::deps` into conveyor::conveyor's link interface; conveyorConfig.cmake
   # recreates it by including this file before the exported targets.
   add_library(conveyor::deps INTERFACE IMPORTED GLOBAL)
-  target_link_libraries(conveyor::deps INTERFACE Boost::headers Boost::json Boost::url OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB Threads::Threads PkgConfig::CONVEYOR_URING PkgConfig::CONVEYOR_IMAGE)
+  target_link_libraries(conveyor::deps INTERFACE Boost::headers Boost::json Boost::url OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB Threads::Threads PkgConfig::CONVEYOR_URING PkgConfig::CONVEYOR_IMAGE dlpack::dlpack)
   # Asio: no deprecated interfaces; io_uring stays ours (Asio's own backend is not used).
   target_compile_definitions(conveyor::deps INTERFACE BOOST_ASIO_NO_DEPRECATED)
 endif()

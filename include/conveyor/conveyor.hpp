@@ -22,7 +22,9 @@
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
+#include <conveyor/image/batch.hpp>
 #include <conveyor/image/decode.hpp>
+#include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/encode.hpp>
 #include <conveyor/image/synthetic.hpp>
 #include <conveyor/image/error.hpp>

@@ -10,6 +10,8 @@
 #include <conveyor/image/impl/error.ipp>
 #include <conveyor/image/impl/decode.ipp>
 #include <conveyor/image/impl/stage.ipp>
+#include <conveyor/image/impl/batch.ipp>
+#include <conveyor/image/impl/dlpack.ipp>
 #include <conveyor/image/impl/encode.ipp>
 #include <conveyor/image/impl/synthetic.ipp>
 
