@@ -11,6 +11,7 @@ packages=(
   doctest-dev libcli11-dev libbenchmark-dev
   fio golang-1.19-src zlib1g-dev libarchive-tools
   python3-botocore openssl curl python3-torch python3-torchvision python3-pil
+  pybind11-dev python3-dev python3-pytest
 )
 # The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
