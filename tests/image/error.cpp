@@ -28,8 +28,8 @@ TEST_CASE("every image error code has a message of its own, in the conveyor.imag
     CHECK(image::make_error_code(image::errc::too_large).message() == "image is larger than the pixel limit");
     CHECK(image::make_error_code(image::errc::zero_size).message() == "image is empty");
     CHECK(image::make_error_code(image::errc::bad_options).message() == "invalid image decode options");
-    CHECK(image::make_error_code(image::errc::missing_field).message() == "sample has no such field");
-    CHECK(image::make_error_code(image::errc::bad_label).message() == "label is not a decimal integer");
+    CHECK(image::make_error_code(image::errc::missing_field).message() == "sample has no such field or key");
+    CHECK(image::make_error_code(image::errc::bad_label).message() == "label is not an integer or not in the label map");
     CHECK(image::make_error_code(static_cast<image::errc>(999)).message() == "unknown conveyor.image error");
     const std::error_code ec = image::errc::corrupt; // is_error_code_enum
     CHECK(ec == image::errc::corrupt);

@@ -149,7 +149,7 @@ TEST_CASE("a sample without an image field or with a bad label is an error sayin
     CHECK(missing.find("none of the image fields (jpg, jpeg, png)") != std::string::npos);
     CHECK(missing.find("which has: txt, cls") != std::string::npos);
     const auto label = first_error(bad_label, {});
-    CHECK(label.find("label is not a decimal integer") != std::string::npos);
+    CHECK(label.find("not a decimal integer") != std::string::npos);
     CHECK(label.find("\"seven\"") != std::string::npos);
     CHECK(label.find("bad_label.tar") != std::string::npos);
     // No label field asked for: label -1, no error.

@@ -38,9 +38,11 @@ enum class errc {
     /// The options cannot be applied (an output span of the wrong size, a crop range
     /// that is empty or inverted).
     bad_options,
-    /// A shard sample has none of the image fields asked for, or not the label field.
+    /// A shard sample has none of the image fields asked for, or not the label field, or
+    /// its JSON label field lacks the key asked for (`json_label`).
     missing_field,
-    /// A sample's label field is not a decimal integer.
+    /// A sample's label field is not a decimal integer, a JSON label not an integer, an
+    /// item has no entry in the label map, or a label map file is malformed.
     bad_label,
 };
 

@@ -7,6 +7,7 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/image/decode.hpp>
+#include <conveyor/image/labels.hpp>
 #include <conveyor/shard/sample.hpp>
 
 #include <algorithm>
@@ -26,7 +27,7 @@ struct decoded {
     std::string key;           ///< the sample key (shards) or the file's key (files)
     std::string where;         ///< the shard URL or the file's path
     decoded_image image;       ///< the pixels, HWC uint8
-    std::int64_t label = -1;   ///< class id (the `cls` field, or the ImageFolder class), -1 if none
+    std::int64_t label = -1;   ///< class id (`cls`, a JSON field, a label map, the ImageFolder class), -1 if none
     std::uint64_t index = 0;   ///< the sample's position in its shard, or the file's in its listing
 };
 
@@ -40,8 +41,19 @@ struct decode_image_options {
     /// Shard samples: the field holding the label as decimal text (webdataset's `cls`);
     /// empty: no label (-1). A sample without it, or with anything but an integer in it,
     /// is an error (`errc::missing_field`, `errc::bad_label`). File blobs take the
-    /// label their source gives (the ImageFolder class), whatever this says.
+    /// label their source gives (the ImageFolder class, an S3 listing's prefix class),
+    /// whatever this says. Not used when `label_json` or `label_map` gives labels.
     std::string label_field = "cls";
+    /// Shard samples: the label is an integer in a JSON field instead (`{"json",
+    /// "annotations.class"}`; see `json_label`), when `label_json.field` is not empty.
+    /// A sample without the field or the key is `errc::missing_field`; a value that is not
+    /// an integer, or a field that is not JSON, `errc::bad_label`. File blobs: not used.
+    json_label label_json;
+    /// Labels from a validation map instead, for shard samples and file blobs alike, when
+    /// `label_map.map` is set (see `label_map_options`, `load_label_map`): it comes
+    /// before `label_json`, `label_field` and the source's label. An item the map has no
+    /// entry for is `errc::bad_label`.
+    label_map_options label_map;
     /// Images decoded at once on the compute pool. 0: twice its threads.
     std::size_t concurrency = 0;
     /// Keep input order (true) or hand images on as they are done (false).
@@ -67,10 +79,11 @@ struct encoded_image {
 };
 
 /** The image field of shard sample `s` (the first of `o.fields` present) and its label
-    (`o.label_field`); throws `errc::missing_field` or `errc::bad_label` naming the sample. */
+    (from `o.label_map`, else `o.label_json`, else `o.label_field`); throws
+    `errc::missing_field` or `errc::bad_label` naming the sample. */
 CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decode_image_options& o);
 
-/// File blob `b` with the label its source gave.
+/// File blob `b` with the label its source gave, or `o.label_map`'s for it.
 CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options& o);
 
 namespace detail {

@@ -22,8 +22,8 @@ public:
         case errc::too_large: return "image is larger than the pixel limit";
         case errc::zero_size: return "image is empty";
         case errc::bad_options: return "invalid image decode options";
-        case errc::missing_field: return "sample has no such field";
-        case errc::bad_label: return "label is not a decimal integer";
+        case errc::missing_field: return "sample has no such field or key";
+        case errc::bad_label: return "label is not an integer or not in the label map";
         }
         return "unknown conveyor.image error";
     }

@@ -9,6 +9,7 @@
 
 #include <conveyor/image/impl/error.ipp>
 #include <conveyor/image/impl/decode.ipp>
+#include <conveyor/image/impl/labels.ipp>
 #include <conveyor/image/impl/stage.ipp>
 #include <conveyor/image/impl/batch.ipp>
 #include <conveyor/image/impl/dlpack.ipp>

@@ -52,7 +52,14 @@ CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decod
                                   "none of the image fields (" + names + ") is in the sample, which has: " + (has.empty() ? "no fields" : has));
     }
     encoded_image e{.bytes = img->data.span(), .key = s.key, .where = s.url, .index = s.index};
-    if (!o.label_field.empty()) {
+    if (o.label_map.map) {
+        e.label = detail::map_label_of(o.label_map, s.key, s.url, nullptr);
+    } else if (!o.label_json.field.empty()) {
+        const shard::field* doc = s.find(o.label_json.field);
+        if (!doc)
+            throw detail::image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_json.field + "' is not in the sample");
+        e.label = detail::json_label_of(doc->data.view(), o.label_json, s.key, s.url);
+    } else if (!o.label_field.empty()) {
         const shard::field* cls = s.find(o.label_field);
         if (!cls)
             throw detail::image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_field + "' is not in the sample");
@@ -61,9 +68,11 @@ CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decod
     return e;
 }
 
-CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options&)
+CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options& o)
 {
-    return {.bytes = b.data.span(), .key = b.key, .where = b.origin, .label = b.label, .index = b.index};
+    encoded_image e{.bytes = b.data.span(), .key = b.key, .where = b.origin, .label = b.label, .index = b.index};
+    if (o.label_map.map) e.label = detail::map_label_of(o.label_map, b.key, b.origin, &b.index);
+    return e;
 }
 
 CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o)
@@ -71,6 +80,11 @@ CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o)
     if (!o.stats) o.stats = std::make_shared<decode_stats>();
     if (o.fields.empty())
         throw conveyor::error(make_error_code(errc::bad_options), {.stage = "decode_image", .detail = "no image fields to look for"});
+    if (o.label_map.map && o.label_map.by == label_lookup::key_number && !o.label_map.first_number)
+        throw conveyor::error(make_error_code(errc::bad_options),
+                              {.stage = "decode_image",
+                               .detail = "label_lookup::key_number needs label_map_options::first_number: the key number of entry \"0\" "
+                                         "(1 for ImageNet's ILSVRC2012_val_00000001, 0 for keys counted from 0)"});
     o_ = std::make_shared<const decode_image_options>(std::move(o));
 }
 
