@@ -1,7 +1,10 @@
 // Tests of conveyor/s3/source.hpp against s3rver behind the SigV4-checking proxy: the S3
 // source (keys, index files, prefix listings; ordered and completion order; retries
-// delivered exactly once; skipping), random access, and stopping early.
+// delivered exactly once; skipping), random access, and stopping early. ImageFolder labels
+// from key prefixes run against a server scripted here (no s3rver needed).
 #include "support.hpp"
+
+#include "../support/http_server.hpp"
 
 #include <conveyor/core/stages.hpp>
 
@@ -197,4 +200,124 @@ TEST_CASE("breaking out of an s3 source stops its requests promptly")
         }
     }));
     clear_faults();
+}
+
+// =======================================================================================
+// ImageFolder labels from key prefixes (against a scripted loopback server)
+
+namespace {
+
+/// A ListObjectsV2 page (never truncated) of `keys`, each object's size the length of its key.
+std::string labels_list_reply(const std::vector<std::string>& keys, const std::vector<std::string>& prefixes)
+{
+    std::string s = R"(<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">)";
+    s += "<Name>pictures</Name><KeyCount>" + std::to_string(keys.size() + prefixes.size()) + "</KeyCount><IsTruncated>false</IsTruncated>";
+    for (const auto& k : keys) s += "<Contents><Key>" + k + "</Key><Size>" + std::to_string(k.size()) + "</Size></Contents>";
+    for (const auto& p : prefixes) s += "<CommonPrefixes><Prefix>" + p + "</Prefix></CommonPrefixes>";
+    s += "</ListBucketResult>";
+    return conveyor_test::reply(200, s, "Content-Type: application/xml\r\n");
+}
+
+/// The (still encoded) value of query parameter `name` of `target`.
+std::string labels_query(std::string_view target, std::string_view name)
+{
+    const std::string want = std::string(name) + "=";
+    for (auto at = target.find('?'); at != std::string_view::npos; at = target.find('&', at + 1)) {
+        const auto rest = target.substr(at + 1);
+        if (rest.substr(0, want.size()) == want) return std::string(rest.substr(want.size(), rest.find('&') - want.size()));
+    }
+    return {};
+}
+
+/// A bucket "pictures" holding train/readme.txt, train/dog/{b,a}.jpg, train/cat/{1,2}.jpg,
+/// train/cat/deep/3.jpg and train/emu/x.jpg: ListObjectsV2 (with and without the delimiter)
+/// and GETs, whose body is the key.
+asio::awaitable<bool> picture_bucket(conveyor_test::peer& p, const boost::beast::http::request<boost::beast::http::string_body>& req,
+                                     std::size_t)
+{
+    const std::string target(req.target());
+    if (target.find("list-type=2") != std::string::npos) {
+        const std::string prefix = labels_query(target, "prefix");
+        std::string page;
+        if (!labels_query(target, "delimiter").empty())
+            page = labels_list_reply({"train/readme.txt"}, {"train/cat/", "train/dog/", "train/emu/"});
+        else if (prefix == "train%2Fcat%2F")
+            page = labels_list_reply({"train/cat/1.jpg", "train/cat/2.jpg", "train/cat/deep/3.jpg"}, {});
+        else if (prefix == "train%2Fdog%2F")
+            page = labels_list_reply({"train/dog/a.jpg", "train/dog/b.jpg"}, {});
+        else if (prefix == "train%2Femu%2F")
+            page = labels_list_reply({"train/emu/x.jpg"}, {});
+        else
+            page = labels_list_reply({}, {});
+        co_return co_await p.write(page);
+    }
+    const std::string key = target.substr(std::string("/pictures/").size());
+    co_return co_await p.write(conveyor_test::reply(200, key));
+}
+
+} // namespace
+
+TEST_CASE("s3 listings give ImageFolder labels from the first key component under the prefix, when asked")
+{
+    conveyor_test::test_server srv(picture_bucket);
+    cv::runtime lrt({.io_threads = 1, .compute_threads = 1});
+    s3::client c(lrt, path_style_config(srv.endpoint()), fast_retries());
+
+    // By default no labels, as before: every object, label -1.
+    const auto plain = s3::list_url(c, "s3://pictures/train/");
+    CHECK(plain.size() == 7);
+    CHECK(plain.labels.empty());
+    for (auto& b : s3::objects(c, plain).on(lrt)) CHECK(b.label == -1);
+
+    // With labels: cat 0, dog 1, emu 2 (sorted); train/readme.txt, directly under the prefix, is left out.
+    const auto l = s3::list_url(c, "s3://pictures/train/", {.labels = true});
+    CHECK(l.classes == std::vector<std::string>{"cat", "dog", "emu"});
+    REQUIRE(l.size() == 6);
+    REQUIRE(l.labels.size() == 6);
+    std::map<std::string, std::int64_t> got;
+    std::size_t n = 0;
+    for (auto& b : s3::objects(c, l).on(lrt)) {
+        CHECK(b.data.view() == b.key); // the scripted server's body
+        CHECK(b.label == l.labels[b.index]);
+        got[b.key] = b.label;
+        ++n;
+    }
+    CHECK(n == 6);
+    CHECK(got == std::map<std::string, std::int64_t>{{"train/cat/1.jpg", 0}, {"train/cat/2.jpg", 0}, {"train/cat/deep/3.jpg", 0},
+                                                      {"train/dog/a.jpg", 1}, {"train/dog/b.jpg", 1}, {"train/emu/x.jpg", 2}});
+    // The dataset gives the same labels.
+    s3::dataset ds(c, l);
+    CHECK(ds.get(5).label == 2);
+
+    // Ids from a classes file: dog 7, cat 3; emu is not named, so its objects are left out.
+    const auto named = s3::list_objects(c, "pictures", "train/", {.labels = true, .classes = {{"dog", 7, "dog"}, {"cat", 3, "cat"}}});
+    REQUIRE(named.size() == 5);
+    CHECK(named.labels == std::vector<std::int64_t>{3, 3, 3, 7, 7});
+    CHECK(named.classes.size() == 8);
+    CHECK(named.classes[7] == "dog");
+}
+
+TEST_CASE("s3 assign_labels takes the prefix as a directory and leaves out keys outside any class")
+{
+    auto l = s3::object_list::from_keys("b", {"data/a/1", "data/b/2", "data/3", "database/c/4", "data//5", "other/a/6"});
+    s3::assign_labels(l, "data"); // "data" means "data/": not "database/"
+    REQUIRE(l.size() == 2);
+    CHECK(l.objects[0].key == "data/a/1");
+    CHECK(l.objects[1].key == "data/b/2");
+    CHECK(l.labels == std::vector<std::int64_t>{0, 1});
+    CHECK(l.classes == std::vector<std::string>{"a", "b"});
+
+    // An empty prefix: the bucket's top level is the root.
+    auto top = s3::object_list::from_keys("b", {"x/1", "y/2", "z"});
+    s3::assign_labels(top, "");
+    CHECK(top.labels == std::vector<std::int64_t>{0, 1});
+    // Class ids out of bounds, and a list whose labels do not match its objects.
+    auto bad = s3::object_list::from_keys("b", {"p/a/1"});
+    CHECK_THROWS_WITH_AS(s3::assign_labels(bad, "p/", {{"a", -1, ""}}), doctest::Contains("outside [0,"), cv::error);
+    cv::runtime lrt({.io_threads = 1, .compute_threads = 1});
+    conveyor_test::test_server srv(picture_bucket);
+    s3::client c(lrt, path_style_config(srv.endpoint()), fast_retries());
+    auto odd = s3::object_list::from_keys("pictures", {"train/cat/1.jpg", "train/cat/2.jpg"});
+    odd.labels = {0};
+    CHECK_THROWS_WITH_AS((void)s3::objects(c, odd), doctest::Contains("1 labels for 2 objects"), cv::error);
 }

@@ -7,6 +7,7 @@
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/detail/config.hpp>
+#include <conveyor/file/index.hpp>
 #include <conveyor/s3/client.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -28,6 +29,12 @@ namespace conveyor::s3 {
 struct object_list {
     std::string bucket;
     std::vector<object_info> objects;
+    /// The class id of each object (ImageFolder-style labels, see `assign_labels`), in the
+    /// order of `objects`; empty: no labels (the blobs' label is -1). Either empty or as
+    /// long as `objects` (the source refuses a list where it is neither).
+    std::vector<std::int64_t> labels;
+    /// Class names by id (the prefix "directories"), when `labels` is set.
+    std::vector<std::string> classes;
 
     std::size_t size() const noexcept { return objects.size(); }
     bool empty() const noexcept { return objects.empty(); }
@@ -58,6 +65,17 @@ struct source_options {
     std::function<void(const blob&, std::chrono::nanoseconds)> on_read;
 };
 
+/// Settings of `list_objects` and `list_url`.
+struct listing_options {
+    /// The top level's "directories" listed at once.
+    unsigned parallel = 16;
+    /// ImageFolder labels, as `file::walk_options::labels` gives for directories: the
+    /// first path component below the prefix is the class (see `assign_labels`).
+    bool labels = false;
+    /// With `labels`: ids from a classes file (`file::read_classes`) instead of sorted order.
+    std::vector<file::class_info> classes;
+};
+
 /** Lists every object under `prefix` of `bucket` (ListObjectsV2, following continuation
     tokens; the top level's "directories" are listed in parallel, `parallel` at once).
     Blocks the calling thread, which must not be one of the runtime's I/O threads.
@@ -65,8 +83,29 @@ struct source_options {
     it with `errc::bad_reply`, naming the bucket, prefix and token. */
 CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix = {}, unsigned parallel = 16);
 
+/** Lists every object under `prefix` of `bucket` as `list_objects` does, with labels
+    when `o.labels` is set (see `assign_labels`).
+    @code
+    // s3://imagenet/train/n01440764/x.JPEG is class 0, .../n01443537/y.JPEG class 1, ...
+    auto list = conveyor::s3::list_url(c, "s3://imagenet/train/", {.labels = true});
+    @endcode */
+CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix, const listing_options& o);
+
 /// Lists the objects under an `s3://bucket/prefix` URL (see `list_objects`).
 CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, unsigned parallel = 16);
+
+/// Lists the objects under an `s3://bucket/prefix` URL, with labels if `o.labels` is set.
+CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, const listing_options& o);
+
+/** Gives `l`'s objects ImageFolder labels from their keys, as `file::walk` does with
+    directories: the prefix is the root (as a directory: "train" and "train/" both mean
+    the keys under "train/"), and the first path component below it is the class.
+    Classes get ids in sorted (byte) order, or those of `classes` (a classes file) when it
+    is not empty. Objects directly under the root, outside it, or in a "directory" that
+    `classes` does not name are left out, as `walk` leaves out files in the root. Sets
+    `l.labels` and `l.classes`; the objects keep their order. Throws `conveyor::error`
+    (`std::errc::invalid_argument`) for a class id below 0 or above 2^24. */
+CONVEYOR_DECL void assign_labels(object_list& l, std::string_view prefix, const std::vector<file::class_info>& classes = {});
 
 /** Reads an index — a JSON array of object keys relative to the bucket, as the seeds keep
     it — from a local file. `prefix` is put before every key. */
@@ -77,7 +116,7 @@ CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path
 CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix = {});
 
 /** The S3 source: GETs every object of a list, many at once, as blobs (key = object key,
-    origin = `s3://bucket/key`).
+    origin = `s3://bucket/key`, label = the list's label for it, or -1).
 
     Requests are spread over the runtime's I/O threads, `concurrency` objects in flight,
     over the client's keep-alive connections. Objects larger than the client's

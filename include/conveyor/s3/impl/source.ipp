@@ -14,6 +14,7 @@
 #include <boost/json/value.hpp>
 
 #include <atomic>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -99,7 +100,8 @@ CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::share
 CONVEYOR_DECL blob object_blob(const config& cfg, const object_list& list, std::uint64_t i, buffer data)
 {
     const object_info& obj = list.objects[i];
-    return blob{obj.key, std::move(data), object_uri(cfg, list.bucket, obj.key), -1, i};
+    const std::int64_t label = i < list.labels.size() ? list.labels[i] : -1;
+    return blob{obj.key, std::move(data), object_uri(cfg, list.bucket, obj.key), label, i};
 }
 
 /// Fetches object `i` of `list` as a blob (the S3 source's reader).
@@ -116,12 +118,16 @@ CONVEYOR_DECL asio::awaitable<blob> read_object(std::shared_ptr<client_state> s,
 struct object_reader {
     std::shared_ptr<client_state> s;
     std::shared_ptr<const object_list> list;
+    std::uint64_t retries_at_open = 0;
     asio::awaitable<blob> operator()(std::uint64_t i) const { return read_object(s, list, i); }
+    /// The client's retries since the run opened (the run's metrics show them; a client
+    /// shared with other work at the same time counts its retries too).
+    std::uint64_t retries() const { return s->retries.load(std::memory_order_relaxed) - retries_at_open; }
 };
 struct open_reader {
     std::shared_ptr<client_state> s;
     std::shared_ptr<const object_list> list;
-    object_reader operator()(run_context&) const { return {s, list}; }
+    object_reader operator()(run_context&) const { return {s, list, s->retries.load(std::memory_order_relaxed)}; }
 };
 
 } // namespace detail
@@ -137,6 +143,75 @@ CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, unsign
 {
     auto u = parse_s3_url(url);
     return list_objects(c, std::move(u.bucket), std::move(u.key), parallel);
+}
+
+CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix, const listing_options& o)
+{
+    object_list l = list_objects(c, std::move(bucket), prefix, o.parallel);
+    if (o.labels) assign_labels(l, prefix, o.classes);
+    return l;
+}
+
+CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, const listing_options& o)
+{
+    auto u = parse_s3_url(url);
+    return list_objects(c, std::move(u.bucket), std::move(u.key), o);
+}
+
+CONVEYOR_DECL void assign_labels(object_list& l, std::string_view prefix, const std::vector<file::class_info>& classes)
+{
+    auto fail = [&](const std::string& where, std::string why) {
+        return conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                               {.stage = "s3 listing", .where = where, .detail = std::move(why)});
+    };
+    std::string root(prefix);
+    if (!root.empty() && root.back() != '/') root += '/';
+    // The class of a key: its first path component below the root, or empty (none).
+    auto class_of = [&](std::string_view key) -> std::string_view {
+        if (key.size() <= root.size() || key.substr(0, root.size()) != root) return {};
+        key.remove_prefix(root.size());
+        const auto slash = key.find('/');
+        if (slash == std::string_view::npos || slash == 0) return {};
+        return key.substr(0, slash);
+    };
+    // Ids index a vector of names: bounded as file::walk bounds them.
+    constexpr std::int64_t max_class_id = std::int64_t{1} << 24;
+    std::map<std::string, std::int64_t, std::less<>> ids;
+    std::vector<std::string> names;
+    if (!classes.empty()) {
+        std::int64_t max_id = -1;
+        for (const auto& c : classes) {
+            if (c.id < 0 || c.id >= max_class_id)
+                throw fail(c.dir, "class id " + std::to_string(c.id) + " is outside [0, " + std::to_string(max_class_id) + ")");
+            ids.emplace(c.dir, c.id);
+            max_id = std::max(max_id, c.id);
+        }
+        names.assign(static_cast<std::size_t>(max_id + 1), std::string());
+        for (const auto& c : classes) names[static_cast<std::size_t>(c.id)] = c.dir;
+    } else {
+        for (const auto& obj : l.objects)
+            if (auto c = class_of(obj.key); !c.empty()) ids.emplace(std::string(c), 0);
+        std::int64_t next = 0;
+        for (auto& [dir, id] : ids) {
+            id = next++;
+            names.push_back(dir);
+        }
+    }
+    std::vector<object_info> kept;
+    std::vector<std::int64_t> labels;
+    kept.reserve(l.objects.size());
+    labels.reserve(l.objects.size());
+    for (auto& obj : l.objects) {
+        const auto c = class_of(obj.key);
+        if (c.empty()) continue;
+        const auto it = ids.find(c);
+        if (it == ids.end()) continue;
+        labels.push_back(it->second);
+        kept.push_back(std::move(obj));
+    }
+    l.objects = std::move(kept);
+    l.labels = std::move(labels);
+    l.classes = std::move(names);
 }
 
 CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path, std::string_view prefix)
@@ -160,6 +235,11 @@ CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url
 CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list> list, source_options o)
 {
     if (!list) list = std::make_shared<const object_list>();
+    if (!list->labels.empty() && list->labels.size() != list->objects.size())
+        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                              {.stage = "s3", .where = "s3://" + list->bucket,
+                               .detail = "the object list has " + std::to_string(list->labels.size()) + " labels for " +
+                                         std::to_string(list->objects.size()) + " objects"});
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
                             .on_read = o.on_read};
     const std::uint64_t count = list->size();
