@@ -165,23 +165,23 @@ struct label_map_handler {
 
 CONVEYOR_DECL std::int64_t json_label_of(std::string_view text, const json_label& l, std::string_view key, std::string_view where)
 {
-    const std::string in_field = "the JSON field '" + l.field + "'";
+    // Messages are built only when one is needed: this runs once per image.
+    auto field_name = [&] { return "the JSON field '" + l.field + "'"; };
     boost::system::error_code ec;
     const boost::json::value doc = boost::json::parse(text, ec);
     if (ec)
         throw image_error(errc::bad_label, key, where,
-                          in_field + " is not valid JSON (" + ec.message() + "): \"" + conveyor::detail::printable(text, 60) + "\"");
+                          field_name() + " is not valid JSON (" + ec.message() + "): \"" + conveyor::detail::printable(text, 60) + "\"");
     const boost::json::value* v = &doc;
     if (!l.path.empty() && l.path.front() == '/') {
         boost::system::error_code pec;
         v = doc.find_pointer(l.path, pec);
         if (!v)
             throw image_error(errc::missing_field, key, where,
-                              in_field + " has no value at JSON Pointer '" + conveyor::detail::printable(l.path, 80) + "' (" +
+                              field_name() + " has no value at JSON Pointer '" + conveyor::detail::printable(l.path, 80) + "' (" +
                                   pec.message() + "); the document is " + json_describe(doc));
     } else if (!l.path.empty()) {
         std::string_view rest = l.path;
-        std::string so_far;
         while (true) {
             const auto dot = rest.find('.');
             const std::string_view part = rest.substr(0, dot);
@@ -193,13 +193,13 @@ CONVEYOR_DECL std::int64_t json_label_of(std::string_view text, const json_label
                 if (canonical_index(part, i) && i < arr->size()) next = &(*arr)[std::size_t(i)];
             }
             if (!next) {
-                std::string at = so_far.empty() ? "the document" : "'" + so_far + "'";
+                const std::size_t begin = l.path.size() - rest.size();
+                const std::string at = begin == 0 ? "the document" : "'" + l.path.substr(0, begin - 1) + "'";
                 throw image_error(errc::missing_field, key, where,
-                                  in_field + " has no '" + l.path + "': " + at + " has no '" + std::string(part) + "', it is " +
+                                  field_name() + " has no '" + l.path + "': " + at + " has no '" + std::string(part) + "', it is " +
                                       json_describe(*v));
             }
             v = next;
-            so_far += (so_far.empty() ? "" : ".") + std::string(part);
             if (dot == std::string_view::npos) break;
             rest.remove_prefix(dot + 1);
         }
@@ -207,7 +207,7 @@ CONVEYOR_DECL std::int64_t json_label_of(std::string_view text, const json_label
     const auto label = json_integer(*v);
     if (!label)
         throw image_error(errc::bad_label, key, where,
-                          in_field + (l.path.empty() ? std::string() : " at '" + l.path + "'") + " holds " + json_describe(*v) +
+                          field_name() + (l.path.empty() ? std::string() : " at '" + l.path + "'") + " holds " + json_describe(*v) +
                               ", not an integer label");
     return *label;
 }
@@ -238,7 +238,7 @@ CONVEYOR_DECL std::int64_t map_label_of(const label_map_options& o, std::string_
                                         const std::uint64_t* position)
 {
     const label_map& m = *o.map;
-    const std::string map_name = "the label map " + conveyor::detail::printable(m.source(), 120);
+    auto map_name = [&] { return "the label map " + conveyor::detail::printable(m.source(), 120); };
     label_lookup by = o.by;
     if (by == label_lookup::automatic) by = !m.indexed() ? label_lookup::key : position ? label_lookup::position : label_lookup::key_number;
     switch (by) {
@@ -248,27 +248,27 @@ CONVEYOR_DECL std::int64_t map_label_of(const label_map_options& o, std::string_
                               "label_lookup::position on a shard sample: its index counts within one shard, not the dataset; "
                               "look it up by key_number or key");
         if (!m.indexed())
-            throw image_error(errc::bad_options, key, where, map_name + " is keyed by names, not indices: look it up by key");
+            throw image_error(errc::bad_options, key, where, map_name() + " is keyed by names, not indices: look it up by key");
         if (auto l = m.find(*position)) return *l;
-        throw image_error(errc::bad_label, key, where, map_name + " has no entry \"" + std::to_string(*position) + "\" (the position)");
+        throw image_error(errc::bad_label, key, where, map_name() + " has no entry \"" + std::to_string(*position) + "\" (the position)");
     }
     case label_lookup::key_number: {
         if (!o.first_number)
             throw image_error(errc::bad_options, key, where,
-                              "label_map_options::first_number is not set: say which key number is entry \"0\" of " + map_name +
+                              "label_map_options::first_number is not set: say which key number is entry \"0\" of " + map_name() +
                                   " (1 for ImageNet's ILSVRC2012_val_00000001, 0 for keys counted from 0)");
         if (!m.indexed())
-            throw image_error(errc::bad_options, key, where, map_name + " is keyed by names, not indices: look it up by key");
+            throw image_error(errc::bad_options, key, where, map_name() + " is keyed by names, not indices: look it up by key");
         const auto n = key_number(key);
-        if (!n) throw image_error(errc::bad_label, key, where, "the key has no number to look up in " + map_name);
+        if (!n) throw image_error(errc::bad_label, key, where, "the key has no number to look up in " + map_name());
         if (*n < *o.first_number)
             throw image_error(errc::bad_label, key, where,
                               "the key's number " + std::to_string(*n) + " is below first_number " + std::to_string(*o.first_number) +
-                                  " (" + map_name + ")");
+                                  " (" + map_name() + ")");
         const std::uint64_t entry = *n - *o.first_number;
         if (auto l = m.find(entry)) return *l;
         throw image_error(errc::bad_label, key, where,
-                          map_name + " has no entry \"" + std::to_string(entry) + "\" (key number " + std::to_string(*n) + " less " +
+                          map_name() + " has no entry \"" + std::to_string(entry) + "\" (key number " + std::to_string(*n) + " less " +
                               std::to_string(*o.first_number) + ")");
     }
     case label_lookup::key:
@@ -279,7 +279,7 @@ CONVEYOR_DECL std::int64_t map_label_of(const label_map_options& o, std::string_
     const std::string_view stem = key_stem(key);
     if (auto l = m.find(stem)) return *l;
     throw image_error(errc::bad_label, key, where,
-                      map_name + " has no entry for the key or its stem \"" + conveyor::detail::printable(stem, 120) + "\"");
+                      map_name() + " has no entry for the key or its stem \"" + conveyor::detail::printable(stem, 120) + "\"");
 }
 
 } // namespace detail
