@@ -8,6 +8,7 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/memory_budget.hpp>
+#include <conveyor/core/metrics.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/slice.hpp>

@@ -9,8 +9,10 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <deque>
+#include <mutex>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -70,11 +72,16 @@ private:
 
     `body(channel&)` is a coroutine that sends items; when it returns the stream ends (after
     the highest sequence number sent, for ordered senders). If it throws, the run fails
-    with `stage` named in the error. */
+    with `stage` named in the error.
+
+    The stream's channel is registered as the output of a one-task stage called `stage`:
+    the run's metrics (`range::snapshot()`) count the items it sends and the time the task
+    waits for room (blocked) and for its input (starved, when `|` built it). */
 template <class T, class Body>
 stream<T> make_stream(const std::shared_ptr<run_context>& ctx, std::string stage, std::size_t capacity, Body body)
 {
     auto ch = ctx->make_channel<T>(capacity);
+    ctx->register_stage(stage, ch, 1);
     auto task = [](std::shared_ptr<detail::channel<T>> ch, Body body) -> asio::awaitable<void> {
         co_await body(*ch);
         ch->close();
@@ -115,13 +122,18 @@ public:
 
     explicit pipeline(builder b, runtime* rt = nullptr) : build_(std::move(b)), rt_(rt) {}
 
-    pipeline(const pipeline& o) : build_(o.build_), rt_(o.rt_), next_epoch_(o.next_epoch_) {}
+    pipeline(const pipeline& o)
+        : build_(o.build_), rt_(o.rt_), next_epoch_(o.next_epoch_), stats_every_(o.stats_every_), on_stats_(o.on_stats_)
+    {
+    }
     pipeline& operator=(const pipeline& o)
     {
         if (this != &o) {
             build_ = o.build_;
             rt_ = o.rt_;
             next_epoch_ = o.next_epoch_;
+            stats_every_ = o.stats_every_;
+            on_stats_ = o.on_stats_;
             current_.reset();
         }
         return *this;
@@ -173,11 +185,39 @@ public:
     friend pipeline<stage_output_t<S, T>> operator|(pipeline p, S s)
     {
         using U = stage_output_t<S, T>;
-        return pipeline<U>(
+        pipeline<U> r(
             [b = std::move(p.build_), s = std::move(s)](const std::shared_ptr<run_context>& ctx) {
-                return s(ctx, b(ctx));
+                stream<T> in = b(ctx);
+                std::shared_ptr<detail::channel_base> in_ch = in.channel();
+                ctx->link_stage(nullptr, in_ch); // a source that registered nothing itself
+                stream<U> out = s(ctx, std::move(in));
+                ctx->link_stage(in_ch, out.channel());
+                return out;
             },
             p.rt_);
+        if (p.on_stats_) r.on_stats(p.stats_every_, *p.on_stats_);
+        return r;
+    }
+
+    /** Delivers snapshots of each run's metrics to `fn` every `interval` while it goes
+        (on an I/O thread: keep `fn` quick, e.g. print a progress line), and the final one
+        when it ends or is stopped (on the thread that saw the end). Stages appended later
+        with `|` keep the setting.
+        @code
+        auto p = (files | decode | batch(64)).on_stats(std::chrono::seconds(1), [](const conveyor::stats_snapshot& s) {
+            std::fprintf(stderr, "%s\n", conveyor::format_shares(s).c_str());
+        });
+        @endcode */
+    pipeline& on_stats(std::chrono::nanoseconds interval, stats_callback fn) &
+    {
+        stats_every_ = interval;
+        on_stats_ = std::make_shared<stats_callback>(std::move(fn));
+        return *this;
+    }
+    pipeline on_stats(std::chrono::nanoseconds interval, stats_callback fn) &&
+    {
+        on_stats(interval, std::move(fn));
+        return std::move(*this);
     }
 
 private:
@@ -185,6 +225,8 @@ private:
     runtime* rt_ = nullptr;
     std::uint64_t next_epoch_ = 0;
     std::unique_ptr<range<T>> current_;
+    std::chrono::nanoseconds stats_every_{0};
+    std::shared_ptr<stats_callback> on_stats_;
 };
 
 /** A running pipeline, read as a blocking input range or, by coroutines, with
@@ -224,14 +266,16 @@ public:
     };
 
     range(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> sink)
-        : ctx_(std::move(ctx)), sink_(std::move(sink))
+        : ctx_(std::move(ctx)), sink_(std::move(sink)), stats_ctx_(ctx_)
     {
     }
     range(range&& o) noexcept
         : ctx_(std::move(o.ctx_)), sink_(std::move(o.sink_)), buffered_(std::move(o.buffered_)),
-          current_(std::move(o.current_)), started_(o.started_), moved_from_(std::exchange(o.moved_from_, true))
+          current_(std::move(o.current_)), started_(o.started_), moved_from_(std::exchange(o.moved_from_, true)),
+          stats_ctx_(std::move(o.stats_ctx_)), final_mu_(std::move(o.final_mu_)), final_(std::move(o.final_))
     {
         o.current_.reset();
+        o.final_mu_ = std::make_unique<std::mutex>();
     }
     range& operator=(range&& o) noexcept
     {
@@ -244,6 +288,9 @@ public:
             o.current_.reset();
             started_ = o.started_;
             moved_from_ = std::exchange(o.moved_from_, true);
+            stats_ctx_ = std::move(o.stats_ctx_);
+            std::swap(final_mu_, o.final_mu_);
+            final_ = std::move(o.final_);
         }
         return *this;
     }
@@ -289,6 +336,23 @@ public:
     /// The run's counters.
     const run_stats& stats() const { return ctx_->stats(); }
 
+    /** The run's metrics now: every stage in pipeline order with its items, bytes, busy /
+        starved / blocked time and queue, and the consumer's wait. After the run stopped,
+        the final snapshot.
+        @par Thread Safety
+        Safe from any thread while another consumes the range (not while it is moved,
+        assigned or destroyed). */
+    stats_snapshot snapshot() const
+    {
+        std::shared_ptr<run_context> c;
+        {
+            std::lock_guard lk(*final_mu_);
+            if (!stats_ctx_) return final_ ? *final_ : stats_snapshot{};
+            c = stats_ctx_;
+        }
+        return c->snapshot();
+    }
+
     /// Cancels the run and waits for its tasks to stop (no-op when already stopped).
     void stop()
     {
@@ -296,6 +360,8 @@ public:
         ctx_->cancel();
         ctx_->wait_idle();
         ctx_->report();
+        ctx_->stop_stats();
+        keep_final_stats();
         ctx_.reset();
         sink_.reset();
         buffered_.clear();
@@ -334,7 +400,28 @@ private:
         if (!ctx_) return;
         if (wait) ctx_->wait_idle();
         ctx_->report();
+        ctx_->stop_stats();
         sink_.reset();
+    }
+
+    // The run is going away: its last snapshot stays readable.
+    void keep_final_stats()
+    {
+        std::shared_ptr<run_context> c;
+        {
+            std::lock_guard lk(*final_mu_);
+            c = stats_ctx_;
+        }
+        if (!c) return;
+        std::optional<stats_snapshot> snap;
+        try {
+            snap = c->snapshot();
+        } catch (...) {
+            // Out of memory while stopping: the final snapshot is lost, nothing else.
+        }
+        std::lock_guard lk(*final_mu_);
+        final_ = std::move(snap);
+        stats_ctx_.reset();
     }
 
     std::shared_ptr<run_context> ctx_;
@@ -343,6 +430,11 @@ private:
     std::optional<T> current_;
     bool started_ = false;
     bool moved_from_ = false;
+    // What `snapshot()` reads, from any thread: the run until it stops, then its final
+    // snapshot (kept apart from ctx_, which the consumer's thread resets).
+    std::shared_ptr<run_context> stats_ctx_;
+    std::unique_ptr<std::mutex> final_mu_ = std::make_unique<std::mutex>();
+    std::optional<stats_snapshot> final_;
 };
 
 template <class T>
@@ -352,8 +444,10 @@ range<T> pipeline<T>::run(std::uint64_t epoch)
     auto ctx = std::make_shared<run_context>(r, epoch);
     r.attach(ctx);
     stream<T> out = build_(ctx);
+    ctx->link_stage(nullptr, out.channel()); // a source alone that registered nothing itself
     ctx->set_sink(out.channel());
     if (auto e = ctx->failure()) out.channel()->fail(e); // failed while starting
+    if (on_stats_ && *on_stats_) ctx->start_stats(stats_every_, *on_stats_);
     return range<T>(ctx, out.channel());
 }
 

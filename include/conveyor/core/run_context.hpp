@@ -4,6 +4,7 @@
 
 #include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/metrics.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/detail/config.hpp>
 
@@ -18,6 +19,7 @@
 #include <tuple>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -54,7 +56,8 @@ CONVEYOR_DECL std::exception_ptr with_context(std::exception_ptr e, std::string_
 
 } // namespace detail
 
-/// Counters of one run, readable while it runs.
+/// Counters of one run, readable while it runs. The per-stage metrics are in
+/// `range::snapshot()` (`stats_snapshot`, conveyor/core/metrics.hpp).
 struct run_stats {
     std::atomic<std::uint64_t> skipped{0}; ///< items dropped under `on_error::skip`
 };
@@ -93,6 +96,39 @@ public:
     std::uint64_t epoch() const noexcept { return epoch_; }
     run_stats& stats() noexcept { return stats_; }
 
+    // ---- metrics (see conveyor/core/metrics.hpp) ------------------------------------------
+
+    /** Registers `out` as the output of a stage called `name` with `workers` tasks
+        producing into it; stages are listed in the order they register, which is pipeline
+        order (a stage is built after its input). A channel registers once; later calls
+        are no-ops. `make_stream`, `keyed_source` and `map` register their outputs; `|`
+        registers any other stage's output under the name its last task was spawned with. */
+    CONVEYOR_DECL void register_stage(std::string name, std::shared_ptr<detail::channel_base> out, std::size_t workers = 1);
+
+    /** Registers `out` (if it is not yet) under the name of the last task spawned, and
+        notes that its stage reads `in` (null for a source): the time `in`'s receivers
+        wait is that stage's starved time. Called by `|` and `pipeline::run`. */
+    CONVEYOR_DECL void link_stage(const std::shared_ptr<detail::channel_base>& in, const std::shared_ptr<detail::channel_base>& out);
+
+    /** The source metrics of the stage writing `out` (created on first call): requests in
+        flight, retries, latency. For sources not built on `keyed_source`. */
+    CONVEYOR_DECL std::shared_ptr<source_metrics> source_metrics_of(const std::shared_ptr<detail::channel_base>& out);
+
+    /** A snapshot of every registered stage and of the consumer.
+        @par Thread Safety
+        Safe, from any thread, at any time (also after the run ended). */
+    CONVEYOR_DECL stats_snapshot snapshot() const;
+
+    /** Calls `fn` with a snapshot every `interval` on the run's I/O thread while the run
+        goes, and once more with the final one when `stop_stats()` is called (when the
+        consumer saw the end or stopped the run). `fn` must be quick: it runs on an I/O
+        thread that the run's stages also use. */
+    CONVEYOR_DECL void start_stats(std::chrono::nanoseconds interval, stats_callback fn);
+
+    /** Stops the periodic snapshots (after delivering the final one); no call of the
+        callback starts after it returns, and one in progress has finished. Idempotent. */
+    CONVEYOR_DECL void stop_stats();
+
     /// A new channel that this run cancels when it stops.
     template <class T>
     std::shared_ptr<detail::channel<T>> make_channel(std::size_t capacity)
@@ -122,6 +158,7 @@ public:
             ++active_;
             signals_.push_back({asio::any_io_executor(ex), sig});
             cancel_now = stopping_;
+            last_spawned_ = stage;
         }
         asio::co_spawn(ex, started(sig, std::move(task)),
                        asio::bind_cancellation_slot(sig->signal.slot(), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
@@ -219,6 +256,15 @@ private:
 
     CONVEYOR_DECL void task_done();
 
+    struct stage_entry {
+        std::string name;
+        std::shared_ptr<detail::channel_base> out;
+        std::shared_ptr<detail::channel_base> in; // null for a source
+        std::shared_ptr<source_metrics> source;
+    };
+    struct stats_ticker;
+    CONVEYOR_DECL static asio::awaitable<void> tick(std::weak_ptr<run_context> self, std::shared_ptr<stats_ticker> t);
+
     std::atomic<runtime*> rt_;
     runtime::io_executor_type home_;
     std::uint64_t epoch_;
@@ -236,6 +282,10 @@ private:
     std::vector<signal_entry> signals_;
     bool cancel_sent_ = false;
     std::uint64_t next_hook_ = 0;
+    const std::int64_t started_ns_ = detail::now_ns();
+    std::string last_spawned_;       // the stage name of the last task spawned
+    std::vector<stage_entry> stages_; // in registration order
+    std::shared_ptr<stats_ticker> ticker_;
 };
 
 

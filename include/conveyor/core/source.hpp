@@ -88,10 +88,20 @@ struct keyed_run {
         : reader(std::move(r)), count(n), settings(std::move(s)), stage(std::move(name))
     {
     }
+    ~keyed_run()
+    {
+        // The reader's retries, now that snapshots can no longer read them from it.
+        if constexpr (requires(const Reader& r) { { r.retries() } -> std::convertible_to<std::uint64_t>; })
+            if (metrics) metrics->add_retries(static_cast<std::uint64_t>(reader.retries()));
+    }
+    keyed_run(const keyed_run&) = delete;
+    keyed_run& operator=(const keyed_run&) = delete;
+
     Reader reader;
     std::uint64_t count;
     source_settings<T> settings;
     std::string stage;
+    std::shared_ptr<source_metrics> metrics;
     std::atomic<std::uint64_t> next{0};
     std::atomic<std::size_t> workers_left{0};
 };
@@ -122,15 +132,18 @@ CONVEYOR_DECL void check_key_index(std::string_view stage, std::uint64_t i, std:
 /// One worker: takes the next key, reads it, applies the error policy, delivers.
 template <class T, class Reader>
 asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared_ptr<keyed_run<T, Reader>> st,
-                                   std::shared_ptr<channel<T>> out)
+                                   std::shared_ptr<channel<T>> out, std::shared_ptr<source_metrics> metrics)
 {
     last_worker_closes<T> closer{st->workers_left, *out};
     const auto& s = st->settings;
     for (;;) {
         const std::uint64_t i = st->next.fetch_add(1, std::memory_order_relaxed);
         if (i >= st->count || ctx->stopping()) co_return;
+        metrics->request_started();
         const auto t0 = std::chrono::steady_clock::now();
         auto r = co_await read_one<T>(st->reader, i);
+        const auto took = std::chrono::steady_clock::now() - t0;
+        metrics->request_finished(took);
         if (!r) {
             if (ctx->stopping()) co_return; // the failure is the cancellation's doing
             if (s.errors == on_error::fail) {
@@ -143,7 +156,7 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
             if (s.ordered && !co_await out->skip_at(i)) co_return;
             continue;
         }
-        if (s.on_read) s.on_read(r.value(), std::chrono::steady_clock::now() - t0);
+        if (s.on_read) s.on_read(r.value(), std::chrono::duration_cast<std::chrono::nanoseconds>(took));
         const bool listening = s.ordered ? co_await out->send_at(i, std::move(r).value())
                                          : co_await out->send(std::move(r).value());
         if (!listening) co_return;
@@ -166,7 +179,10 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
       the run's stats and logged, and its place in an ordered stream is left out;
     - breaking out of the loop or destroying the range cancels every read in flight: each
       worker's pending operation gets Asio's terminal cancellation;
-    - `settings.on_read` is told each item and how long it took.
+    - `settings.on_read` is told each item and how long it took;
+    - the run's metrics (`range::snapshot()`) show the source as a stage called `stage`
+      with `concurrency` workers, its requests in flight, its latency histogram, and its
+      retries where the reader counts them (a `retries()` member returning a count).
 
     The reader is shared by all workers of the run, on several I/O threads at once: what
     it keeps per lane must be kept per lane (`detail::current_lane` says which). An
@@ -202,9 +218,19 @@ pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings
         runtime& lanes = io ? *io : ctx->rt();
         const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(settings.concurrency, count));
         st->workers_left = static_cast<std::size_t>(workers);
+        ctx->register_stage(stage, out, static_cast<std::size_t>(workers));
+        auto metrics = ctx->source_metrics_of(out);
+        st->metrics = metrics;
+        if constexpr (requires(const reader_type& r) { { r.retries() } -> std::convertible_to<std::uint64_t>; }) {
+            // The reader counts its retries (an HTTP client's): read with each snapshot.
+            metrics->retries_from([w = std::weak_ptr<detail::keyed_run<T, reader_type>>(st)]() -> std::uint64_t {
+                auto s = w.lock();
+                return s ? static_cast<std::uint64_t>(s->reader.retries()) : 0;
+            });
+        }
         for (std::uint64_t w = 0; w < workers; ++w)
-            ctx->spawn(lanes.io_executor(static_cast<std::size_t>(w % lanes.io_lanes())), detail::keyed_worker<T>(ctx, st, out),
-                       stage);
+            ctx->spawn(lanes.io_executor(static_cast<std::size_t>(w % lanes.io_lanes())),
+                       detail::keyed_worker<T>(ctx, st, out, metrics), stage);
         return stream<T>(ctx, out);
     });
 }

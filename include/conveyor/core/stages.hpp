@@ -121,6 +121,7 @@ private:
     stream<U> parallel_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
         auto out = ctx->make_channel<U>(std::max(o_.capacity, o_.concurrency));
+        ctx->register_stage(o_.name, out, o_.concurrency);
         auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
         for (std::size_t w = 0; w < o_.concurrency; ++w)
             ctx->spawn(worker<T, U, IsCoro>(ctx, in, out, f_, o_, remaining), o_.name);

@@ -3,6 +3,7 @@
 #define CONVEYOR_CORE_DETAIL_CHANNEL_HPP
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/metrics.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -15,6 +16,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -72,7 +74,26 @@ asio::awaitable<void> suspend_with(Register reg)
         asio::use_awaitable);
 }
 
-/// The part of a channel the pipeline needs to stop it without knowing its item type.
+/// What a channel counted of the items that went through it (see `channel_base::counters`).
+struct channel_counters {
+    std::uint64_t items = 0;     ///< items sent
+    std::uint64_t bytes = 0;     ///< their bytes, where `bytes_known`
+    bool bytes_known = false;
+    std::size_t capacity = 0;
+    std::size_t size = 0;        ///< items in it now
+    std::uint64_t delivered = 0; ///< items its receivers took
+    std::array<std::uint64_t, 6> occupancy{}; ///< see `stage_stats::queue_histogram`
+    std::uint64_t occupancy_sum = 0;          ///< the sizes seen at those samples, summed
+};
+
+/** The part of a channel the pipeline needs to stop it, and to read its metrics, without
+    knowing its item type.
+
+    A channel is the output of one stage, so it counts for that stage: the time its
+    producers live (`producer_time`), the time they wait for room (`waits().send_ns`,
+    "blocked") and the time its receivers wait for items (`waits().recv_ns`: the next
+    stage's "starved"). Waits are timed only when a side suspends, so a run that never
+    waits reads no clock per item. */
 class channel_base {
 public:
     virtual ~channel_base() = default;
@@ -80,6 +101,118 @@ public:
     virtual void cancel() noexcept = 0;
     /// Ends the channel with an error that its receiver will throw.
     virtual void fail(std::exception_ptr e) noexcept = 0;
+    /// Its counters, read together under its lock (none for a channel of another kind).
+    virtual channel_counters counters() const { return {}; }
+
+    // ---- metrics ------------------------------------------------------------------------
+
+    /// How many tasks produce into it (1 unless told otherwise; say so before they start).
+    void set_producers(std::size_t n) noexcept
+    {
+        std::lock_guard lk(stats_mu_);
+        producers_ = running_ = std::max<std::size_t>(n, 1);
+    }
+    std::size_t producers() const noexcept
+    {
+        std::lock_guard lk(stats_mu_);
+        return producers_;
+    }
+    /// One of several producers ended (`last_worker_closes` says it): its time stops counting.
+    void producer_done() noexcept
+    {
+        const auto t = now_ns();
+        std::lock_guard lk(stats_mu_);
+        if (running_ == 0) return;
+        --running_;
+        done_ns_ += t - created_;
+    }
+    /// The producers' time alive so far, summed (nanoseconds).
+    std::int64_t producer_time(std::int64_t now) const noexcept
+    {
+        const auto end = ended_.load(std::memory_order_acquire);
+        std::lock_guard lk(stats_mu_);
+        return done_ns_ + static_cast<std::int64_t>(running_) * ((end ? end : now) - created_);
+    }
+    std::int64_t created_ns() const noexcept { return created_; }
+    /// When the stream ended (closed, cancelled or failed); 0 while it goes on.
+    std::int64_t ended_ns() const noexcept { return ended_.load(std::memory_order_acquire); }
+
+    struct wait_times {
+        std::int64_t send_ns = 0; ///< senders' time waiting for room
+        std::int64_t recv_ns = 0; ///< receivers' time waiting for items
+    };
+    /// The waits so far, those still going on included (counted up to `now`).
+    wait_times waits(std::int64_t now) const noexcept
+    {
+        std::lock_guard lk(stats_mu_);
+        return {send_.total(now), recv_.total(now)};
+    }
+
+    /// Marks it as a registered stage output; true the first time.
+    bool mark_registered() noexcept { return !registered_.exchange(true); }
+
+protected:
+    void mark_ended() noexcept
+    {
+        std::int64_t zero = 0;
+        ended_.compare_exchange_strong(zero, now_ns(), std::memory_order_acq_rel);
+    }
+
+    enum class side { send, recv };
+    std::int64_t begin_wait(side s) noexcept
+    {
+        const auto t = now_ns();
+        std::lock_guard lk(stats_mu_);
+        (s == side::send ? send_ : recv_).begin(t);
+        return t;
+    }
+    void end_wait(side s, std::int64_t t0) noexcept
+    {
+        const auto t = now_ns();
+        std::lock_guard lk(stats_mu_);
+        (s == side::send ? send_ : recv_).end(t0, t);
+    }
+    /// Times one wait, ended however the waiting coroutine ends (a destroyed frame too).
+    class timed_wait {
+    public:
+        timed_wait(channel_base& c, side s) noexcept : c_(c), s_(s), t0_(c.begin_wait(s)) {}
+        ~timed_wait() { c_.end_wait(s_, t0_); }
+        timed_wait(const timed_wait&) = delete;
+        timed_wait& operator=(const timed_wait&) = delete;
+
+    private:
+        channel_base& c_;
+        side s_;
+        std::int64_t t0_;
+    };
+
+private:
+    struct wait_account {
+        std::int64_t done = 0;      // finished waits, summed
+        std::int64_t waiting = 0;   // waits going on
+        std::int64_t start_sum = 0; // their start times, summed
+        void begin(std::int64_t t) noexcept
+        {
+            ++waiting;
+            start_sum += t;
+        }
+        void end(std::int64_t t0, std::int64_t t) noexcept
+        {
+            --waiting;
+            start_sum -= t0;
+            done += t - t0;
+        }
+        std::int64_t total(std::int64_t now) const noexcept { return done + waiting * now - start_sum; }
+    };
+
+    mutable std::mutex stats_mu_; // waits only: taken when a side suspends, never per item
+    wait_account send_, recv_;
+    std::size_t producers_ = 1;
+    std::size_t running_ = 1;
+    std::int64_t done_ns_ = 0;
+    const std::int64_t created_ = now_ns();
+    std::atomic<std::int64_t> ended_{0};
+    std::atomic<bool> registered_{false};
 };
 
 /** A bounded multi-producer, single-consumer channel with sequence numbers.
@@ -120,12 +253,14 @@ public:
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (tail_ < head_ + cap_) {
+                    count_sent(v);
                     slots_[tail_ % cap_].emplace(std::move(v));
                     ++tail_;
                     notify_receiver(lk, false, &ex);
                     co_return true;
                 }
             }
+            timed_wait waiting(*this, side::send);
             co_await suspend_with([this](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
@@ -149,6 +284,7 @@ public:
                 }
                 bool any = false;
                 while (i < items.size() && tail_ < head_ + cap_) {
+                    count_sent(items[i]);
                     slots_[tail_ % cap_].emplace(std::move(items[i++]));
                     ++tail_;
                     any = true;
@@ -156,6 +292,7 @@ public:
                 if (any) notify_receiver(lk, false, &ex);
                 if (i == items.size()) break;
             }
+            timed_wait waiting(*this, side::send);
             co_await suspend_with([this](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
@@ -176,12 +313,14 @@ public:
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (seq < head_ + cap_) {
+                    count_sent(v);
                     slots_[seq % cap_].emplace(std::move(v));
                     seq_hi_ = std::max(seq_hi_, seq + 1);
                     if (seq == head_) notify_receiver(lk, false, &ex);
                     co_return true;
                 }
             }
+            timed_wait waiting(*this, side::send);
             co_await suspend_with([this, seq](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
@@ -205,6 +344,7 @@ public:
                     co_return true;
                 }
             }
+            timed_wait waiting(*this, side::send);
             co_await suspend_with([this, seq](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
@@ -224,6 +364,7 @@ public:
     /// sequence number sent or skipped).
     void close()
     {
+        mark_ended();
         std::unique_lock lk(mu_);
         end_ = std::max(tail_, seq_hi_);
         notify_receiver(lk, true);
@@ -232,6 +373,7 @@ public:
     /// Ends an ordered stream after `total` items (sequence numbers 0 .. total-1).
     void close_at(std::uint64_t total)
     {
+        mark_ended();
         std::unique_lock lk(mu_);
         end_ = total;
         notify_receiver(lk, true);
@@ -241,6 +383,7 @@ public:
     /// for room) get false, since nobody will take what they send.
     void fail(std::exception_ptr e) noexcept override
     {
+        mark_ended();
         std::unique_lock lk(mu_);
         if (!error_) error_ = std::move(e);
         std::vector<wait_handler> senders;
@@ -268,6 +411,7 @@ public:
                 if (take(lk, out, max)) co_return true;
                 if (head_ >= end_) co_return false;
             }
+            timed_wait waiting(*this, side::recv);
             co_await suspend_with([this](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (ready()) return wake(std::move(h));
@@ -296,6 +440,7 @@ public:
             if (take(lk, out, max)) return true;
             if (head_ >= end_) return false;
             blocking_waiting_ = true;
+            timed_wait waiting(*this, side::recv);
             cv_.wait(lk);
             blocking_waiting_ = false;
             blocking_woken_ = false;
@@ -312,9 +457,26 @@ public:
 
     void cancel() noexcept override
     {
+        mark_ended();
         std::unique_lock lk(mu_);
         cancelled_ = true;
         drop_all(lk);
+    }
+
+    channel_counters counters() const override
+    {
+        channel_counters c;
+        std::lock_guard lk(mu_);
+        c.items = sent_;
+        c.bytes = bytes_;
+        c.bytes_known = has_byte_size<T>();
+        c.capacity = cap_;
+        const std::uint64_t hi = std::max(tail_, seq_hi_);
+        c.size = static_cast<std::size_t>(hi > head_ ? hi - head_ : 0);
+        c.delivered = delivered_;
+        c.occupancy = occupancy_;
+        c.occupancy_sum = occupancy_sum_;
+        return c;
     }
 
 private:
@@ -380,6 +542,15 @@ private:
     {
         std::size_t n = 0;
         const std::uint64_t head0 = head_;
+        {
+            // How full the queue is when its receiver comes for items (under the lock
+            // already held: a few instructions per batch taken).
+            const std::uint64_t hi0 = std::max(tail_, seq_hi_);
+            const std::uint64_t used0 = hi0 > head0 ? hi0 - head0 : 0;
+            const std::size_t bucket = used0 == 0 ? 0 : used0 >= cap_ ? 5 : 1 + static_cast<std::size_t>((used0 * 4 - 1) / cap_);
+            ++occupancy_[bucket];
+            occupancy_sum_ += used0;
+        }
         while (n < max && head_ < end_) {
             auto& slot = slots_[head_ % cap_];
             auto& hole = holes_[head_ % cap_];
@@ -465,6 +636,17 @@ private:
     std::vector<sender_waiter> send_waiters_;
     std::vector<wait_handler> recv_waiters_;
     std::uint64_t delivered_ = 0; // items handed to receivers so far
+    std::uint64_t sent_ = 0;      // items sent so far
+    std::uint64_t bytes_ = 0;     // their bytes, where the item type's are known
+    std::array<std::uint64_t, 6> occupancy_{};
+    std::uint64_t occupancy_sum_ = 0;
+
+    // Counts an item about to be placed (lock held).
+    void count_sent(const T& v) noexcept
+    {
+        ++sent_;
+        if constexpr (has_byte_size<T>()) bytes_ += item_bytes(v);
+    }
     std::condition_variable cv_;
     bool blocking_waiting_ = false;
     bool blocking_woken_ = false; // a wake of the waiting thread is on its way
@@ -479,6 +661,7 @@ struct last_worker_closes {
     channel<T>& out;
     ~last_worker_closes()
     {
+        out.producer_done();
         if (left.fetch_sub(1) == 1) out.close();
     }
 };

@@ -4,6 +4,10 @@
 
 #include <conveyor/core/run_context.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/system/system_error.hpp>
 
 namespace conveyor {
@@ -177,6 +181,168 @@ CONVEYOR_DECL asio::awaitable<void> run_context::started(std::shared_ptr<task_si
     }
     co_await asio::this_coro::throw_if_cancelled(false);
     if (e) std::rethrow_exception(e);
+}
+
+CONVEYOR_DECL void run_context::register_stage(std::string name, std::shared_ptr<detail::channel_base> out, std::size_t workers)
+{
+    if (!out || !out->mark_registered()) return;
+    out->set_producers(workers);
+    std::lock_guard lk(mu_);
+    stages_.push_back({std::move(name), std::move(out), nullptr, nullptr});
+}
+
+CONVEYOR_DECL void run_context::link_stage(const std::shared_ptr<detail::channel_base>& in, const std::shared_ptr<detail::channel_base>& out)
+{
+    if (!out) return;
+    if (out->mark_registered()) {
+        // A stage that registered nothing itself: named after its last task. Its
+        // producers are taken to be one (their number is not known here).
+        std::lock_guard lk(mu_);
+        stages_.push_back({last_spawned_.empty() ? std::string("stage") : last_spawned_, out, nullptr, nullptr});
+    }
+    if (!in || in == out) return;
+    std::lock_guard lk(mu_);
+    for (auto& e : stages_)
+        if (e.out == out) {
+            if (!e.in) e.in = in;
+            return;
+        }
+}
+
+CONVEYOR_DECL std::shared_ptr<source_metrics> run_context::source_metrics_of(const std::shared_ptr<detail::channel_base>& out)
+{
+    link_stage(nullptr, out);
+    std::lock_guard lk(mu_);
+    for (auto& e : stages_)
+        if (e.out == out) {
+            if (!e.source) e.source = std::make_shared<source_metrics>();
+            return e.source;
+        }
+    return std::make_shared<source_metrics>(); // not reached: link_stage registered it
+}
+
+CONVEYOR_DECL stats_snapshot run_context::snapshot() const
+{
+    std::vector<stage_entry> entries;
+    std::shared_ptr<detail::channel_base> sink;
+    {
+        std::lock_guard lk(mu_);
+        entries = stages_;
+        sink = sink_;
+    }
+    using ns = std::chrono::nanoseconds;
+    const auto now = detail::now_ns();
+    stats_snapshot snap;
+    snap.elapsed = ns(now - started_ns_);
+    snap.skipped = stats_.skipped.load();
+    snap.stages.reserve(entries.size());
+    for (const auto& e : entries) {
+        stage_stats st;
+        st.name = e.name;
+        const auto c = e.out->counters();
+        const auto w = e.out->waits(now);
+        const auto end = e.out->ended_ns();
+        st.workers = e.out->producers();
+        st.finished = end != 0;
+        st.items = c.items;
+        st.bytes = c.bytes;
+        st.bytes_known = c.bytes_known;
+        st.elapsed = ns(std::max<std::int64_t>(0, (end ? end : now) - e.out->created_ns()));
+        st.active = ns(std::max<std::int64_t>(0, e.out->producer_time(now)));
+        st.blocked = ns(std::max<std::int64_t>(0, w.send_ns));
+        st.starved = ns(e.in ? std::max<std::int64_t>(0, e.in->waits(now).recv_ns) : 0);
+        // Waits are read a moment after the active time: keep the parts within the whole.
+        if (st.blocked + st.starved > st.active) {
+            const double k = static_cast<double>(st.active.count()) / static_cast<double>((st.blocked + st.starved).count());
+            st.blocked = ns(static_cast<std::int64_t>(static_cast<double>(st.blocked.count()) * k));
+            st.starved = st.active - st.blocked < st.starved ? st.active - st.blocked : st.starved;
+        }
+        st.busy = st.active - st.blocked - st.starved;
+        st.queue_capacity = c.capacity;
+        st.queue_size = c.size;
+        st.queue_histogram = c.occupancy;
+        std::uint64_t samples = 0;
+        for (auto n : c.occupancy) samples += n;
+        st.queue_mean = samples ? static_cast<double>(c.occupancy_sum) / static_cast<double>(samples) : 0.0;
+        if (e.source) {
+            st.is_source = true;
+            st.in_flight = e.source->in_flight();
+            st.retries = e.source->retries();
+            st.latency = e.source->latency().read();
+        }
+        snap.stages.push_back(std::move(st));
+    }
+    if (sink) {
+        snap.delivered = sink->counters().delivered;
+        snap.consumer_waited = ns(std::max<std::int64_t>(0, sink->waits(now).recv_ns));
+    }
+    return snap;
+}
+
+struct run_context::stats_ticker {
+    stats_ticker(runtime::io_executor_type ex, std::chrono::nanoseconds every, stats_callback f)
+        : interval(every), fn(std::move(f)), timer(ex)
+    {
+    }
+    std::mutex mu; // held while the callback runs; `done` is set under it
+    bool done = false;
+    std::chrono::nanoseconds interval;
+    stats_callback fn;
+    asio::steady_timer timer; // touched only on the run's executor
+};
+
+CONVEYOR_DECL void run_context::start_stats(std::chrono::nanoseconds interval, stats_callback fn)
+{
+    if (!fn) return;
+    if (interval <= std::chrono::nanoseconds(0)) interval = std::chrono::seconds(1);
+    auto t = std::make_shared<stats_ticker>(home_, interval, std::move(fn));
+    {
+        std::lock_guard lk(mu_);
+        if (ticker_) return;
+        ticker_ = t;
+    }
+    // Not a task of the run: the run's end does not wait for it; stop_stats ends it.
+    asio::co_spawn(home_, tick(weak_from_this(), std::move(t)), asio::detached);
+}
+
+CONVEYOR_DECL asio::awaitable<void> run_context::tick(std::weak_ptr<run_context> self, std::shared_ptr<stats_ticker> t)
+{
+    for (;;) {
+        t->timer.expires_after(t->interval);
+        boost::system::error_code ec;
+        co_await t->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        std::lock_guard lk(t->mu);
+        if (t->done) co_return;
+        if (auto ctx = self.lock()) {
+            try {
+                t->fn(ctx->snapshot());
+            } catch (...) {
+                // A progress display that fails must not fail the run.
+            }
+        } else {
+            co_return;
+        }
+    }
+}
+
+CONVEYOR_DECL void run_context::stop_stats()
+{
+    std::shared_ptr<stats_ticker> t;
+    {
+        std::lock_guard lk(mu_);
+        t = ticker_;
+    }
+    if (!t) return;
+    {
+        std::lock_guard lk(t->mu);
+        if (t->done) return;
+        t->done = true;
+        try {
+            t->fn(snapshot());
+        } catch (...) {
+        }
+    }
+    asio::post(home_, [t] { t->timer.cancel(); });
 }
 
 CONVEYOR_DECL void run_context::task_done()
