@@ -265,6 +265,39 @@ TEST_CASE("a slow consumer holds the stage back: it waits for slabs, never has m
     CHECK(s.in_use == 0);         // all back once the batches are gone
 }
 
+TEST_CASE("skipped images never deadlock a stage short of slabs: their replacements go into the open batch")
+{
+    // One slab: the batch being filled has it, so when an image fails, the next one (meant
+    // for the next batch, which has no slab) must go into this batch instead of waiting for
+    // a slab that only this batch's completion would bring back.
+    const std::vector<std::uint64_t> bad{1, 4, 7, 8, 13};
+    auto stage = image::decode_batches({.decode = small, .errors = conveyor::on_error::skip}, {.size = 2, .capacity = 1, .slabs = 1});
+    std::vector<std::string> keys;
+    for (auto& b : (blobs(16, bad) | stage).on(test_runtime())) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        for (std::size_t i = 0; i < b.size(); ++i) check_slot(b, i, std::stoull(b.keys[i].substr(4)));
+        keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+    }
+    std::vector<std::string> want;
+    for (std::uint64_t k = 0; k < 16; ++k)
+        if (std::find(bad.begin(), bad.end(), k) == bad.end()) want.push_back("img/" + std::to_string(k));
+    CHECK(keys == want);
+    CHECK(stage.pool()->stats().peak == 1);
+}
+
+TEST_CASE("breaking out of a loop over batches stops the stage and gives every slab back")
+{
+    auto stage = image::decode_batches({.decode = small}, {.size = 2, .capacity = 1, .slabs = 3});
+    {
+        auto p = (blobs(40) | stage).on(test_runtime());
+        for (auto& b : p) {
+            CHECK(b.size() == 2);
+            break;
+        }
+    }
+    CHECK(stage.pool()->stats().in_use == 0);
+}
+
 TEST_CASE("a slab pool hands out at most its bound, reuses returned slabs and frees them all through its allocator")
 {
     auto allocs = std::make_shared<int>(0), frees = std::make_shared<int>(0);

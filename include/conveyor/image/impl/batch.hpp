@@ -79,16 +79,37 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
                 run->next_position = run->final_position;
                 run->realign = false;
             }
+            if (!run->open.contains(run->next_position / n)) {
+                std::optional<image::slab> s = pool->try_acquire();
+                if (!s) {
+                    // Out of slabs: let what is in flight finish first. An image of it may
+                    // have failed, and then this one belongs in an open batch, which must
+                    // not wait for a slab that only its own completion would bring back.
+                    if (run->assembled != run->dispatched) {
+                        run->dispatcher_waits = true;
+                        auto token = co_await run->drained->receive();
+                        if (!token) co_return;
+                    }
+                    if (run->realign) {
+                        run->next_position = run->final_position;
+                        run->realign = false;
+                    }
+                    if (!run->open.contains(run->next_position / n)) {
+                        image::slab waited = co_await pool->acquire();
+                        s.emplace(std::move(waited));
+                    } else {
+                        s.reset();
+                    }
+                }
+                if (s) {
+                    auto& ob = run->open[run->next_position / n];
+                    ob.slab = std::move(*s);
+                    ob.keys.resize(n);
+                }
+            }
             const std::uint64_t p = run->next_position++;
             ++run->dispatched;
-            const std::uint64_t b = p / n;
-            if (!run->open.contains(b)) {
-                image::slab s = co_await pool->acquire();
-                auto& ob = run->open[b];
-                ob.slab = std::move(s);
-                ob.keys.resize(n);
-            }
-            auto& ob = run->open[b];
+            auto& ob = run->open.at(p / n);
             batch_job<T> job{std::move(x), p, ob.slab, ob.slab.data() + (p % n) * plan->item_bytes};
             const bool listening = co_await jobs->send(std::move(job));
             if (!listening) {
