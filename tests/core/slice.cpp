@@ -133,3 +133,24 @@ TEST_CASE("slices of one storage may die on many threads at once: it is returned
     // again from the cache after the first allocation.
     CHECK(pool.allocations() == 1);
 }
+
+TEST_CASE("compact copies a small view into storage of its own from the same pool, and leaves a whole-storage slice as it is")
+{
+    cv::buffer_pool pool;
+    cv::buffer b = pool.acquire(1000);
+    for (std::size_t i = 0; i < 1000; ++i) b.data()[i] = std::byte(i % 251);
+    const cv::slice whole(std::move(b));
+    const cv::slice part = whole.sub(100, 50);
+    CHECK(part.storage_size() == 1000);
+    const auto allocations = pool.allocations();
+    const cv::slice own = part.compact();
+    CHECK(own.size() == 50);
+    CHECK(own.storage_size() == 50);
+    CHECK_FALSE(share_storage(own, whole));
+    CHECK(std::equal(own.span().begin(), own.span().end(), part.span().begin()));
+    CHECK(pool.allocations() == allocations + 1); // taken from the storage's own pool
+    const cv::slice same = whole.compact();
+    CHECK(share_storage(same, whole));
+    CHECK(same.data() == whole.data());
+    CHECK(cv::slice{}.compact().size() == 0);
+}

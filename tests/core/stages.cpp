@@ -649,6 +649,37 @@ std::vector<int> shuffled(cv::runtime& rt, int n, cv::shuffle_options o, std::ui
 }
 } // namespace
 
+namespace holding {
+/// An item that records being compacted (see shuffle's compact_for_holding hook).
+struct item {
+    int v = 0;
+    bool compacted = false;
+};
+void compact_for_holding(item& i)
+{
+    i.compacted = true;
+}
+} // namespace holding
+
+TEST_CASE("shuffle hands the items it holds to their compact_for_holding, and leaves other types alone")
+{
+    cv::runtime rt;
+    std::vector<holding::item> in;
+    for (int i = 0; i < 100; ++i) in.push_back({i, false});
+    auto p = cv::from_range(std::move(in)).on(rt) | cv::shuffle({.buffer = 10, .seed = 3});
+    int n = 0;
+    long sum = 0;
+    for (auto& x : p) {
+        CHECK(x.compacted);
+        sum += x.v;
+        ++n;
+    }
+    CHECK(n == 100);
+    CHECK(sum == 4950);
+    static_assert(cv::detail::compactable<holding::item>);
+    static_assert(!cv::detail::compactable<int>);
+}
+
 TEST_CASE("shuffle delivers a permutation of its input")
 {
     cv::runtime rt;

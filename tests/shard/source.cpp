@@ -102,6 +102,29 @@ TEST_CASE("a shard list reads as samples with their bytes, keys and places")
     }
 }
 
+// Regression test, fixed bug: sample fields are views of the chunk they were read in, and a
+// shuffle buffer holding samples drawn at random times kept whole chunks alive, hundreds of
+// them in a long epoch (peak RSS 573 MB against 273 MB for the same pipeline on a tenth of
+// the data). The shuffle now compacts what it holds.
+TEST_CASE("samples held by a shuffle hold their own bytes, not the chunks they were read in")
+{
+    temp_dir d;
+    auto o = options();
+    o.chunks.chunk_size = 64 * 1024; // many samples per chunk
+    const auto t = make_shards(d.path, 3, 20);
+    std::size_t n = 0;
+    for (auto& s : shard::shards(t.list, o) | conveyor::shuffle({.buffer = 16, .seed = 1})) {
+        for (const auto& f : s.fields) CHECK(f.data.storage_size() == f.data.size());
+        CHECK(std::string(s.fields[0].data.view()) == t.jpg.at(s.key));
+        ++n;
+    }
+    CHECK(n == 60);
+    // Without a shuffle, fields stay zero-copy views of their chunks.
+    bool shared = false;
+    for (auto& s : shard::shards(t.list, o)) shared |= s.fields[0].data.storage_size() > s.fields[0].data.size();
+    CHECK(shared);
+}
+
 TEST_CASE("the order of a run is fixed by seed and epoch, and changes with the epoch")
 {
     temp_dir d;

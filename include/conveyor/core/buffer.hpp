@@ -134,6 +134,10 @@ public:
     /// The bytes as characters (handy for text members such as `cls` or `json`).
     std::string_view view() const noexcept { return {reinterpret_cast<const char*>(data_), size_}; }
 
+    /// A new buffer of `n` bytes (contents uninitialised) from the pool this one came from;
+    /// unpooled when this one has no pool.
+    CONVEYOR_DECL buffer sibling(std::size_t n) const;
+
 private:
     friend class buffer_pool;
 
@@ -172,6 +176,9 @@ public:
     std::uint64_t allocations() const noexcept { return state_->allocations.load(std::memory_order_relaxed); }
 
 private:
+    friend class buffer;
+    explicit buffer_pool(std::shared_ptr<detail::pool_state> s) noexcept : state_(std::move(s)) {}
+
     std::shared_ptr<detail::pool_state> state_;
 };
 

@@ -57,6 +57,13 @@ public:
 
     /// Where this slice starts in its storage (the offset of a member in its shard chunk).
     CONVEYOR_DECL std::size_t offset() const noexcept;
+    /// Bytes of the storage this slice is a view of (0 for a slice that has none).
+    std::size_t storage_size() const noexcept { return storage_ ? storage_->size() : 0; }
+    /** These bytes in storage of their own (a buffer from the storage's pool), or this slice
+        itself when it already spans its whole storage. For holding a small slice for long
+        without keeping a large storage alive: a shard member kept in a shuffle buffer
+        otherwise pins its whole chunk. */
+    CONVEYOR_DECL slice compact() const;
     /// How many slices share this one's storage (0 for a slice that has none).
     long use_count() const noexcept { return storage_.use_count(); }
     /// True when `a` and `b` share storage (one was cut from the other, or both from one).

@@ -392,6 +392,21 @@ struct shuffle_options {
     std::uint64_t seed = 0;
 };
 
+namespace detail {
+
+/// An item type with a `compact_for_holding(T&)` found by argument-dependent lookup: what a
+/// stage calls on an item it is about to hold for long (see `shuffle`).
+template <class T>
+concept compactable = requires(T& t) { compact_for_holding(t); };
+
+template <class T>
+void hold_compactly(T& item)
+{
+    if constexpr (compactable<T>) compact_for_holding(item);
+}
+
+} // namespace detail
+
 /// The `shuffle` stage; see `conveyor::shuffle`.
 class shuffle_stage {
 public:
@@ -414,6 +429,7 @@ public:
                                   std::vector<T> got, put;
                                   while (co_await in.async_next_batch(got, 256)) {
                                       for (auto& x : got) {
+                                          detail::hold_compactly(x);
                                           pool.push_back(std::move(x));
                                           ++arrived;
                                           // Emit (a random one of the `buffer` held, so a buffer of
@@ -444,7 +460,13 @@ private:
 };
 
 /** Shuffles with a bounded buffer (webdataset's method): held items leave in random order
-    as new ones arrive. Deterministic for a given seed and epoch. */
+    as new ones arrive. Deterministic for a given seed and epoch.
+
+    Items of a type with a `compact_for_holding(T&)` (found by argument-dependent lookup)
+    are passed to it as they enter the buffer. Shard samples have one: their fields are
+    zero-copy views of the chunks they were read in, and a buffer of 1000 of them, each
+    drawn at a random time, kept hundreds of 2 MiB chunks alive (~540 MB in a long epoch of
+    ImageNet-sized samples); compacted, a sample holds its own bytes (one copy each). */
 inline shuffle_stage shuffle(shuffle_options o = {})
 {
     return shuffle_stage(o);

@@ -44,6 +44,15 @@ struct sample {
     }
 };
 
+/** Copies the fields of `s` that are small views of larger storage (a member in its
+    chunk) into storage of their own, so that holding `s` for long (a shuffle buffer) does
+    not keep whole chunks alive. Called by `conveyor::shuffle` on the samples it holds. */
+inline void compact_for_holding(sample& s)
+{
+    for (auto& f : s.fields)
+        if (f.data.storage_size() > f.data.size() + f.data.size() / 4) f.data = f.data.compact();
+}
+
 } // namespace conveyor::shard
 
 #endif

@@ -93,6 +93,17 @@ CONVEYOR_DECL void buffer::release() noexcept
     size_ = capacity_ = 0;
 }
 
+CONVEYOR_DECL buffer buffer::sibling(std::size_t n) const
+{
+    if (pool_) return buffer_pool(pool_).acquire(n);
+    buffer b;
+    b.cls_ = detail::class_count;
+    b.capacity_ = n;
+    b.size_ = n;
+    b.data_ = static_cast<std::byte*>(::operator new(std::max<std::size_t>(n, 1), std::align_val_t{detail::buffer_alignment}));
+    return b;
+}
+
 CONVEYOR_DECL buffer buffer_pool::acquire(std::size_t n)
 {
     buffer b;

@@ -6,6 +6,7 @@
 
 #include <conveyor/core/error.hpp>
 
+#include <cstring>
 #include <string>
 
 namespace conveyor {
@@ -39,6 +40,14 @@ CONVEYOR_DECL slice slice::sub(std::size_t offset, std::size_t length) const
     s.data_ = data_ + offset;
     s.size_ = length;
     return s;
+}
+
+CONVEYOR_DECL slice slice::compact() const
+{
+    if (!storage_ || storage_->size() == size_) return *this;
+    buffer own = storage_->sibling(size_);
+    std::memcpy(own.data(), data_, size_);
+    return slice(std::move(own));
 }
 
 CONVEYOR_DECL std::size_t slice::offset() const noexcept
