@@ -450,8 +450,8 @@ class Fault:
                 raise ValueError("method must be a string")
             self.method = self.method.upper()
         self.kind = spec.get("kind", "status")
-        if self.kind not in ("status", "reset", "truncate", "delay", "reset_after"):
-            raise ValueError("kind must be one of status, reset, truncate, delay, reset_after")
+        if self.kind not in ("status", "reset", "truncate", "delay", "reset_after", "hold"):
+            raise ValueError("kind must be one of status, reset, truncate, delay, reset_after, hold")
         # reset_after: the answer is forwarded until `after_bytes` bytes of its body have gone
         # out, then the connection is reset (a connection cut mid-body).
         self.after_bytes = int(spec.get("after_bytes", 0))
@@ -471,6 +471,11 @@ class Fault:
         self.delay_ms = int(spec.get("delay_ms", 1000 if self.kind == "delay" else 0))
         if self.delay_ms < 0:
             raise ValueError("delay_ms must be >= 0")
+        # hold: the request waits until the test releases it (POST /release), or at most
+        # `delay_ms` (default 30 s), then is forwarded: an order of events without a race.
+        if self.kind == "hold" and "delay_ms" not in spec:
+            self.delay_ms = 30000
+        self.released = threading.Event()
         self.id = next(Fault._ids)
         self.injected = 0
 
@@ -489,6 +494,7 @@ class State:
     def __init__(self):
         self.lock = threading.Lock()
         self.faults = []
+        self.holds = []  # hold faults armed and not yet released
         self.verified = 0
         self.rejected = 0
         self.anonymous = 0
@@ -946,12 +952,24 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                     return self._send_json(400, {"error": str(exc)})
                 with state.lock:
                     state.faults.extend(faults)
+                    state.holds.extend(f for f in faults if f.kind == "hold")
                 return self._send_json(200, {"armed": [f.describe() for f in faults]})
             if method == "DELETE":
                 with state.lock:
                     n = len(state.faults)
                     state.faults.clear()
+                    for f in state.holds:  # nothing stays held once the faults are cleared
+                        f.released.set()
+                    state.holds.clear()
                 return self._send_json(200, {"cleared": n})
+        elif sub == "/release":
+            if method == "POST":
+                with state.lock:
+                    n = len(state.holds)
+                    for f in state.holds:
+                        f.released.set()
+                    state.holds.clear()
+                return self._send_json(200, {"released": n})
             if method == "GET":
                 with state.lock:
                     return self._send_json(200, {"faults": [f.describe() for f in state.faults]})
@@ -1032,7 +1050,9 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
 
             fault = state.take_fault(method, raw_path)
             if fault is not None:
-                if fault.delay_ms:
+                if fault.kind == "hold":
+                    fault.released.wait(fault.delay_ms / 1000.0)
+                elif fault.delay_ms:
                     time.sleep(fault.delay_ms / 1000.0)
                 if fault.kind == "status":
                     err = S3Error(fault.status, fault.code, fault.message)
@@ -1046,6 +1066,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                                                    fault, request_id)
                     if fault.kind == "delay":
                         detail = "fault delay %d ms" % fault.delay_ms
+                    elif fault.kind == "hold":
+                        detail = "fault hold (%s)" % ("released" if fault.released.is_set() else "timed out")
             else:
                 status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,
                                                None, request_id)
