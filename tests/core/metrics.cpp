@@ -57,7 +57,8 @@ struct slow_reader {
     std::uint64_t retries() const { return 7; }
     asio::awaitable<int> operator()(std::uint64_t i) const
     {
-        asio::steady_timer t(co_await asio::this_coro::executor, 1ms);
+        const auto ex = co_await asio::this_coro::executor;
+        asio::steady_timer t(ex, 1ms);
         boost::system::error_code ec;
         co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         co_return static_cast<int>(i);

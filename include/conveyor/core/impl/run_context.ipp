@@ -280,22 +280,22 @@ CONVEYOR_DECL stats_snapshot run_context::snapshot() const
 }
 
 struct run_context::stats_ticker {
-    stats_ticker(runtime::io_executor_type ex, std::chrono::nanoseconds every, stats_callback f)
-        : interval(every), fn(std::move(f)), timer(ex)
-    {
-    }
+    stats_ticker(std::chrono::nanoseconds every, stats_callback f) : interval(every), fn(std::move(f)) {}
     std::mutex mu; // held while the callback runs; `done` is set under it
     bool done = false;
     std::chrono::nanoseconds interval;
     stats_callback fn;
-    asio::steady_timer timer; // touched only on the run's executor
+    // The ticking coroutine's timer while it runs: touched only on the run's executor (one
+    // thread). The timer lives in the coroutine, never in the run, which may outlive the
+    // runtime whose I/O context the timer belongs to.
+    asio::steady_timer* timer = nullptr;
 };
 
 CONVEYOR_DECL void run_context::start_stats(std::chrono::nanoseconds interval, stats_callback fn)
 {
     if (!fn) return;
     if (interval <= std::chrono::nanoseconds(0)) interval = std::chrono::seconds(1);
-    auto t = std::make_shared<stats_ticker>(home_, interval, std::move(fn));
+    auto t = std::make_shared<stats_ticker>(interval, std::move(fn));
     {
         std::lock_guard lk(mu_);
         if (ticker_) return;
@@ -307,20 +307,25 @@ CONVEYOR_DECL void run_context::start_stats(std::chrono::nanoseconds interval, s
 
 CONVEYOR_DECL asio::awaitable<void> run_context::tick(std::weak_ptr<run_context> self, std::shared_ptr<stats_ticker> t)
 {
+    const auto ex = co_await asio::this_coro::executor; // its own statement (GCC 12)
+    asio::steady_timer timer(ex);
+    struct forget {
+        stats_ticker& t;
+        ~forget() { t.timer = nullptr; }
+    } forget_timer{*t};
+    t->timer = &timer;
     for (;;) {
-        t->timer.expires_after(t->interval);
+        timer.expires_after(t->interval);
         boost::system::error_code ec;
-        co_await t->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         std::lock_guard lk(t->mu);
         if (t->done) co_return;
-        if (auto ctx = self.lock()) {
-            try {
-                t->fn(ctx->snapshot());
-            } catch (...) {
-                // A progress display that fails must not fail the run.
-            }
-        } else {
-            co_return;
+        auto ctx = self.lock();
+        if (!ctx) co_return;
+        try {
+            t->fn(ctx->snapshot());
+        } catch (...) {
+            // A progress display that fails must not fail the run.
         }
     }
 }
@@ -342,7 +347,10 @@ CONVEYOR_DECL void run_context::stop_stats()
         } catch (...) {
         }
     }
-    asio::post(home_, [t] { t->timer.cancel(); });
+    // Ends the ticking coroutine now rather than at its next tick.
+    asio::post(home_, [t] {
+        if (t->timer) t->timer->cancel();
+    });
 }
 
 CONVEYOR_DECL void run_context::task_done()
