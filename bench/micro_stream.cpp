@@ -7,10 +7,14 @@
 // per item; the target is at most 250 ns per item per trivial stage. The plain
 // `generate*` variants drain with range-for on the benchmark's thread (what users write):
 // they add the cost of handing items from an I/O thread to a blocking consumer.
+// Every run counts per-stage metrics (conveyor/core/metrics.hpp) whether or not anyone
+// reads them; `generate_map4_stats_1ms` also takes a snapshot every millisecond
+// (`pipeline::on_stats`), the most a progress display would ask for.
 // The channel benchmarks measure `detail::channel` alone: a coroutine sending batches
 // (`send_all`) to another receiving them (`receive_some`), on one I/O thread or two.
 
 #include <conveyor/core/detail/channel.hpp>
+#include <conveyor/core/metrics.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -21,6 +25,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <future>
@@ -125,6 +130,16 @@ void generate(benchmark::State& state) { per_item(state, alone, by_range_for); }
 void generate_map1(benchmark::State& state) { per_item(state, one_map, by_range_for); }
 void generate_map4(benchmark::State& state) { per_item(state, four_maps, by_range_for); }
 
+// (c) again, with a snapshot of the run's metrics taken every millisecond on its I/O thread.
+void generate_map4_stats_1ms(benchmark::State& state)
+{
+    auto watched = [](std::int64_t n) {
+        return four_maps(n).on_stats(std::chrono::milliseconds(1),
+                                     [](const cv::stats_snapshot& s) { benchmark::DoNotOptimize(s.stages.size()); });
+    };
+    per_item(state, watched, by_range_for);
+}
+
 // (a') (b') (c'): the same pipelines drained by a coroutine on the stages' own I/O thread.
 void generate_on_lane(benchmark::State& state) { per_item(state, alone, on_lane); }
 void generate_map1_on_lane(benchmark::State& state) { per_item(state, one_map, on_lane); }
@@ -183,6 +198,7 @@ constexpr std::int64_t items = 1 << 20;
 BENCHMARK(generate)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_map1)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_map4)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(generate_map4_stats_1ms)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_on_lane)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_map1_on_lane)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_map4_on_lane)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
