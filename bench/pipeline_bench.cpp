@@ -1,7 +1,7 @@
 // conveyor-bench pipeline: the end-to-end rate of a training input pipeline, from tar shards
 // (local, S3 or http) or an ImageFolder to batches of decoded, augmented images:
 //
-//     shards → samples → decode (random-resized crop, flip) → batches [→ GPU with --cuda]
+//     shards → samples → decode (random-resized crop, flip) straight into batches → [GPU, --cuda]
 //
 // It prints, per epoch, images/s, MB/s read, the time to the first batch, peak RSS and CPU
 // time; then the decode-only rate with the same threads over samples held in memory (what
@@ -15,6 +15,12 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
+#include <conveyor/core/metrics.hpp>
+#include <conveyor/image/batch.hpp>
+#if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/device.hpp>
+#include <conveyor/cuda/staging.hpp>
+#endif
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/stage.hpp>
 #include <conveyor/shard/list.hpp>
@@ -27,6 +33,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -44,6 +51,8 @@ struct pipeline_args {
     std::size_t epochs = 1;
     std::size_t decode_only = 1000;
     std::uint64_t seed = 1;
+    std::size_t pool_mb = 0; // 0: the runtime's default
+    bool cuda = false;
 };
 
 /// One epoch's figures.
@@ -51,20 +60,28 @@ struct epoch_result {
     std::uint64_t images = 0, batches = 0;
     double seconds = 0, first_batch_s = -1;
     cb::resource_usage usage;
+    cv::stats_snapshot stats;
 };
 
-template <class Pipe>
-epoch_result run_epoch(Pipe& pipe)
+template <class Batch>
+epoch_result run_epoch(cv::pipeline<Batch> pipe, std::uint64_t epoch)
 {
     epoch_result r;
     const auto before = cb::usage_now();
     cb::stopwatch clock;
-    for (auto& b : pipe) {
+    auto run = pipe.run(epoch);
+    for (auto& b : run) {
         if (r.batches++ == 0) r.first_batch_s = clock.seconds();
-        r.images += b.size();
+        if constexpr (std::is_same_v<Batch, ci::image_batch>) {
+            r.images += b.size();
+        } else {
+            b.synchronize(); // a device batch: its copy is done before the next is asked for
+            r.images += b.host().size();
+        }
     }
     r.seconds = clock.seconds();
     r.usage = cb::usage_now() - before;
+    r.stats = run.snapshot();
     return r;
 }
 
@@ -95,12 +112,26 @@ double decode_only_rate(const std::vector<std::vector<std::byte>>& jpegs, const 
 int cmd_pipeline(const pipeline_args& a)
 {
     const std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
-    cv::runtime rt({.io_threads = 1, .compute_threads = threads});
+#if CONVEYOR_WITH_CUDA
+    if (a.cuda && cv::cuda::devices().devices == 0) {
+        std::fprintf(stderr, "pipeline: --cuda: no usable GPU here (%s)\n", cv::cuda::devices().reason.c_str());
+        return 2;
+    }
+#else
+    if (a.cuda) {
+        std::fprintf(stderr, "pipeline: --cuda: this build has no CUDA\n");
+        return 2;
+    }
+#endif
+    cv::runtime_options ro{.io_threads = 1, .compute_threads = threads};
+    if (a.pool_mb) ro.buffer_pool_bytes = a.pool_mb << 20;
+    cv::runtime rt(ro);
     const ci::decode_image_options decode{
         .decode = {.size = {a.size, a.size}, .crop = ci::crop_mode::random_resized, .flip = 0.5, .seed = a.seed}};
     std::uint64_t bytes = 0;
     std::string engine;
-    std::optional<cv::pipeline<std::vector<ci::decoded>>> pipe;
+    std::optional<cv::pipeline<ci::image_batch>> pipe;
+    const ci::batch_options batching{.size = a.batch};
     std::optional<cv::pipeline<cv::shard::sample>> samples; // for the decode-only pass
     if (!a.folder.empty()) {
         auto files = cv::file::walk(a.folder, {.labels = true});
@@ -108,7 +139,7 @@ int cmd_pipeline(const pipeline_args& a)
         engine = "conveyor-files";
         std::fprintf(stderr, "pipeline: %zu files, %.1f MB, in %s\n", files.size(), bytes / 1e6, a.folder.c_str());
         pipe = cv::file::files(std::move(files)).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed}) |
-               ci::decode_image(decode) | cv::batch(a.batch);
+               ci::decode_batches(decode, batching);
     } else {
         auto list = cv::shard::resolve(a.urls);
         for (auto& s : list) {
@@ -120,13 +151,17 @@ int cmd_pipeline(const pipeline_args& a)
         engine = "conveyor-shards";
         std::fprintf(stderr, "pipeline: %zu shards, %.1f MB\n", list.size(), bytes / 1e6);
         pipe = cv::shard::shards(list, {.order = {.seed = a.seed}}).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed}) |
-               ci::decode_image(decode) | cv::batch(a.batch);
+               ci::decode_batches(decode, batching);
         samples = cv::shard::shards(list, {.order = {.seed = a.seed, .shuffle = false}}).on(rt);
     }
     const double rss_before = static_cast<double>(cb::current_rss_bytes()) / 1e6;
     std::vector<double> rates;
     for (std::size_t e = 0; e < a.epochs; ++e) {
-        const auto r = run_epoch(*pipe);
+#if CONVEYOR_WITH_CUDA
+        const auto r = a.cuda ? run_epoch(*pipe | cv::cuda::to_cuda({.device = 0}), e) : run_epoch(*pipe, e);
+#else
+        const auto r = run_epoch(*pipe, e);
+#endif
         rates.push_back(static_cast<double>(r.images) / r.seconds);
         cb::json_line()
             .add("bench", "pipeline")
@@ -147,10 +182,19 @@ int cmd_pipeline(const pipeline_args& a)
             .add("cpu_s", r.usage.cpu_s())
             .add("images_per_cpu_s", static_cast<double>(r.images) / std::max(1e-9, r.usage.cpu_s()))
             .print();
+        {
+            cb::json_line line;
+            line.add("bench", "pipeline_stages").add("engine", engine).add("epoch", e);
+            for (const auto& st : r.stats.stages) line.add(st.name + "_busy_share", st.busy_share(), 3);
+            const auto neck = cv::bottleneck(r.stats);
+            line.add("bottleneck", neck ? r.stats.stages[*neck].name : std::string("consumer"));
+            line.print();
+        }
         std::fprintf(stderr, "pipeline: epoch %zu: %llu images in %llu batches, %.2f s: %.0f images/s, %.0f MB/s, first batch after %.3f s, peak RSS %.0f MB, %.0f images per CPU second\n",
                      e, static_cast<unsigned long long>(r.images), static_cast<unsigned long long>(r.batches), r.seconds,
                      rates.back(), bytes / 1e6 / r.seconds, r.first_batch_s, r.usage.max_rss_mb(),
                      r.images / std::max(1e-9, r.usage.cpu_s()));
+        std::fprintf(stderr, "pipeline: busy share per stage: %s\n", cv::format_shares(r.stats).c_str());
     }
     // Decode only: the same decode on the same threads over JPEGs already in memory.
     if (samples && a.decode_only > 0) {
@@ -198,6 +242,8 @@ std::function<int()> add_pipeline_subcommands(CLI::App& app)
     p->add_option("--epochs", a->epochs, "passes over the data")->capture_default_str();
     p->add_option("--decode-only", a->decode_only, "JPEGs held in memory for the decode-only rate (0: skip it)")->capture_default_str();
     p->add_option("--seed", a->seed, "seed of order and augmentation")->capture_default_str();
+    p->add_option("--pool-MB", a->pool_mb, "idle memory the runtime's buffer pool may keep (0: its default)")->capture_default_str();
+    p->add_flag("--cuda", a->cuda, "copy each batch to GPU 0 (cuda::to_cuda); needs a build with CUDA and a device");
     return [p, a]() -> int {
         if (!p->parsed()) return -1;
         if (a->urls.empty() && a->folder.empty()) throw CLI::ValidationError("pipeline", "give shard URLs or --folder");

@@ -7,9 +7,10 @@
 //   3. trains on nothing, but feeds like a training loop would:
 //
 //        shards (shuffled per epoch) → samples → shuffle → decode (random-resized crop 224,
-//        flip) → batches of 64
+//        flip) straight into batches of 64 (contiguous tensors) → the GPU, if there is one
 //
-//      with a progress line, and prints images/s, MB/s and the time to the first batch,
+//      with a progress line, and prints images/s, MB/s, the time to the first batch and
+//      each stage's busy share (the bottleneck marked),
 //   4. writes first_batch.jpg: the first batch as a contact sheet, each image with its
 //      label, so you can see what the pipeline handed on.
 //
@@ -17,6 +18,8 @@
 // or --shards SPEC (shard paths, brace ranges, s3:// URLs, or a dataset index .json).
 #include <conveyor/bench/progress.hpp>
 #include <conveyor/conveyor.hpp>
+#include <conveyor/core/metrics.hpp>
+#include <conveyor/image/batch.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -102,31 +105,35 @@ struct canvas {
         }
         return x;
     }
-    /// An RGB image (HWC) pasted with its top left corner at (x, y).
-    void paste(std::uint32_t x0, std::uint32_t y0, const ci::decoded_image& img)
+    /// An image (HWC, `channels` 1 or 3) pasted with its top left corner at (x, y).
+    void paste(std::uint32_t x0, std::uint32_t y0, const std::uint8_t* img, std::uint32_t w, std::uint32_t h, std::uint32_t channels)
     {
-        for (std::uint32_t y = 0; y < img.height && y0 + y < height; ++y)
-            for (std::uint32_t x = 0; x < img.width && x0 + x < width; ++x) {
+        for (std::uint32_t y = 0; y < h && y0 + y < height; ++y)
+            for (std::uint32_t x = 0; x < w && x0 + x < width; ++x) {
                 std::uint8_t* p = px.data() + (std::size_t{y0 + y} * width + x0 + x) * 3;
-                for (std::uint32_t c = 0; c < 3; ++c) p[c] = img.at(y, x, img.channels == 3 ? c : 0);
+                const std::uint8_t* q = img + (std::size_t{y} * w + x) * channels;
+                for (std::uint32_t c = 0; c < 3; ++c) p[c] = q[channels == 3 ? c : 0];
             }
     }
 };
 
 /// The first batch as one JPEG: a grid of its images, each with its label under it.
-void write_contact_sheet(const fs::path& path, const std::vector<ci::decoded>& batch, const std::vector<std::string>& classes)
+void write_contact_sheet(const fs::path& path, const ci::image_batch& batch, const std::vector<std::string>& classes)
 {
-    if (batch.empty()) return;
-    const std::uint32_t tile_w = batch.front().image.width, tile_h = batch.front().image.height;
+    if (batch.size() == 0 || batch.layout != ci::tensor_layout::nhwc || batch.images.type != ci::dtype::uint8) return;
+    const auto tile_h = static_cast<std::uint32_t>(batch.images.shape[1]), tile_w = static_cast<std::uint32_t>(batch.images.shape[2]);
+    const auto channels = static_cast<std::uint32_t>(batch.images.shape[3]);
     const std::uint32_t label_h = 20, gap = 4;
     const auto cols = static_cast<std::uint32_t>(std::min<std::size_t>(8, batch.size()));
     const auto rows = static_cast<std::uint32_t>((batch.size() + cols - 1) / cols);
     canvas sheet(cols * (tile_w + gap) + gap, rows * (tile_h + label_h + gap) + gap);
+    const auto* pixels = static_cast<const std::uint8_t*>(batch.images.data);
+    const auto* labels = static_cast<const std::int64_t*>(batch.labels.data);
     for (std::size_t i = 0; i < batch.size(); ++i) {
         const auto x = gap + static_cast<std::uint32_t>(i % cols) * (tile_w + gap);
         const auto y = gap + static_cast<std::uint32_t>(i / cols) * (tile_h + label_h + gap);
-        sheet.paste(x, y, batch[i].image);
-        const std::int64_t label = batch[i].label;
+        sheet.paste(x, y, pixels + i * std::size_t{tile_h} * tile_w * channels, tile_w, tile_h, channels);
+        const std::int64_t label = labels[i];
         std::string name = std::to_string(label);
         if (label >= 0 && static_cast<std::size_t>(label) < classes.size()) name = classes[static_cast<std::size_t>(label)];
         sheet.fill(x, y + tile_h, tile_w, label_h, 0, 0, 0);
@@ -225,11 +232,14 @@ int main(int argc, char** argv)
         std::vector<std::string> class_names;
         if (folder.empty() && shard_specs.empty()) shard_specs = {make_dataset(root, count, classes, class_names).string()};
 
-        // The pipeline: a lazy description; nothing runs until it is iterated.
+        // The pipeline: a lazy description; nothing runs until it is iterated. decode_batches
+        // decodes each image on the compute pool straight into its place in a batch (one
+        // contiguous NHWC uint8 tensor, labels beside it), ready for DLPack or the GPU.
         cv::runtime rt;
         const ci::decode_image_options decode{
             .decode = {.size = {size, size}, .crop = ci::crop_mode::random_resized, .flip = 0.5, .seed = seed}};
-        std::optional<cv::pipeline<std::vector<ci::decoded>>> pipe;
+        const ci::batch_options batching{.size = batch_size};
+        std::optional<cv::pipeline<ci::image_batch>> pipe;
         std::size_t expected = 0;    // images an epoch gives, where known
         std::uint64_t data_bytes = 0; // bytes an epoch reads, where known
         if (!folder.empty()) {
@@ -239,7 +249,7 @@ int main(int argc, char** argv)
             for (const auto& e : files.entries) data_bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.size));
             std::printf("folder: %zu files in %zu classes\n", files.size(), files.classes.size());
             pipe = cv::file::files(std::move(files)).on(rt) | cv::shuffle({.buffer = 1000, .seed = seed}) |
-                   ci::decode_image(decode) | cv::batch(batch_size);
+                   ci::decode_batches(decode, batching);
         } else {
             auto list = cv::shard::resolve(shard_specs);
             for (const auto& r : list) {
@@ -248,8 +258,17 @@ int main(int argc, char** argv)
             }
             std::printf("shards: %zu to read, %.1f MB\n", list.size(), data_bytes / 1e6);
             pipe = cv::shard::shards(list, {.order = {.seed = seed}}).on(rt) | cv::shuffle({.buffer = 1000, .seed = seed}) |
-                   ci::decode_image(decode) | cv::batch(batch_size);
+                   ci::decode_batches(decode, batching);
         }
+#if CONVEYOR_WITH_CUDA
+        const auto gpus = cv::cuda::devices();
+        if (gpus.devices > 0)
+            std::printf("GPU: %d device(s); batches are copied to device 0 as they come\n", gpus.devices);
+        else
+            std::printf("GPU: none usable (%s); batches stay in host memory\n", gpus.reason.c_str());
+#else
+        std::printf("GPU: this build has no CUDA; batches stay in host memory\n");
+#endif
 
         // The training loop: each `for` is one epoch (and a new order).
         for (std::size_t epoch = 0; epoch < epochs; ++epoch) {
@@ -257,13 +276,31 @@ int main(int argc, char** argv)
             const auto t0 = std::chrono::steady_clock::now();
             double first_batch_s = -1;
             std::uint64_t images = 0, batches = 0;
-            for (auto& b : *pipe) {
+            cv::stats_snapshot last;
+            // Each batch: what a training step would get. On a GPU, the copy runs while the
+            // next batches are decoded; `b.ready()` is the event the step's stream waits for.
+            const auto step = [&](const ci::image_batch& b) {
                 if (batches++ == 0) {
                     first_batch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                     if (epoch == 0) write_contact_sheet("first_batch.jpg", b, class_names);
                 }
                 images += b.size();
                 bar.update(images);
+            };
+#if CONVEYOR_WITH_CUDA
+            if (gpus.devices > 0) {
+                auto run = (*pipe | cv::cuda::to_cuda({.device = 0})).run(epoch);
+                for (auto& b : run) {
+                    b.synchronize();
+                    step(b.host());
+                }
+                last = run.snapshot();
+            } else
+#endif
+            {
+                auto run = pipe->run(epoch);
+                for (auto& b : run) step(b);
+                last = run.snapshot();
             }
             bar.finish();
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -271,6 +308,7 @@ int main(int argc, char** argv)
                         "first batch after %.3f s\n",
                         epoch, static_cast<unsigned long long>(images), static_cast<unsigned long long>(batches), batch_size,
                         secs, images / secs, data_bytes / 1e6 / secs, first_batch_s);
+            std::printf("  busy share per stage: %s\n", cv::format_shares(last).c_str());
         }
         std::printf("quickstart: done. first_batch.jpg shows the first batch, each image with its label.\n");
         return 0;
