@@ -103,6 +103,8 @@ public:
     virtual void fail(std::exception_ptr e) noexcept = 0;
     /// Its counters, read together under its lock (none for a channel of another kind).
     virtual channel_counters counters() const { return {}; }
+    /// True once the receiver stopped listening or the channel was cancelled or failed.
+    virtual bool receiver_gone() const { return false; }
 
     // ---- metrics ------------------------------------------------------------------------
 
@@ -354,7 +356,7 @@ public:
     }
 
     /// True once the receiver has stopped listening or the channel was cancelled or failed.
-    bool receiver_gone() const
+    bool receiver_gone() const override
     {
         std::lock_guard lk(mu_);
         return receiver_closed_ || cancelled_ || error_;
