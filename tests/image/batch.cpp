@@ -5,6 +5,7 @@
 
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/stages.hpp>
 #include <conveyor/image/batch.hpp>
 
 #include <doctest/doctest.h>
@@ -295,6 +296,16 @@ TEST_CASE("breaking out of a loop over batches stops the stage and gives every s
             break;
         }
     }
+    CHECK(stage.pool()->stats().in_use == 0);
+}
+
+TEST_CASE("a take after decode_batches ends the run: the stage winds down without waiting for slabs")
+{
+    auto stage = image::decode_batches({.decode = small}, {.size = 2, .capacity = 1, .slabs = 2});
+    auto batches = collect(blobs(40) | stage | conveyor::take(2));
+    REQUIRE(batches.size() == 2);
+    CHECK(batches[1].keys[1] == "img/3");
+    batches.clear();
     CHECK(stage.pool()->stats().in_use == 0);
 }
 

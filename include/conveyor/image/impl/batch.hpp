@@ -39,6 +39,7 @@ struct batch_run {
     bool realign = false;                     // an image failed: the dispatcher must wait for the rest
     bool dispatcher_waits = false;
     std::shared_ptr<conveyor::detail::channel<int>> drained; // the assembler's "all assembled" to the dispatcher
+    std::shared_ptr<conveyor::detail::channel<image_batch>> output; // the stage's output, to see the consumer go
 };
 
 template <class T>
@@ -62,9 +63,14 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
                                        std::shared_ptr<conveyor::detail::channel<batch_job<T>>> jobs)
 {
     struct closer {
-        conveyor::detail::channel<batch_job<T>>& ch;
-        ~closer() { ch.close(); }
-    } close_jobs{*jobs};
+        conveyor::detail::channel<batch_job<T>>& jobs;
+        stream<T>& in;
+        ~closer()
+        {
+            jobs.close();
+            in.close(); // upstream stops too when this ends early
+        }
+    } close_on_exit{*jobs, in};
     std::vector<T> got;
     for (;;) {
         const bool more = co_await in.async_next_batch(got, 64);
@@ -95,8 +101,14 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
                         run->realign = false;
                     }
                     if (!run->open.contains(run->next_position / n)) {
-                        image::slab waited = co_await pool->acquire();
-                        s.emplace(std::move(waited));
+                        // Looking up now and then: a consumer that stopped reading (a `take`
+                        // downstream) while it keeps every slab would otherwise leave this
+                        // wait, and the run, without an end.
+                        while (!s) {
+                            auto got = co_await pool->acquire_for(std::chrono::milliseconds(50));
+                            if (got) s.emplace(std::move(*got));
+                            else if (run->output && run->output->receiver_gone()) co_return;
+                        }
                     } else {
                         s.reset();
                     }
@@ -181,13 +193,9 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
     auto results = ctx->make_channel<detail::batch_result>(2 * workers + n);
     auto remaining = std::make_shared<std::atomic<std::size_t>>(workers);
 
-    ctx->spawn(detail::dispatch_batches<T>(std::move(in), run, pool_, plan_, n, jobs), "decode_batches");
-    for (std::size_t w = 0; w < workers; ++w)
-        ctx->spawn(detail::decode_batch_items<T>(ctx, d_, b_, plan_, jobs, results, remaining), "decode_batches");
-
-    return make_stream<image_batch>(
+    auto out = make_stream<image_batch>(
         ctx, "decode_batches", b_->capacity,
-        [ctx = ctx.get(), run, results, b = b_, d = d_, plan = plan_, n](conveyor::detail::channel<image_batch>& out) -> asio::awaitable<void> {
+        [ctx = ctx.get(), run, results, jobs, b = b_, d = d_, plan = plan_, n](conveyor::detail::channel<image_batch>& out) -> asio::awaitable<void> {
             std::vector<detail::batch_result> got;
             for (;;) {
                 const bool more = co_await results->receive_some(got, 64);
@@ -219,7 +227,13 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
                         image_batch batch = detail::finish_batch(*run, *placed / n, n, *b, *plan);
                         const bool listening = co_await out.send(std::move(batch));
                         if (!listening) {
+                            // Nobody reads on (a `take` downstream), and the run goes on: wind
+                            // down the workers and the dispatcher, which may be waiting for the
+                            // drain or for a slab (the open batches give theirs back now).
                             results->close_receiver();
+                            jobs->close_receiver();
+                            run->drained->close();
+                            run->open.clear();
                             co_return;
                         }
                     }
@@ -233,6 +247,11 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
             }
             run->open.clear(); // slabs taken ahead of need go back
         });
+    run->output = out.channel(); // before the dispatcher starts: it reads this
+    ctx->spawn(detail::dispatch_batches<T>(std::move(in), run, pool_, plan_, n, jobs), "decode_batches");
+    for (std::size_t w = 0; w < workers; ++w)
+        ctx->spawn(detail::decode_batch_items<T>(ctx, d_, b_, plan_, jobs, results, remaining), "decode_batches");
+    return out;
 }
 
 } // namespace conveyor::image
