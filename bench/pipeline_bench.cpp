@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <cstdio>
 #include <memory>
@@ -85,6 +86,14 @@ epoch_result run_epoch(cv::pipeline<Batch> pipe, std::uint64_t epoch)
     return r;
 }
 
+/// The share of the epoch the consumer spent waiting for batches (with --cuda: the time a
+/// GPU fed by this loop would have stood idle between batches).
+double wait_share(const epoch_result& r)
+{
+    const double elapsed = std::chrono::duration<double>(r.stats.elapsed).count();
+    return elapsed > 0 ? std::chrono::duration<double>(r.stats.consumer_waited).count() / elapsed : 0;
+}
+
 /// Decodes `jpegs` with `opts` on `threads` threads, `passes` times; images/s.
 double decode_only_rate(const std::vector<std::vector<std::byte>>& jpegs, const ci::decode_options& opts, std::size_t threads)
 {
@@ -131,7 +140,12 @@ int cmd_pipeline(const pipeline_args& a)
     std::uint64_t bytes = 0;
     std::string engine;
     std::optional<cv::pipeline<ci::image_batch>> pipe;
-    const ci::batch_options batching{.size = a.batch};
+    ci::batch_options batching{.size = a.batch};
+#if CONVEYOR_WITH_CUDA
+    // Batches bound for the GPU are made in page-locked slabs: their copies run at the
+    // link's rate and overlap the decoding of the next batches.
+    if (a.cuda) batching.allocator = ci::pinned_slab_allocator();
+#endif
     std::optional<cv::pipeline<cv::shard::sample>> samples; // for the decode-only pass
     if (!a.folder.empty()) {
         auto files = cv::file::walk(a.folder, {.labels = true});
@@ -181,6 +195,7 @@ int cmd_pipeline(const pipeline_args& a)
             .add("rss_before_mb", rss_before)
             .add("cpu_s", r.usage.cpu_s())
             .add("images_per_cpu_s", static_cast<double>(r.images) / std::max(1e-9, r.usage.cpu_s()))
+            .add("consumer_wait_share", wait_share(r), 3)
             .print();
         {
             cb::json_line line;
@@ -195,6 +210,8 @@ int cmd_pipeline(const pipeline_args& a)
                      rates.back(), bytes / 1e6 / r.seconds, r.first_batch_s, r.usage.max_rss_mb(),
                      r.images / std::max(1e-9, r.usage.cpu_s()));
         std::fprintf(stderr, "pipeline: busy share per stage: %s\n", cv::format_shares(r.stats).c_str());
+        std::fprintf(stderr, "pipeline: the consumer%s waited for its next batch %.1f%% of the epoch\n",
+                     a.cuda ? " (standing for the GPU: each batch's copy is awaited)" : "", 100 * wait_share(r));
     }
     // Decode only: the same decode on the same threads over JPEGs already in memory.
     if (samples && a.decode_only > 0) {

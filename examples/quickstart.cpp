@@ -238,7 +238,13 @@ int main(int argc, char** argv)
         cv::runtime rt;
         const ci::decode_image_options decode{
             .decode = {.size = {size, size}, .crop = ci::crop_mode::random_resized, .flip = 0.5, .seed = seed}};
-        const ci::batch_options batching{.size = batch_size};
+        ci::batch_options batching{.size = batch_size};
+#if CONVEYOR_WITH_CUDA
+        // With a GPU, batches are made in page-locked memory, so their copies run at the
+        // link's rate while the next ones are decoded.
+        const auto gpus = cv::cuda::devices();
+        if (gpus.devices > 0) batching.allocator = ci::pinned_slab_allocator();
+#endif
         std::optional<cv::pipeline<ci::image_batch>> pipe;
         std::size_t expected = 0;    // images an epoch gives, where known
         std::uint64_t data_bytes = 0; // bytes an epoch reads, where known
@@ -261,7 +267,6 @@ int main(int argc, char** argv)
                    ci::decode_batches(decode, batching);
         }
 #if CONVEYOR_WITH_CUDA
-        const auto gpus = cv::cuda::devices();
         if (gpus.devices > 0)
             std::printf("GPU: %d device(s); batches are copied to device 0 as they come\n", gpus.devices);
         else

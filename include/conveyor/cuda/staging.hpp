@@ -173,6 +173,15 @@ public:
         if (state_) state_->consumer = consumer;
     }
 
+    /** The batch's shared ownership, for holders that know nothing of device batches (a
+        DLPack deleter): the host batch and the device buffers stay taken while any of
+        these lives, as if the batch itself were still held. */
+    std::shared_ptr<const void> owner() const
+    {
+        using both = std::pair<std::shared_ptr<const T>, std::shared_ptr<lease>>;
+        return std::make_shared<const both>(host_, state_);
+    }
+
 private:
     friend struct detail::device_batch_access<T>;
     struct lease {

@@ -45,6 +45,20 @@ CONVEYOR_DECL DLManagedTensor* to_dlpack(const image_batch& b);
 /// `to_dlpack(b)`.
 CONVEYOR_DECL DLManagedTensor* labels_to_dlpack(const image_batch& b);
 
+#if CONVEYOR_WITH_CUDA
+/** The images of a batch that `cuda::to_cuda` copied to the GPU, as a DLPack tensor on
+    `{kDLCUDA, b.device()}` (same type and shape as the host batch's), holding the batch's
+    device buffers until the consumer calls the deleter (the ring gives them back after
+    the work queued by then on the stream given to `done_on`).
+
+    The copies are asynchronous: before reading the tensor, make the consumer's stream wait
+    for `b.ready()` (`cudaStreamWaitEvent`), or call `b.synchronize()`. */
+CONVEYOR_DECL DLManagedTensor* to_dlpack(const cuda::device_batch<image_batch>& b);
+
+/// The labels of a batch on the GPU as a DLPack tensor (int64, shape {n}), like `to_dlpack(b)`.
+CONVEYOR_DECL DLManagedTensor* labels_to_dlpack(const cuda::device_batch<image_batch>& b);
+#endif
+
 } // namespace conveyor::image
 
 #if CONVEYOR_HEADER_ONLY

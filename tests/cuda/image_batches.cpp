@@ -1,0 +1,112 @@
+// Tests of image batches on the GPU: decode_batches into pinned slabs, to_cuda, and the
+// DLPack export of device batches (conveyor/image/dlpack.hpp with CUDA).
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/core/stages.hpp>
+#include <conveyor/cuda/device.hpp>
+#include <conveyor/cuda/staging.hpp>
+#include <conveyor/image/batch.hpp>
+#include <conveyor/image/dlpack.hpp>
+#include <conveyor/image/encode.hpp>
+
+#include <cuda_runtime_api.h>
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace cv = conveyor;
+namespace cc = conveyor::cuda;
+namespace image = conveyor::image;
+
+namespace {
+
+/// `count` JPEG blobs of 48x40 pixels, each a gradient of its own; blob k has label k % 5.
+cv::pipeline<cv::blob> jpeg_blobs(std::uint64_t count)
+{
+    return cv::generate(count, [](std::uint64_t k) {
+        const std::uint32_t w = 48, h = 40;
+        std::vector<std::uint8_t> px(std::size_t(w) * h * 3);
+        for (std::uint32_t y = 0; y < h; ++y)
+            for (std::uint32_t x = 0; x < w; ++x)
+                for (std::uint32_t c = 0; c < 3; ++c)
+                    px[(std::size_t(y) * w + x) * 3 + c] = static_cast<std::uint8_t>(x * 5 + y * 3 + c * 40 + k * 17);
+        cv::blob b;
+        b.key = "img/" + std::to_string(k);
+        b.label = std::int64_t(k % 5);
+        b.index = k;
+        b.data = image::encode_jpeg(px, w, h, image::pixel_format::rgb);
+        return b;
+    });
+}
+
+/// Copies `bytes` of device memory at `p` back to the host.
+std::vector<std::byte> from_device(const void* p, std::size_t bytes)
+{
+    std::vector<std::byte> v(bytes);
+    REQUIRE(cudaMemcpy(v.data(), p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return v;
+}
+
+} // namespace
+
+TEST_SUITE("gpu")
+{
+    TEST_CASE("decode_batches into pinned slabs, to_cuda and DLPack: the device tensors hold the host batch's bytes")
+    {
+        cv::runtime rt;
+        const image::decode_image_options d{.decode = {.size = {32, 24}, .crop = image::crop_mode::center}};
+        const image::batch_options bo{.size = 4,
+                                      .layout = image::tensor_layout::nchw,
+                                      .type = image::dtype::float32,
+                                      .mean = {0.485f, 0.456f, 0.406f},
+                                      .std = {0.229f, 0.224f, 0.225f},
+                                      .allocator = image::pinned_slab_allocator()};
+        auto p = jpeg_blobs(10).on(rt) | image::decode_batches(d, bo) | cc::to_cuda({.device = 0, .ring = 3});
+        std::vector<std::int64_t> labels;
+        std::size_t batches = 0;
+        DLManagedTensor* kept = nullptr; // the first batch's images, held past their batch
+        std::vector<std::byte> kept_bytes;
+        for (auto& b : p) {
+            const image::image_batch& h = b.host();
+            CHECK(cc::is_pinned(h.images.data));
+            DLManagedTensor* t = image::to_dlpack(b);
+            DLManagedTensor* l = image::labels_to_dlpack(b);
+            CHECK(t->dl_tensor.device.device_type == kDLCUDA);
+            CHECK(t->dl_tensor.device.device_id == 0);
+            CHECK(t->dl_tensor.dtype.code == kDLFloat);
+            CHECK(t->dl_tensor.dtype.bits == 32);
+            REQUIRE(t->dl_tensor.ndim == 4);
+            CHECK(t->dl_tensor.shape[0] == std::int64_t(h.size()));
+            CHECK(t->dl_tensor.shape[1] == 3);
+            CHECK(t->dl_tensor.shape[2] == 24);
+            CHECK(t->dl_tensor.shape[3] == 32);
+            CHECK(l->dl_tensor.device.device_type == kDLCUDA);
+            CHECK(l->dl_tensor.dtype.code == kDLInt);
+            b.synchronize();
+            const auto img = from_device(t->dl_tensor.data, h.images.bytes());
+            CHECK(std::memcmp(img.data(), h.images.data, img.size()) == 0);
+            const auto lab = from_device(l->dl_tensor.data, h.labels.bytes());
+            CHECK(std::memcmp(lab.data(), h.labels.data, lab.size()) == 0);
+            const auto* lp = static_cast<const std::int64_t*>(h.labels.data);
+            labels.insert(labels.end(), lp, lp + h.size());
+            l->deleter(l);
+            if (batches == 0) {
+                kept = t;
+                kept_bytes = img;
+            } else {
+                t->deleter(t);
+            }
+            ++batches;
+        }
+        CHECK(batches == 3); // 4 + 4 + 2
+        CHECK(labels == std::vector<std::int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4});
+        // The first batch's device tensor outlived its batch while later batches went
+        // through the ring: its buffers were not reused.
+        REQUIRE(kept);
+        CHECK(from_device(kept->dl_tensor.data, kept_bytes.size()) == kept_bytes);
+        kept->deleter(kept);
+    }
+}
