@@ -92,8 +92,8 @@ public:
         set's `ready` event after them, and returns the device tensors. */
     CONVEYOR_DECL std::vector<device_tensor> copy(std::size_t s, const std::vector<host_tensor>& views);
 
-    /// Calls `f` on a CUDA thread once everything enqueued so far on the stream is done.
-    /// `f` must not call CUDA.
+    /// Calls `f` on a CUDA thread once everything enqueued so far on the stream is done
+    /// (`cudaLaunchHostFunc`: the stream waits for `f` to return). `f` must not call CUDA.
     CONVEYOR_DECL void when_done(std::function<void()> f);
 
     /// The event recorded after set `s`'s copies.
@@ -103,8 +103,14 @@ public:
 
     /** Gives set `s` back. Work queued before this call on `consumer` (or, when null, on
         the legacy default stream, which waits for every blocking stream: PyTorch's
-        default stream included) finishes before the next copy into the set. */
-    CONVEYOR_DECL void release(std::size_t s, CUstream_st* consumer) noexcept;
+        default stream included) finishes before the next copy into the set.
+
+        `keep` holds what the set's copies read (the host batch): it is destroyed here if
+        they are done (`ready(s)` has happened: the consumer waited for them, as it must
+        before using the tensors), else called on a CUDA thread once they are (see
+        `when_done`). So a copy costs no host function on the stream unless its batch is
+        dropped unread. */
+    CONVEYOR_DECL void release(std::size_t s, CUstream_st* consumer, std::function<void()> keep = {}) noexcept;
 
     /// Sets given back so far (for tests).
     CONVEYOR_DECL std::size_t releases() const noexcept;
@@ -188,9 +194,10 @@ private:
         std::shared_ptr<detail::staging_ring> ring;
         std::size_t set = 0;
         CUstream_st* consumer = nullptr;
+        std::function<void()> keep; // the host batch, until the copies are done
         ~lease()
         {
-            if (ring) ring->release(set, consumer);
+            if (ring) ring->release(set, consumer, std::move(keep));
         }
     };
     std::shared_ptr<const T> host_;

@@ -18,7 +18,7 @@ CONVEYOR_DECL void synchronize_event(CUevent_st* e);
 template <class T>
 struct device_batch_access {
     static device_batch<T> make(std::shared_ptr<const T> host, std::vector<device_tensor> tensors,
-                                std::shared_ptr<staging_ring> ring, std::size_t set)
+                                std::shared_ptr<staging_ring> ring, std::size_t set, std::function<void()> keep)
     {
         device_batch<T> b;
         b.host_ = std::move(host);
@@ -26,20 +26,21 @@ struct device_batch_access {
         b.state_ = std::make_shared<typename device_batch<T>::lease>();
         b.state_->ring = std::move(ring);
         b.state_->set = set;
+        b.state_->keep = std::move(keep);
         return b;
     }
 };
 
-/// Keeps a host batch alive until the stream has read it: made before the copies are
-/// enqueued, destroyed on the stage's executor once the stream says they are done.
+/// Keeps a host batch alive until the stream has read it. Dropped where its device batch
+/// is given back when the copies are done by then (the usual case); otherwise called on a
+/// CUDA thread once they are, and it hands the release to the stage's executor (the
+/// batch's memory may go back to a pool that frees pinned memory: no CUDA call there).
 template <class T>
 struct host_keepalive {
     std::shared_ptr<const T> host;
     asio::any_io_executor ex;
     void operator()()
     {
-        // On a CUDA thread: hand the release to the executor (the batch's memory may go back
-        // to a pool whose users run there), and no CUDA call here.
         asio::post(ex, [h = std::move(host)]() mutable { h.reset(); });
     }
 };
@@ -69,12 +70,18 @@ stream<device_batch<T>> to_cuda_stage::operator()(const std::shared_ptr<run_cont
                     std::vector<device_tensor> tensors;
                     try {
                         tensors = ring->copy(set, staging_view(*host));
-                        ring->when_done(detail::host_keepalive<T>{host, ex});
                     } catch (...) {
+                        // Some copies may be queued: the batch stays until the stream is past them.
+                        try {
+                            ring->when_done(detail::host_keepalive<T>{host, ex});
+                        } catch (...) {
+                            // The device failed: nothing of it reads the batch any more.
+                        }
                         ring->release(set, nullptr);
                         throw;
                     }
-                    auto b = detail::device_batch_access<T>::make(std::move(host), std::move(tensors), ring, set);
+                    auto b = detail::device_batch_access<T>::make(host, std::move(tensors), ring, set,
+                                                                  detail::host_keepalive<T>{host, ex});
                     if (!co_await out.send(std::move(b))) {
                         in.close();
                         co_return;

@@ -153,8 +153,17 @@ CONVEYOR_DECL CUevent_st* staging_ring::ready(std::size_t s) const noexcept
     return sets_[s].ready;
 }
 
-CONVEYOR_DECL void staging_ring::release(std::size_t s, CUstream_st* consumer) noexcept
+CONVEYOR_DECL void staging_ring::release(std::size_t s, CUstream_st* consumer, std::function<void()> keep) noexcept
 {
+    if (keep) {
+        // The set is still ours: its ready event is the last copy's.
+        try {
+            device_scope on(device_);
+            if (cudaEventQuery(sets_[s].ready) != cudaSuccess) when_done(std::move(keep));
+        } catch (...) {
+            // A device that failed reads nothing any more: `keep` goes below.
+        }
+    }
     memory_lease lease;
     {
         std::lock_guard lk(mu_);
@@ -171,7 +180,8 @@ CONVEYOR_DECL void staging_ring::release(std::size_t s, CUstream_st* consumer) n
         free_sets_.push_back(s);
         ++releases_;
     }
-    // The lease goes last, outside the lock: a waiting acquire may run at once.
+    // The lease goes last, outside the lock: a waiting acquire may run at once. `keep`
+    // (the host batch, when its copies are done) goes with it.
 }
 
 CONVEYOR_DECL std::size_t staging_ring::releases() const noexcept
