@@ -109,6 +109,22 @@ TEST_CASE("walk keeps only the wanted extensions, compared without regard to cas
     CHECK(cf::walk(d.path()).size() == 9);
 }
 
+TEST_CASE("has_extension takes the file name's last extension, as std::filesystem does, without regard to case")
+{
+    const std::vector<std::string> jpeg{".jpg", ".JPEG"};
+    for (const char* yes : {"x.jpg", "a/b/y.JPG", "z.jpeg", "d.v/q.Jpg", "..jpg", "a/..jpg"}) CHECK_MESSAGE(cf::has_extension(yes, jpeg), yes);
+    for (const char* no : {"x.jpg.bak", "jpg", ".jpg", "a/.jpg", "dir.jpg/", "d.jpg/x", "x.jpgx", "", ".", ".."})
+        CHECK_MESSAGE(!cf::has_extension(no, jpeg), no);
+    // The same answer as std::filesystem::path::extension for every one of them.
+    for (const char* p : {"x.jpg", "a/b/y.JPG", "..jpg", "x.jpg.bak", ".jpg", "a/.jpg", "dir.jpg/", "x", ".", "..", "a/b.c.d"}) {
+        const std::string ext = std::filesystem::path(p).extension().string();
+        CHECK_MESSAGE(cf::has_extension(p, {ext.empty() ? std::string("(none)") : ext}) == !ext.empty(), p);
+    }
+    CHECK(cf::has_extension("anything", {}));      // no filter: everything
+    CHECK(cf::has_extension("noext", {""}));       // "": the names without an extension
+    CHECK(!cf::has_extension("x.jpg", {""}));
+}
+
 TEST_CASE("walk with labels: the first directory is the class, classes sorted to ids, root files dropped")
 {
     temp_dir d;

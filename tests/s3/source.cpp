@@ -8,6 +8,9 @@
 
 #include <conveyor/core/stages.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -295,6 +298,65 @@ TEST_CASE("s3 listings give ImageFolder labels from the first key component unde
     CHECK(named.labels == std::vector<std::int64_t>{3, 3, 3, 7, 7});
     CHECK(named.classes.size() == 8);
     CHECK(named.classes[7] == "dog");
+}
+
+TEST_CASE("s3 listings keep only the wanted endings, report progress page by page, and write an index read_index reads back")
+{
+    conveyor_test::test_server srv(picture_bucket);
+    cv::runtime lrt({.io_threads = 1, .compute_threads = 1});
+    s3::client c(lrt, path_style_config(srv.endpoint()), fast_retries());
+
+    // Progress: after each of the four pages (the top level, then cat, dog, emu in any
+    // order), the running totals of everything listed, before the ending filter.
+    std::vector<std::size_t> seen;
+    std::uint64_t bytes = 0;
+    const auto jpgs = s3::list_objects(c, "pictures", "train/",
+                                       {.parallel = 2, .extensions = {".JPG"}, .on_progress = [&](std::size_t n, std::uint64_t b) {
+                                            seen.push_back(n);
+                                            bytes = b;
+                                        }});
+    REQUIRE(seen.size() == 4);
+    CHECK(seen.front() == 1); // train/readme.txt, on the top level's page
+    CHECK(std::is_sorted(seen.begin(), seen.end()));
+    CHECK(seen.back() == 7);
+    std::uint64_t all_bytes = 0; // each object's size is its key's length (the scripted server)
+    for (const char* k : {"train/readme.txt", "train/cat/1.jpg", "train/cat/2.jpg", "train/cat/deep/3.jpg", "train/dog/a.jpg",
+                          "train/dog/b.jpg", "train/emu/x.jpg"})
+        all_bytes += std::string_view(k).size();
+    CHECK(bytes == all_bytes);
+    // ".JPG" keeps the .jpg keys (case does not matter) and drops the readme.
+    REQUIRE(jpgs.size() == 6);
+    CHECK(jpgs.objects.front().key == "train/cat/1.jpg");
+    CHECK(jpgs.labels.empty());
+
+    // Labels come after the filter: a class with no kept object is no class.
+    const auto texts = s3::list_objects(c, "pictures", "train/", {.labels = true, .extensions = {".txt"}});
+    CHECK(texts.empty());
+    CHECK(texts.classes.empty());
+    const auto labelled = s3::list_objects(c, "pictures", "train/", {.labels = true, .extensions = {".jpg"}});
+    CHECK(labelled.classes == std::vector<std::string>{"cat", "dog", "emu"});
+
+    // The index and classes files, written locally, read back.
+    const auto dir = std::filesystem::temp_directory_path() / ("conveyor-s3-index-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    s3::write_index(c, labelled, (dir / "index.json").string());
+    s3::write_classes(labelled, dir / "classes.json");
+    const auto back = s3::read_index("pictures", (dir / "index.json").string());
+    REQUIRE(back.size() == labelled.size());
+    for (std::size_t i = 0; i < back.size(); ++i) CHECK(back.objects[i].key == labelled.objects[i].key);
+    const auto classes = cv::file::read_classes(dir / "classes.json");
+    REQUIRE(classes.size() == 3);
+    CHECK(classes[2].dir == "emu");
+    CHECK(classes[2].id == 2);
+    // A key read_index would refuse is refused when written, naming it; nothing is written.
+    auto bad = s3::object_list::from_keys("pictures", {"train/ok.jpg", std::string("train/bad\x01.jpg")});
+    CHECK_THROWS_WITH_AS(s3::write_index(bad, dir / "bad.json"), doctest::Contains("entry 1"), cv::error);
+    CHECK(!std::filesystem::exists(dir / "bad.json"));
+    // An s3:// destination must name an object.
+    CHECK_THROWS_WITH_AS(s3::write_index(c, labelled, "s3://pictures/index/"), doctest::Contains("names no object"), cv::error);
+    CHECK(s3::is_s3_url("S3://b/k"));
+    CHECK(!s3::is_s3_url("/data/s3://x"));
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("s3 assign_labels takes the prefix as a directory and leaves out keys outside any class")

@@ -55,6 +55,13 @@ struct walk_options {
     std::vector<class_info> classes;
 };
 
+/** True when `extensions` is empty, or when the extension of `path`'s file name (from its
+    last '.', as `std::filesystem::path::extension` takes it: none for "x", ".hidden",
+    "dir/" or "..") is one of them, compared without regard to ASCII case (".jpeg" keeps
+    "a/b.JPEG"). The rule of `walk_options::extensions`, for local paths and object keys
+    alike (`s3::listing_options::extensions`). */
+CONVEYOR_DECL bool has_extension(std::string_view path, const std::vector<std::string>& extensions);
+
 /// True if `rel` would leave the root it is relative to: absolute, or `..` going above it.
 CONVEYOR_DECL bool escapes_root(std::string_view rel);
 
@@ -88,6 +95,17 @@ CONVEYOR_DECL std::vector<class_info> read_classes(const std::filesystem::path& 
 /// Writes `l`'s classes as a classes file; `names` may give human names by directory.
 CONVEYOR_DECL void write_classes(const listing& l, const std::filesystem::path& classes_file,
                                  const std::map<std::string, std::string>& names = {});
+
+namespace detail {
+/// The text of an index file listing `paths` (what `write_index` writes; the S3 module
+/// writes object keys with it).
+CONVEYOR_DECL std::string index_text(const std::vector<std::string_view>& paths);
+/// The text of a classes file for class names by id (empty names are left out), with
+/// human names from `names` where it has them (what `write_classes` writes).
+CONVEYOR_DECL std::string classes_text(const std::vector<std::string>& classes, const std::map<std::string, std::string>& names);
+/// Writes `text` to `file` atomically (beside it, then renamed into place).
+CONVEYOR_DECL void write_text_file(const std::filesystem::path& file, const std::string& text);
+} // namespace detail
 
 } // namespace conveyor::file
 

@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -74,6 +76,15 @@ struct listing_options {
     bool labels = false;
     /// With `labels`: ids from a classes file (`file::read_classes`) instead of sorted order.
     std::vector<file::class_info> classes;
+    /// Keep only the keys with these extensions (".jpg", ".JPEG"...): the rule of
+    /// `file::walk_options::extensions` (`file::has_extension`), applied before `labels`,
+    /// so a "directory" left with no object is no class. Empty: every object.
+    std::vector<std::string> extensions;
+    /** Called after each page of the listing with the objects listed so far and their
+        bytes (all the parallel listers together, before `extensions` and `labels` leave
+        any out): progress for listings that take a while. Runs on the I/O thread that
+        lists, never twice at once; must be cheap and must not block. */
+    std::function<void(std::size_t objects, std::uint64_t bytes)> on_progress;
 };
 
 /** Lists every object under `prefix` of `bucket` (ListObjectsV2, following continuation
@@ -114,6 +125,30 @@ CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path
 /** Reads an index kept in the bucket itself (`s3://bucket/path/index.json`): the keys in
     it are relative to the same bucket, with `prefix` put before each. Blocks. */
 CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix = {});
+
+/** Writes `l`'s keys as an index file — a JSON array of object keys relative to the
+    bucket, what `read_index` reads back — to `destination`: an `s3://bucket/key` URL
+    (stored with `c`'s PutObject) or a local path (written atomically, as
+    `file::write_index` writes). Throws `conveyor::error` naming the first key that
+    `read_index` would refuse (empty, longer than S3's 1024 bytes, a control character)
+    and its position, or the file or object that could not be written. Blocks. */
+CONVEYOR_DECL void write_index(const client& c, const object_list& l, std::string_view destination);
+
+/// Writes `l`'s keys as an index file to a local path (see the overload above).
+CONVEYOR_DECL void write_index(const object_list& l, const std::filesystem::path& file);
+
+/** Writes `l`'s classes (`assign_labels`'s) as a classes file, in `file::write_classes`'s
+    format (`{"n01440764": {"id": 0, "name": "n01440764"}, ...}`, human names from
+    `names` where it has them), to an `s3://bucket/key` URL or a local path. Blocks. */
+CONVEYOR_DECL void write_classes(const client& c, const object_list& l, std::string_view destination,
+                                 const std::map<std::string, std::string>& names = {});
+
+/// Writes `l`'s classes as a classes file to a local path (see the overload above).
+CONVEYOR_DECL void write_classes(const object_list& l, const std::filesystem::path& file,
+                                 const std::map<std::string, std::string>& names = {});
+
+/// True when `location` is an S3 URL ("s3:" in any case), false for a local path.
+CONVEYOR_DECL bool is_s3_url(std::string_view location) noexcept;
 
 /** The S3 source: GETs every object of a list, many at once, as blobs (key = object key,
     origin = `s3://bucket/key`, label = the list's label for it, or -1).

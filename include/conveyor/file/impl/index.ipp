@@ -54,13 +54,6 @@ CONVEYOR_DECL void check_entry(std::size_t i, std::string_view path, const std::
                          conveyor::detail::index_entry_name(i, path) + " " + why);
 }
 
-CONVEYOR_DECL bool has_extension(const std::filesystem::path& p, const std::vector<std::string>& exts)
-{
-    if (exts.empty()) return true;
-    const std::string e = p.extension().string();
-    return std::any_of(exts.begin(), exts.end(), [&](const std::string& want) { return conveyor::detail::iequals(want, e); });
-}
-
 /// Class ids above this are refused (no dataset has 16 million classes; a typo might).
 inline constexpr std::int64_t max_class_id = std::int64_t{1} << 24;
 
@@ -103,6 +96,19 @@ CONVEYOR_DECL void apply_labels(listing& l, const walk_options& o)
 
 } // namespace detail
 
+CONVEYOR_DECL bool has_extension(std::string_view path, const std::vector<std::string>& extensions)
+{
+    if (extensions.empty()) return true;
+    // The file name's extension, as std::filesystem::path::extension() takes it in the
+    // generic format, without making a path of every key listed.
+    std::string_view name = path.substr(path.rfind('/') + 1); // npos + 1 == 0: the whole path
+    std::string_view ext;
+    if (name != "." && name != "..")
+        if (const auto dot = name.rfind('.'); dot != std::string_view::npos && dot != 0) ext = name.substr(dot);
+    return std::any_of(extensions.begin(), extensions.end(),
+                       [&](const std::string& want) { return conveyor::detail::iequals(want, ext); });
+}
+
 CONVEYOR_DECL bool escapes_root(std::string_view rel)
 {
     const std::filesystem::path p(rel);
@@ -132,7 +138,7 @@ CONVEYOR_DECL listing walk(const std::filesystem::path& root, const walk_options
     for (; it != end; it.increment(ec)) {
         if (ec) detail::throw_file_error(ec, it->path().string(), "cannot read directory");
         const fs::directory_entry& d = *it;
-        if (!d.is_regular_file(ec) || !detail::has_extension(d.path(), o.extensions)) continue;
+        if (!d.is_regular_file(ec) || !has_extension(d.path().native(), o.extensions)) continue;
         const auto size = d.file_size(ec);
         if (ec) detail::throw_file_error(ec, d.path().string(), "cannot stat");
         std::string rel = d.path().lexically_relative(root).generic_string();
@@ -214,19 +220,27 @@ CONVEYOR_DECL listing read_index(const std::filesystem::path& index_file, const 
         if (escapes_root(p))
             detail::throw_file_error(make_error_code(errc::path_escapes_root), index_file.string(),
                                      conveyor::detail::index_entry_name(i, given) + " leaves the root " + root.string());
-        if (!detail::has_extension(p, o.extensions)) continue;
+        if (!has_extension(p, o.extensions)) continue;
         l.entries.push_back({std::move(p), -1, -1});
     }
     if (o.labels) detail::apply_labels(l, o);
     return l;
 }
 
-CONVEYOR_DECL void write_index(const listing& l, const std::filesystem::path& index_file)
+CONVEYOR_DECL std::string detail::index_text(const std::vector<std::string_view>& paths)
 {
     boost::json::array arr;
-    arr.reserve(l.entries.size());
-    for (const auto& e : l.entries) arr.emplace_back(e.path);
-    detail::write_text_file(index_file, boost::json::serialize(arr) + "\n");
+    arr.reserve(paths.size());
+    for (const auto p : paths) arr.emplace_back(p);
+    return boost::json::serialize(arr) + "\n";
+}
+
+CONVEYOR_DECL void write_index(const listing& l, const std::filesystem::path& index_file)
+{
+    std::vector<std::string_view> paths;
+    paths.reserve(l.entries.size());
+    for (const auto& e : l.entries) paths.emplace_back(e.path);
+    detail::write_text_file(index_file, detail::index_text(paths));
 }
 
 CONVEYOR_DECL std::vector<class_info> read_classes(const std::filesystem::path& classes_file)
@@ -251,17 +265,22 @@ CONVEYOR_DECL std::vector<class_info> read_classes(const std::filesystem::path& 
     return out;
 }
 
-CONVEYOR_DECL void write_classes(const listing& l, const std::filesystem::path& classes_file,
-                                 const std::map<std::string, std::string>& names)
+CONVEYOR_DECL std::string detail::classes_text(const std::vector<std::string>& classes, const std::map<std::string, std::string>& names)
 {
     boost::json::object obj;
-    for (std::size_t i = 0; i < l.classes.size(); ++i) {
-        const auto& dir = l.classes[i];
+    for (std::size_t i = 0; i < classes.size(); ++i) {
+        const auto& dir = classes[i];
         if (dir.empty()) continue;
         auto it = names.find(dir);
         obj[dir] = boost::json::object{{"id", static_cast<std::int64_t>(i)}, {"name", it != names.end() ? it->second : dir}};
     }
-    detail::write_text_file(classes_file, boost::json::serialize(obj) + "\n");
+    return boost::json::serialize(obj) + "\n";
+}
+
+CONVEYOR_DECL void write_classes(const listing& l, const std::filesystem::path& classes_file,
+                                 const std::map<std::string, std::string>& names)
+{
+    detail::write_text_file(classes_file, detail::classes_text(l.classes, names));
 }
 
 } // namespace conveyor::file

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -94,6 +95,23 @@ private:
     std::size_t pages_ = 0;
 };
 
+/** The running totals of one listing's pages (all its listers together), told to
+    `report` after each page: the progress of a long listing. Used from the one I/O
+    thread the listing runs on. */
+struct listing_tally {
+    const std::function<void(std::size_t, std::uint64_t)>* report = nullptr;
+    std::size_t objects = 0;
+    std::uint64_t bytes = 0;
+
+    void add(const list_page& page)
+    {
+        objects += page.objects.size();
+        for (const auto& o : page.objects)
+            if (o.size > 0) bytes += static_cast<std::uint64_t>(o.size);
+        if (report && *report) (*report)(objects, bytes);
+    }
+};
+
 struct client_state : std::enable_shared_from_this<client_state> {
     CONVEYOR_DECL client_state(runtime& r, config c, client_options o);
 
@@ -148,8 +166,9 @@ struct client_state : std::enable_shared_from_this<client_state> {
 
     CONVEYOR_DECL asio::awaitable<list_page> list(std::string_view bucket, const list_options& lo);
 
-    /// Every object under `prefix`, page after page.
-    CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_all(std::string_view bucket, std::string_view prefix);
+    /// Every object under `prefix`, page after page (each added to `tally`, when given).
+    CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_all(std::string_view bucket, std::string_view prefix,
+                                                                     listing_tally* tally = nullptr);
 
     // SHA-256 of a payload: on the compute pool when it is large (it is ~2 ms per MiB).
     inline asio::awaitable<std::string> payload_hash(std::span<const std::byte> data);

@@ -29,13 +29,15 @@ CONVEYOR_DECL asio::awaitable<list_page> client_state::list(std::string_view buc
     }
 }
 
-CONVEYOR_DECL asio::awaitable<std::vector<object_info>> client_state::list_all(std::string_view bucket, std::string_view prefix)
+CONVEYOR_DECL asio::awaitable<std::vector<object_info>> client_state::list_all(std::string_view bucket, std::string_view prefix,
+                                                                               listing_tally* tally)
 {
     std::vector<object_info> all;
     list_options lo{.prefix = std::string(prefix)};
     listing_cursor cursor(bucket, prefix);
     for (;;) {
         auto page = co_await list(bucket, lo);
+        if (tally) tally->add(page);
         for (auto& o : page.objects) all.push_back(std::move(o));
         if (!cursor.next(*this, page, lo)) break;
     }

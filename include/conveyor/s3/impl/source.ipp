@@ -5,6 +5,7 @@
 
 #include <conveyor/s3/source.hpp>
 
+#include <conveyor/core/detail/ascii.hpp>
 #include <conveyor/core/detail/run_all.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/source.hpp>
@@ -30,6 +31,16 @@ CONVEYOR_DECL object_list prefixed(std::string bucket, std::vector<std::string> 
     return object_list::from_keys(std::move(bucket), keys);
 }
 
+// Refuses key `i` of an index (read from or written to `where`) that cannot name an object.
+CONVEYOR_DECL void check_index_key(std::size_t i, std::string_view key, std::string_view where)
+{
+    // The file index's rule (conveyor::detail::index_entry_problem), with S3's limit.
+    if (auto why = conveyor::detail::index_entry_problem(key, max_key_bytes); !why.empty())
+        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                              {.stage = "s3 listing", .where = std::string(where),
+                               .detail = conveyor::detail::index_entry_name(i, key) + " " + why});
+}
+
 CONVEYOR_DECL std::vector<std::string> parse_index_json(std::string_view text, std::string_view where)
 {
     auto fail = [&](std::string why) {
@@ -44,13 +55,33 @@ CONVEYOR_DECL std::vector<std::string> parse_index_json(std::string_view text, s
     std::size_t i = 0;
     for (const auto& e : v.as_array()) {
         if (!e.is_string()) throw fail("entry " + std::to_string(i) + " is not a string");
-        // The file index's rule (conveyor::detail::index_entry_problem), with S3's limit.
-        if (auto why = conveyor::detail::index_entry_problem(e.as_string(), max_key_bytes); !why.empty())
-            throw fail(conveyor::detail::index_entry_name(i, e.as_string()) + " " + why);
+        check_index_key(i, e.as_string(), where);
         keys.emplace_back(e.as_string());
         ++i;
     }
     return keys;
+}
+
+// The text of `l`'s index, every key checked as `parse_index_json` will check it.
+CONVEYOR_DECL std::string index_text(const object_list& l, std::string_view where)
+{
+    std::vector<std::string_view> keys;
+    keys.reserve(l.objects.size());
+    for (std::size_t i = 0; i < l.objects.size(); ++i) {
+        check_index_key(i, l.objects[i].key, where);
+        keys.emplace_back(l.objects[i].key);
+    }
+    return file::detail::index_text(keys);
+}
+
+// Stores `text` at `url` (s3://bucket/key) through `c`.
+CONVEYOR_DECL void put_text(const client& c, std::string_view url, const std::string& text)
+{
+    auto u = parse_s3_url(url);
+    if (u.key.empty() || u.key.back() == '/')
+        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                              {.stage = "s3", .where = std::string(url), .detail = "names no object to write (the key is empty or ends in '/')"});
+    c.run(c.async_put(u.bucket, u.key, std::as_bytes(std::span(text.data(), text.size())), "application/json"));
 }
 
 /// One of `list_parallel`'s workers: lists the next "directory" not yet taken, until none
@@ -61,19 +92,21 @@ struct directory_lister {
     const std::vector<std::string>& dirs;
     std::vector<std::vector<object_info>>& found;
     std::size_t& next;
+    listing_tally* tally;
     asio::awaitable<void> operator()(std::size_t) const
     {
         while (next < dirs.size()) {
             const std::size_t d = next++;
-            found[d] = co_await s.list_all(bucket, dirs[d]);
+            found[d] = co_await s.list_all(bucket, dirs[d], tally);
         }
     }
 };
 
 // Lists a prefix in parallel: first one level with the delimiter '/', then each common
-// prefix ("directory") on its own, several at once. Sorted by key, as S3 lists.
+// prefix ("directory") on its own, several at once. Sorted by key, as S3 lists. Every
+// page is added to `tally` (all on this coroutine's executor), when given.
 CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::shared_ptr<client_state> s, std::string bucket, std::string prefix,
-                                                                unsigned parallel)
+                                                                unsigned parallel, listing_tally* tally)
 {
     std::vector<object_info> all;
     std::vector<std::string> dirs;
@@ -81,13 +114,14 @@ CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_parallel(std::share
     listing_cursor cursor(bucket, prefix);
     for (;;) {
         auto page = co_await s->list(bucket, lo);
+        if (tally) tally->add(page);
         for (auto& o : page.objects) all.push_back(std::move(o));
         for (auto& p : page.common_prefixes) dirs.push_back(std::move(p));
         if (!cursor.next(*s, page, lo)) break;
     }
     std::vector<std::vector<object_info>> found(dirs.size());
     std::size_t next = 0;
-    const directory_lister worker{*s, bucket, dirs, found, next};
+    const directory_lister worker{*s, bucket, dirs, found, next, tally};
     co_await conveyor::detail::run_all(std::min<std::size_t>(std::max(1u, parallel), dirs.size()), worker);
     for (auto& f : found)
         for (auto& o : f) all.push_back(std::move(o));
@@ -134,9 +168,7 @@ struct open_reader {
 
 CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix, unsigned parallel)
 {
-    auto s = c.state();
-    auto objects = c.run(detail::list_parallel(s, bucket, std::move(prefix), parallel));
-    return object_list{std::move(bucket), std::move(objects)};
+    return list_objects(c, std::move(bucket), std::move(prefix), listing_options{.parallel = parallel});
 }
 
 CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, unsigned parallel)
@@ -147,7 +179,12 @@ CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, unsign
 
 CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix, const listing_options& o)
 {
-    object_list l = list_objects(c, std::move(bucket), prefix, o.parallel);
+    // The tally lives here, on the blocked caller's stack, until the listing is over.
+    detail::listing_tally tally{o.on_progress ? &o.on_progress : nullptr};
+    auto objects = c.run(detail::list_parallel(c.state(), bucket, prefix, o.parallel, &tally));
+    if (!o.extensions.empty())
+        std::erase_if(objects, [&](const object_info& obj) { return !file::has_extension(obj.key, o.extensions); });
+    object_list l{std::move(bucket), std::move(objects)};
     if (o.labels) assign_labels(l, prefix, o.classes);
     return l;
 }
@@ -230,6 +267,34 @@ CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url
     auto u = parse_s3_url(index_url);
     buffer b = c.run(c.async_get(u.bucket, u.key));
     return detail::prefixed(std::move(u.bucket), detail::parse_index_json(b.view(), index_url), prefix);
+}
+
+CONVEYOR_DECL bool is_s3_url(std::string_view location) noexcept
+{
+    return location.size() >= 3 && conveyor::detail::iequals(location.substr(0, 3), "s3:");
+}
+
+CONVEYOR_DECL void write_index(const client& c, const object_list& l, std::string_view destination)
+{
+    if (!is_s3_url(destination)) return write_index(l, std::filesystem::path(destination));
+    detail::put_text(c, destination, detail::index_text(l, destination));
+}
+
+CONVEYOR_DECL void write_index(const object_list& l, const std::filesystem::path& file)
+{
+    file::detail::write_text_file(file, detail::index_text(l, file.string()));
+}
+
+CONVEYOR_DECL void write_classes(const client& c, const object_list& l, std::string_view destination,
+                                 const std::map<std::string, std::string>& names)
+{
+    if (!is_s3_url(destination)) return write_classes(l, std::filesystem::path(destination), names);
+    detail::put_text(c, destination, file::detail::classes_text(l.classes, names));
+}
+
+CONVEYOR_DECL void write_classes(const object_list& l, const std::filesystem::path& file, const std::map<std::string, std::string>& names)
+{
+    file::detail::write_text_file(file, file::detail::classes_text(l.classes, names));
 }
 
 CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list> list, source_options o)
