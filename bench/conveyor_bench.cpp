@@ -13,6 +13,8 @@
 //                  (in shard_bench.cpp)
 //   decode         JPEG decode: conveyor's decoder and decode_image stage beside a plain
 //                  tjDecompress2 loop (in decode_bench.cpp)
+//   tensors        the seeds' tensor-loading cases: single_image, random_image, random_gpu,
+//                  random_to_gpu (in tensor_bench.cpp)
 //
 // Results go to standard output, one JSON object per line; progress and human summaries
 // go to standard error. Any read failure or byte-count mismatch exits non-zero.
@@ -24,6 +26,7 @@
 #include "h2d_bench.hpp"
 #endif
 #include "decode_bench.hpp"
+#include "tensor_bench.hpp"
 
 #include <conveyor/bench/bench.hpp>
 #include <conveyor/bench/synthetic.hpp>
@@ -628,6 +631,7 @@ int main(int argc, char** argv)
     auto run_shards = add_shard_subcommands(app);
     auto run_decode = add_decode_subcommands(app);
     auto run_pipeline = add_pipeline_subcommands(app);
+    auto run_tensors = add_tensor_subcommands(app);
 #if CONVEYOR_WITH_CUDA
     auto run_h2d = add_h2d_subcommands(app);
 #endif
@@ -652,6 +656,7 @@ int main(int argc, char** argv)
         if (int rc = run_shards(); rc >= 0) return rc;
         if (int rc = run_decode(); rc >= 0) return rc;
         if (int rc = run_pipeline(); rc >= 0) return rc;
+        if (int rc = run_tensors(); rc >= 0) return rc;
 #if CONVEYOR_WITH_CUDA
         if (int rc = run_h2d(); rc >= 0) return rc;
 #endif

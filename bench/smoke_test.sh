@@ -48,6 +48,38 @@ assert all(r["items"] == 200 for r in rand), rand
 print(f"smoke: {len(files)} file passes and {len(rand)} random-access runs agree on {gen['bytes']} bytes")
 PY
 
+# The tensor-loading cases, a few iterations each on tiny synthetic JPEGs. The GPU cases
+# run where there is a GPU and a CUDA build, and are skipped (saying why) where there is not.
+"$bench" tensors --case all --synthetic 12 --size 64 --batch 4 --iterations 5 --threads 2 --inflight 4 \
+    >"$work/tensors.json" 2>"$work/tensors.err" || { cat "$work/tensors.err" >&2; exit 1; }
+python3 - "$work/tensors.json" "$work/tensors.err" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+err = open(sys.argv[2]).read()
+assert [r["case"] for r in lines] == ["single_image", "random_image", "random_gpu", "random_to_gpu"], lines
+per_image = 64 * 64 * 3
+expect = {  # case: (images per tensor, bytes per tensor, dtype)
+    "single_image": (1, per_image, "uint8"),
+    "random_image": (4, 4 * per_image, "uint8"),
+    "random_gpu": (4, 4 * 3 * 64 * 64 * 4, "float32"),
+    "random_to_gpu": (4, 4 * 3 * 64 * 64 * 4, "float32"),
+}
+for r in lines:
+    if r["skipped"]:
+        assert r["case"] in ("random_gpu", "random_to_gpu"), f"an image case was skipped: {r}"
+        assert r["reason"], r
+        assert f'{r["case"]}: skipped: {r["reason"]}' in err, f"the summary does not say why {r['case']} was skipped"
+        continue
+    images, nbytes, dtype = expect[r["case"]]
+    assert r["tensors"] == 5 and r["images"] == 5 * images and r["bytes"] == 5 * nbytes and r["dtype"] == dtype, r
+    for k in ("tensors_per_s", "images_per_s", "GB_per_s", "p50_ms", "p99_ms", "seconds"):
+        assert r[k] > 0, (k, r)
+    assert r["p99_ms"] >= r["p50_ms"], r
+    assert abs(r["images_per_s"] / r["tensors_per_s"] - images) < 1e-6 * images, r
+ran = [r["case"] for r in lines if not r["skipped"]]
+print(f"smoke: tensors ran {', '.join(ran)}; skipped {', '.join(r['case'] for r in lines if r['skipped']) or 'none'}")
+PY
+
 if [[ -n $micro ]]; then
     "$micro" --benchmark_filter='on_lane|channel' --benchmark_min_time=0.01
 fi
