@@ -470,7 +470,7 @@ void print_summary(const std::vector<case_result>& results)
             continue;
         }
         const double s = std::max(1e-12, r.seconds);
-        std::fprintf(stderr, "tensors: %-14s %-16s %12.1f %12.1f %9.3f %10.3f %10.3f\n", r.name.c_str(),
+        std::fprintf(stderr, "tensors: %-14s %-20s %12.1f %12.1f %9.3f %10.3f %10.3f\n", r.name.c_str(),
                      (r.dtype + " " + shape_text(r.shape)).c_str(), static_cast<double>(r.tensors) / s,
                      static_cast<double>(r.images) / s, static_cast<double>(r.bytes) / 1e9 / s, r.latency.percentile(50) / 1e6,
                      r.latency.percentile(99) / 1e6);
