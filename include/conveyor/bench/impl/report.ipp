@@ -20,7 +20,7 @@
 #include <stdexcept>
 #include <system_error>
 
-namespace conveyor::bench::detail::report {
+namespace conveyor::detail::svg_report {
 
 // The Okabe-Ito palette, which stays distinct under the common colour-vision deficiencies;
 // yellow last, as it is faint on white.
@@ -74,7 +74,7 @@ CONVEYOR_DECL std::string fit_text(std::string_view text, double width, double s
 struct axis {
     double lo = 0, hi = 1;
     bool log = false;
-    std::vector<axis_tick> ticks;
+    std::vector<bench::axis_tick> ticks;
     double step = 0; // linear tick step, for the labels' decimals
 
     /// Where `v` falls between the ends, 0 to 1 (outside for values past the ends).
@@ -84,7 +84,7 @@ struct axis {
         return (v - lo) / (hi - lo);
     }
 
-    std::string label(double v) const { return si_format(v, log ? v / 10 : step); }
+    std::string label(double v) const { return bench::si_format(v, log ? v / 10 : step); }
 };
 
 /// An axis over data in [lo, hi] (finite, and > 0 when `log`); `fixed_lo`, when finite
@@ -97,11 +97,11 @@ CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, in
     if (fixed) lo = fixed_lo;
     if (hi < lo) hi = lo;
     if (log) {
-        a.ticks = log_ticks(lo, hi, target);
+        a.ticks = bench::log_ticks(lo, hi, target);
         a.lo = fixed ? fixed_lo : a.ticks.front().value;
         a.hi = a.ticks.back().value;
     } else {
-        const auto t = nice_ticks(lo, hi, target);
+        const auto t = bench::nice_ticks(lo, hi, target);
         a.lo = fixed ? fixed_lo : t.front();
         a.hi = t.back();
         a.step = t.size() > 1 ? t[1] - t[0] : 0;
@@ -109,20 +109,20 @@ CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, in
         if (!(a.hi > a.lo)) a.hi = a.lo + (a.lo == 0 ? 1 : std::abs(a.lo));
     }
     const double eps = (a.hi - a.lo) * 1e-9;
-    std::erase_if(a.ticks, [&](const axis_tick& t) { return t.value < a.lo - (log ? a.lo * 1e-9 : eps); });
+    std::erase_if(a.ticks, [&](const bench::axis_tick& t) { return t.value < a.lo - (log ? a.lo * 1e-9 : eps); });
     return a;
 }
 
 CONVEYOR_DECL std::string svg_open(double width, double height, std::string_view title)
 {
     std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " + num(width) + " " + num(height) +
-                    "\" width=\"100%\" role=\"img\" aria-label=\"" + html_escape(title) + "\" font-family=\"" + font +
+                    "\" width=\"100%\" role=\"img\" aria-label=\"" + bench::html_escape(title) + "\" font-family=\"" + font +
                     "\" font-size=\"12\">\n";
-    s += "<title>" + html_escape(title) + "</title>\n";
+    s += "<title>" + bench::html_escape(title) + "</title>\n";
     s += "<rect width=\"" + num(width) + "\" height=\"" + num(height) + "\" fill=\"#fff\"/>\n";
     if (!title.empty())
         s += "<text x=\"" + num(width / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"600\" fill=\"#222\">" +
-             html_escape(title) + "</text>\n";
+             bench::html_escape(title) + "</text>\n";
     return s;
 }
 
@@ -130,7 +130,7 @@ CONVEYOR_DECL std::string text(double x, double y, std::string_view content, std
 {
     std::string s = "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"";
     if (!attributes.empty()) (s += ' ') += attributes;
-    return s + ">" + html_escape(content) + "</text>\n";
+    return s + ">" + bench::html_escape(content) + "</text>\n";
 }
 
 CONVEYOR_DECL std::string line(double x1, double y1, double x2, double y2, std::string_view attributes = {})
@@ -158,7 +158,7 @@ inline int utf8_length(unsigned char c)
     return 0;
 }
 
-} // namespace conveyor::bench::detail::report
+} // namespace conveyor::detail::svg_report
 
 namespace conveyor::bench {
 
@@ -187,7 +187,7 @@ CONVEYOR_DECL std::string html_escape(std::string_view text)
             ++i;
             continue;
         }
-        const int len = detail::report::utf8_length(c);
+        const int len = conveyor::detail::svg_report::utf8_length(c);
         bool valid = len > 1 && i + static_cast<std::size_t>(len) <= text.size();
         std::uint32_t cp = valid ? c & (0x7F >> len) : 0;
         for (int k = 1; valid && k < len; ++k) {
@@ -313,7 +313,7 @@ CONVEYOR_DECL std::string si_format(double value, double resolution, int digits)
 
 CONVEYOR_DECL std::string svg_line_plot(const line_plot& p)
 {
-    namespace r = detail::report;
+    namespace r = conveyor::detail::svg_report;
     constexpr double width = 720, top = 40, plot_height = 280, right = 24;
 
     // The drawable points: finite, and positive on log axes.
@@ -511,7 +511,7 @@ CONVEYOR_DECL std::string svg_line_plot(const line_plot& p)
 
 CONVEYOR_DECL std::string svg_share_plot(const share_plot& p)
 {
-    namespace r = detail::report;
+    namespace r = conveyor::detail::svg_report;
     constexpr double width = 720, right = 110, bar_height = 20, pitch = 28, bars_top = 80;
     static constexpr struct {
         const char* name;
@@ -705,11 +705,13 @@ CONVEYOR_DECL std::vector<std::pair<std::string, std::string>> machine_facts(con
     return facts;
 }
 
-namespace detail::report {
+} // namespace conveyor::bench
+
+namespace conveyor::detail::svg_report {
 
 CONVEYOR_DECL std::string id_attribute(std::string_view id)
 {
-    return id.empty() ? std::string() : " id=\"" + html_escape(id) + "\"";
+    return id.empty() ? std::string() : " id=\"" + bench::html_escape(id) + "\"";
 }
 
 /// Whether a table cell reads as a number (right-aligned then): 1234, -0.5, 12.3%, 1.2e6.
@@ -742,7 +744,9 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 pre { background: #f6f8fa; border: 1px solid #e3e3e3; padding: .8em; overflow: auto; font-size: .85em; }
 )";
 
-} // namespace detail::report
+} // namespace conveyor::detail::svg_report
+
+namespace conveyor::bench {
 
 CONVEYOR_DECL html_report::html_report(std::string title) : title_(std::move(title)) {}
 
@@ -758,20 +762,20 @@ CONVEYOR_DECL void html_report::add_paragraph(std::string_view text)
 
 CONVEYOR_DECL void html_report::add_plot(std::string_view id, const line_plot& p)
 {
-    body_ += "<figure" + detail::report::id_attribute(id) + ">\n" + svg_line_plot(p) + "<figcaption>" + html_escape(p.title) +
+    body_ += "<figure" + conveyor::detail::svg_report::id_attribute(id) + ">\n" + svg_line_plot(p) + "<figcaption>" + html_escape(p.title) +
              "</figcaption>\n</figure>\n";
 }
 
 CONVEYOR_DECL void html_report::add_plot(std::string_view id, const share_plot& p)
 {
-    body_ += "<figure" + detail::report::id_attribute(id) + ">\n" + svg_share_plot(p) + "<figcaption>" + html_escape(p.title) +
+    body_ += "<figure" + conveyor::detail::svg_report::id_attribute(id) + ">\n" + svg_share_plot(p) + "<figcaption>" + html_escape(p.title) +
              "</figcaption>\n</figure>\n";
 }
 
 CONVEYOR_DECL void html_report::add_table(std::string_view id, const std::vector<std::string>& header,
                                           const std::vector<std::vector<std::string>>& rows)
 {
-    std::string s = "<table" + detail::report::id_attribute(id) + ">\n";
+    std::string s = "<table" + conveyor::detail::svg_report::id_attribute(id) + ">\n";
     std::size_t columns = header.size();
     for (const auto& row : rows) columns = std::max(columns, row.size());
     if (!header.empty()) {
@@ -784,7 +788,7 @@ CONVEYOR_DECL void html_report::add_table(std::string_view id, const std::vector
         s += "<tr>";
         for (std::size_t c = 0; c < columns; ++c) {
             const std::string cell = c < row.size() ? row[c] : std::string();
-            s += (detail::report::numeric_cell(cell) ? "<td class=\"n\">" : "<td>") + html_escape(cell) + "</td>";
+            s += (conveyor::detail::svg_report::numeric_cell(cell) ? "<td class=\"n\">" : "<td>") + html_escape(cell) + "</td>";
         }
         s += "</tr>\n";
     }
@@ -793,7 +797,7 @@ CONVEYOR_DECL void html_report::add_table(std::string_view id, const std::vector
 
 CONVEYOR_DECL void html_report::add_facts(std::string_view id, const std::vector<std::pair<std::string, std::string>>& facts)
 {
-    std::string s = "<table class=\"facts\"" + detail::report::id_attribute(id) + ">\n<tbody>\n";
+    std::string s = "<table class=\"facts\"" + conveyor::detail::svg_report::id_attribute(id) + ">\n<tbody>\n";
     for (const auto& [name, value] : facts)
         s += "<tr><th scope=\"row\">" + html_escape(name) + "</th><td>" + html_escape(value) + "</td></tr>\n";
     body_ += s + "</tbody>\n</table>\n";
@@ -801,14 +805,14 @@ CONVEYOR_DECL void html_report::add_facts(std::string_view id, const std::vector
 
 CONVEYOR_DECL void html_report::add_code(std::string_view id, std::string_view text)
 {
-    body_ += "<pre" + detail::report::id_attribute(id) + "><code>" + html_escape(text) + "</code></pre>\n";
+    body_ += "<pre" + conveyor::detail::svg_report::id_attribute(id) + "><code>" + html_escape(text) + "</code></pre>\n";
 }
 
 CONVEYOR_DECL std::string html_report::str() const
 {
     std::string doc = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>";
-    doc += html_escape(title_) + "</title>\n<style>" + detail::report::style + "</style>\n</head>\n<body>\n";
+    doc += html_escape(title_) + "</title>\n<style>" + conveyor::detail::svg_report::style + "</style>\n</head>\n<body>\n";
     doc += "<h1>" + html_escape(title_) + "</h1>\n" + body_ + "</body>\n</html>\n";
     return doc;
 }
