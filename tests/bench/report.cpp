@@ -207,6 +207,10 @@ TEST_CASE("log_ticks puts the ends at powers of ten and labels 2 and 5 only wher
     CHECK(bench::log_ticks(10, 1000).back().value == doctest::Approx(1000));
     CHECK(bench::log_ticks(7, 7).front().value == doctest::Approx(1));
     CHECK(bench::log_ticks(7, 7).back().value == doctest::Approx(10));
+    // One decade: every tick labelled.
+    const auto one = bench::log_ticks(3, 8, 10);
+    CHECK(one.size() == 10);
+    CHECK(labelled(one).size() == 10);
     CHECK(bench::log_ticks(0, 10).empty());
     CHECK(bench::log_ticks(-1, 10).empty());
     CHECK(bench::log_ticks(1, not_a_number).empty());
@@ -260,6 +264,23 @@ TEST_CASE("a line plot maps data onto its plot area")
     CHECK(count(svg, "</svg>") == 2);
 }
 
+TEST_CASE("the x axis ends with the data, the y axis at a tick")
+{
+    bench::line_plot p{.title = "over time", .x_label = "time (s)", .y_label = "items/s"};
+    p.series.push_back({.name = "s", .x = {0, 18.5, 37}, .y = {0, 730, 365}});
+    const std::string svg = bench::svg_line_plot(p);
+    const area a = plot_area(svg);
+    const auto pts = polyline_points(tags(svg, "<polyline")[0]);
+    CHECK(pts[0].x == doctest::Approx(a.left).epsilon(1e-4));
+    CHECK(pts[1].x == doctest::Approx(a.left + a.width / 2).epsilon(1e-4));
+    CHECK(pts[2].x == doctest::Approx(a.left + a.width).epsilon(1e-4));
+    // y from 0 to 800 (ticks 100 apart, 0 at the bottom): 730 is 73/80 of the way up.
+    CHECK(pts[1].y == doctest::Approx(a.top + a.height * (1 - 730.0 / 800)).epsilon(1e-4));
+    CHECK(svg.find(">800</text>") != std::string::npos);
+    CHECK(svg.find(">30</text>") != std::string::npos);
+    CHECK(svg.find(">40</text>") == std::string::npos); // past the data
+}
+
 TEST_CASE("a log x axis puts each decade the same width apart")
 {
     bench::line_plot p{.title = "cdf", .x_label = "latency (ms)", .y_label = "fraction", .log_x = true};
@@ -294,11 +315,11 @@ TEST_CASE("dashed series, markers with tooltips and marks are drawn")
     CHECK(svg.find("<title>measured: in flight = 16, objects/s = 700</title>") != std::string::npos);
     CHECK(svg.find(">knee: 16</text>") != std::string::npos);
     CHECK(svg.find(">Little&#39;s law bound</text>") != std::string::npos);
-    // The mark's line stands where x = 16 is on the axis from 1 to 100.
+    // The mark's line stands where x = 16 is on the axis from 1 to 64 (2/3 of the way).
     const area a = plot_area(svg);
     const auto mark = svg.substr(svg.find("<g class=\"mark\">"));
     const auto line = tags(mark, "<line")[0];
-    CHECK(attribute(line, "x1") == doctest::Approx(a.left + a.width * std::log10(16) / 2).epsilon(1e-4));
+    CHECK(attribute(line, "x1") == doctest::Approx(a.left + a.width * 2 / 3).epsilon(1e-4));
     CHECK(attribute(line, "y1") == doctest::Approx(a.top));
     CHECK(attribute(line, "y2") == doctest::Approx(a.top + a.height));
 }

@@ -33,9 +33,11 @@ struct plot_mark {
 
 /** A line plot: a title, axis labels, one or more series, optional log scales and marks.
 
-    Axes end at "nice" values: ticks 1, 2 or 5 times a power of ten apart on linear axes,
-    powers of ten on log axes (with 2 and 5 labelled too where there is room). Tick labels
-    are SI-formatted (1.2k, 3.4M); pass latencies in milliseconds and say so in the label. */
+    Ticks are "nice" values: 1, 2 or 5 times a power of ten apart on linear axes, powers of
+    ten on log axes (with 2 and 5 labelled too where there is room). The y axis ends at
+    ticks; the x axis ends where the data (and marks) do, unless they span less than a
+    decade on a log axis. Tick labels are SI-formatted (1.2k, 3.4M); pass latencies in
+    milliseconds and say so in the label. */
 struct line_plot {
     std::string title, x_label, y_label;
     std::vector<plot_series> series;
@@ -81,8 +83,9 @@ struct axis_tick {
     below `lo` to the one above (or at) `hi`, the first and last being the axis' ends;
     minor ticks at 2..9 times each power when the axis spans at most 8 decades. At most
     about `max_labels` ticks are labelled: each power of ten, plus 2 and 5 times each when
-    they fit, or every second (third...) power when even the powers do not fit. Empty when
-    `lo` or `hi` is not finite and positive. */
+    they fit (every tick of an axis of one decade, given room for 10), or every second
+    (third...) power when even the powers do not fit. Empty when `lo` or `hi` is not
+    finite and positive. */
 CONVEYOR_DECL std::vector<axis_tick> log_ticks(double lo, double hi, int max_labels = 10);
 
 /** `value` with an SI prefix: 1.5k, 3.4M, 12G; below 1000 plain (0.05, 250). With

@@ -87,9 +87,12 @@ struct axis {
     std::string label(double v) const { return bench::si_format(v, log ? v / 10 : step); }
 };
 
-/// An axis over data in [lo, hi] (finite, and > 0 when `log`); `fixed_lo`, when finite
-/// (and > 0 for a log axis), is where it starts whatever the data.
-CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, int target)
+/// An axis `length` px long over data in [lo, hi] (finite, and > 0 when `log`), with
+/// about `target` labels. `fixed_lo`, when finite (and > 0 for a log axis), is where it
+/// starts whatever the data. The axis ends at ticks (the first and last "nice" values
+/// around the data) unless `hug`: then it ends where the data do, when they span enough
+/// (any range on a linear axis, a decade on a log one) to keep two labelled ticks inside.
+CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, int target, double length, bool hug)
 {
     axis a;
     a.log = log;
@@ -100,6 +103,17 @@ CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, in
         a.ticks = bench::log_ticks(lo, hi, target);
         a.lo = fixed ? fixed_lo : a.ticks.front().value;
         a.hi = a.ticks.back().value;
+        if (hug && hi >= lo * 10) {
+            a.lo = lo;
+            a.hi = hi;
+        }
+        // Minor ticks only where decades are wide enough for them not to blur into a band.
+        const double decades = std::log10(a.hi) - std::log10(a.lo);
+        if (length / decades < 40)
+            std::erase_if(a.ticks, [](const bench::axis_tick& t) {
+                const double mantissa = t.value / std::pow(10.0, std::floor(std::log10(t.value) + 1e-9));
+                return !t.labeled && std::abs(mantissa - 1) > 1e-6;
+            });
     } else {
         const auto t = bench::nice_ticks(lo, hi, target);
         a.lo = fixed ? fixed_lo : t.front();
@@ -107,9 +121,19 @@ CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, in
         a.step = t.size() > 1 ? t[1] - t[0] : 0;
         for (const double v : t) a.ticks.push_back({v, true});
         if (!(a.hi > a.lo)) a.hi = a.lo + (a.lo == 0 ? 1 : std::abs(a.lo));
+        if (hug && hi > lo) {
+            const double eps = (hi - lo) * 1e-9;
+            const auto inside = std::count_if(t.begin(), t.end(), [&](double v) { return v >= lo - eps && v <= hi + eps; });
+            if (inside >= 2) {
+                if (!fixed) a.lo = lo;
+                a.hi = hi;
+            }
+        }
     }
     const double eps = (a.hi - a.lo) * 1e-9;
-    std::erase_if(a.ticks, [&](const bench::axis_tick& t) { return t.value < a.lo - (log ? a.lo * 1e-9 : eps); });
+    std::erase_if(a.ticks, [&](const bench::axis_tick& t) {
+        return log ? t.value < a.lo * (1 - 1e-9) || t.value > a.hi * (1 + 1e-9) : t.value < a.lo - eps || t.value > a.hi + eps;
+    });
     return a;
 }
 
@@ -252,12 +276,13 @@ CONVEYOR_DECL std::vector<axis_tick> log_ticks(double lo, double hi, int max_lab
     const int every = std::max(1, (decades + max_labels) / max_labels); // ceil((decades + 1) / max_labels)
     const bool minors = decades <= 8;
     const bool minor_labels = decades * 3 + 1 <= max_labels;
+    const bool all_minor_labels = decades == 1 && max_labels >= 10;
     std::vector<axis_tick> ticks;
     for (int k = d0; k <= d1; ++k) {
         const double power = std::pow(10.0, k);
         ticks.push_back({power, (k - d0) % every == 0});
         if (k == d1 || !minors) continue;
-        for (int m = 2; m <= 9; ++m) ticks.push_back({m * power, minor_labels && (m == 2 || m == 5)});
+        for (int m = 2; m <= 9; ++m) ticks.push_back({m * power, all_minor_labels || (minor_labels && (m == 2 || m == 5))});
     }
     return ticks;
 }
@@ -345,7 +370,7 @@ CONVEYOR_DECL std::string svg_line_plot(const line_plot& p)
     if (has_data) {
         double y_fixed = p.y_min;
         if (std::isnan(y_fixed) && !p.log_y && y_lo >= 0) y_fixed = 0;
-        ya = r::make_axis(y_lo, y_hi, p.log_y, y_fixed, p.log_y ? static_cast<int>(plot_height / 28) : 6);
+        ya = r::make_axis(y_lo, y_hi, p.log_y, y_fixed, p.log_y ? static_cast<int>(plot_height / 28) : 6, plot_height, false);
     }
     double label_width = 0;
     for (const auto& t : ya.ticks)
@@ -390,8 +415,11 @@ CONVEYOR_DECL std::string svg_line_plot(const line_plot& p)
         return s + "</svg>\n";
     }
 
+    // The x axis ends where the data do (a time series to its last second, a sweep to its
+    // largest setting); the y axis at ticks, so that its top is labelled.
     const r::axis xa = r::make_axis(x_lo, x_hi, p.log_x, NAN,
-                                    p.log_x ? static_cast<int>(plot_width / 45) : static_cast<int>(plot_width / 90));
+                                    p.log_x ? static_cast<int>(plot_width / 45) : static_cast<int>(plot_width / 90),
+                                    plot_width, true);
     auto px = [&](double x) { return left + xa.frac(x) * plot_width; };
     auto py = [&](double y) { return bottom - ya.frac(y) * plot_height; };
 
