@@ -74,7 +74,7 @@ int main(int argc, char** argv)
 
         r.add_table("results", {"stage", "items/s", "share"}, {{"decode", "2215", "99%"}, {"<script>", "n/a"}});
         r.add_facts("machine", bench::machine_facts({"/"}));
-        r.add_code("config", "{\"batch\": 256, \"note\": \"</pre> <b>\"}");
+        r.add_code("config", "{\"batch\": 256, \"endpoint\": \"http://127.0.0.1:9000\", \"note\": \"</pre> <b>\"}");
         r.write(argv[1]);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "conveyor-bench-report-sample: %s\n", e.what());
