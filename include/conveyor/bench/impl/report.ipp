@@ -81,7 +81,7 @@ struct axis {
     double frac(double v) const
     {
         if (log) return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
-        return (v - lo) / (hi - lo);
+        return (v * 0.5 - lo * 0.5) / (hi * 0.5 - lo * 0.5); // halves: no overflow across +-1.7e308
     }
 
     std::string label(double v) const { return bench::si_format(v, log ? v / 10 : step); }
@@ -427,13 +427,13 @@ CONVEYOR_DECL std::string svg_line_plot(const line_plot& p)
     std::string grid, faint_grid, ticks;
     for (const auto& t : xa.ticks) {
         const double x = px(t.value);
-        if (x < left - 0.5 || x > left + plot_width + 0.5) continue;
+        if (!(x >= left - 0.5 && x <= left + plot_width + 0.5)) continue; // NaN too
         (t.labeled ? grid : faint_grid) += "M" + r::num(x) + " " + r::num(top) + "V" + r::num(bottom);
         ticks += "M" + r::num(x) + " " + r::num(bottom) + "v" + (t.labeled ? "5" : "3");
     }
     for (const auto& t : ya.ticks) {
         const double y = py(t.value);
-        if (y < top - 0.5 || y > bottom + 0.5) continue;
+        if (!(y >= top - 0.5 && y <= bottom + 0.5)) continue;
         (t.labeled ? grid : faint_grid) += "M" + r::num(left) + " " + r::num(y) + "H" + r::num(left + plot_width);
         ticks += "M" + r::num(left) + " " + r::num(y) + "h" + (t.labeled ? "-5" : "-3");
     }
