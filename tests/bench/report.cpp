@@ -374,7 +374,12 @@ TEST_CASE("one point or equal values make a plot, not a division by zero")
     one.series.push_back({.name = "s", .x = {3}, .y = {7}});
     std::string svg = bench::svg_line_plot(one);
     check_finite(svg);
-    CHECK(count(svg, "<circle") == 1);
+    REQUIRE(count(svg, "<circle") == 1);
+    const area a1 = plot_area(svg);
+    const auto dot = tags(svg, "<circle")[0];
+    CHECK(attribute(dot, "cx") == doctest::Approx(a1.left + a1.width / 2).epsilon(1e-4)); // x widened around 3
+    CHECK(attribute(dot, "cy") > a1.top + 10);                                            // room above 7
+    CHECK(attribute(dot, "cy") < a1.top + a1.height);
 
     bench::line_plot flat{.title = "flat", .log_x = true, .log_y = true};
     flat.series.push_back({.name = "s", .x = {5, 5, 5}, .y = {2, 2, 2}});

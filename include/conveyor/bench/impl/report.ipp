@@ -101,6 +101,7 @@ CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, in
     if (hi < lo) hi = lo;
     if (log) {
         a.ticks = bench::log_ticks(lo, hi, target);
+        if (a.ticks.empty()) a.ticks = {{lo, true}, {hi > lo ? hi : lo * 10, true}}; // not reached with finite data
         a.lo = fixed ? fixed_lo : a.ticks.front().value;
         a.hi = a.ticks.back().value;
         if (hug && hi >= lo * 10) {
@@ -115,7 +116,8 @@ CONVEYOR_DECL axis make_axis(double lo, double hi, bool log, double fixed_lo, in
                 return !t.labeled && std::abs(mantissa - 1) > 1e-6;
             });
     } else {
-        const auto t = bench::nice_ticks(lo, hi, target);
+        auto t = bench::nice_ticks(lo, hi, target);
+        if (t.empty()) t = {lo, hi > lo ? hi : lo + 1}; // not reached with finite data
         a.lo = fixed ? fixed_lo : t.front();
         a.hi = t.back();
         a.step = t.size() > 1 ? t[1] - t[0] : 0;
@@ -370,6 +372,11 @@ CONVEYOR_DECL std::string svg_line_plot(const line_plot& p)
     if (has_data) {
         double y_fixed = p.y_min;
         if (std::isnan(y_fixed) && !p.log_y && y_lo >= 0) y_fixed = 0;
+        // Flat data: room above, so that the line does not lie on the frame.
+        if (y_lo == y_hi) {
+            const double above = p.log_y ? y_hi * 2 : y_hi + (y_hi == 0 ? 1 : std::abs(y_hi) * 0.2);
+            if (std::isfinite(above)) y_hi = above;
+        }
         ya = r::make_axis(y_lo, y_hi, p.log_y, y_fixed, p.log_y ? static_cast<int>(plot_height / 28) : 6, plot_height, false);
     }
     double label_width = 0;
