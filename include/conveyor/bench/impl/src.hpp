@@ -11,6 +11,7 @@
 #include <conveyor/bench/impl/histogram.ipp>
 #include <conveyor/bench/impl/json_line.ipp>
 #include <conveyor/bench/impl/progress.ipp>
+#include <conveyor/bench/impl/report.ipp>
 #include <conveyor/bench/impl/synthetic.ipp>
 #include <conveyor/bench/impl/timer.ipp>
 
