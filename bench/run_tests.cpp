@@ -197,6 +197,7 @@ TEST_CASE("--set overrides any field, parsing the value as JSON where it parses"
     CHECK(contains(config_error_of([&] { b.set("in_flight"); }), "expected key.sub=value"));
     // Choosing another storage type drops the fields of the one before.
     b.set("storage.type=synthetic");
+    b.set("work.kind=read");
     CHECK(b.finish().storage.type == "synthetic");
     CHECK(b.finish().storage.dirs.empty());
 }
@@ -286,10 +287,10 @@ TEST_CASE("on a source of known latency, throughput follows Little's law")
     REQUIRE(o.sweep->points.size() == 3);
     for (const auto& p : o.sweep->points) {
         INFO("in_flight " << p.value << ": " << p.items_per_s << " items/s, mean latency " << p.mean_latency_ms << " ms");
-        const double ideal = p.value / latency_s;
-        CHECK(p.items_per_s > 0.8 * ideal);
-        CHECK(p.items_per_s < 1.2 * ideal);
-        CHECK(p.mean_latency_ms > 0.9 * latency_s * 1e3);
+        // Little's law with the latency measured (a loaded machine fires timers late, so
+        // the configured 10 ms is only a floor): throughput = in flight / latency.
+        CHECK(p.mean_latency_ms >= 0.99 * latency_s * 1e3);
+        CHECK(p.items_per_s < 1.2 * p.value / latency_s);
         CHECK(p.items_per_s > 0.8 * p.littles_law_items_per_s);
         CHECK(p.items_per_s < 1.2 * p.littles_law_items_per_s);
     }
@@ -355,12 +356,10 @@ TEST_CASE("a run on an ImageFolder writes results.jsonl and report.html with eve
     CHECK(line.at("items").as_int64() == 36);
     CHECK(line.contains("latency_p99_ms"));
     CHECK(line.contains("decode_batches_busy"));
-#if !CONVEYOR_BENCH_RUN_NO_REPORT
     const std::string html = read_file(out.path / "report.html");
     for (const char* id : {"throughput", "latency-cdf", "shares", "summary", "config", "machine"})
         CHECK_MESSAGE(contains(html, std::string("id=\"") + id + "\""), id);
     CHECK_FALSE(contains(html, "id=\"sweep\""));
-#endif
 }
 
 TEST_CASE("the random-reads case sweeps in-flight counts over random reads")
@@ -380,11 +379,9 @@ TEST_CASE("the random-reads case sweeps in-flight counts over random reads")
         CHECK(r.items() == 40);
         CHECK(r.epochs[0].final.stages[0].name == "get");
     }
-#if !CONVEYOR_BENCH_RUN_NO_REPORT
     const std::string html = read_file(out.path / "report.html");
     CHECK(contains(html, "id=\"sweep\""));
     CHECK(contains(html, "knee"));
-#endif
     CHECK(contains(config_error_of([] { cr::execute({.case_name = "random-read"}); }), "did you mean \"random-reads\""));
     CHECK(contains(config_error_of([] { cr::execute({.case_name = "loader"}); }), "no storage"));
 }
