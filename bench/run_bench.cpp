@@ -267,8 +267,10 @@ std::shared_ptr<prepared> prepare(const run_config& c, std::size_t connections, 
         p->objects = std::make_shared<const s3::object_list>(std::move(l));
     } else {
         p->count = c.storage.items;
+        char latency[32];
+        std::snprintf(latency, sizeof latency, "%g", c.storage.latency_ms);
         p->describe = std::to_string(c.storage.items) + " synthetic items of " + std::to_string(c.storage.size) + " bytes, " +
-                      std::to_string(c.storage.latency_ms) + " ms each";
+                      latency + " ms each";
     }
     std::fprintf(err, "run: %s (listed in %.2f s)\n", p->describe.c_str(), t.seconds());
     return p;
@@ -397,7 +399,7 @@ class progress_line {
 public:
     progress_line(std::string label, std::FILE* err, bool quiet)
         : label_(std::move(label)), err_(err), quiet_(quiet), tty_(::isatty(::fileno(err)) == 1),
-          every_(tty_ ? std::chrono::milliseconds(250) : std::chrono::seconds(5))
+          every_(tty_ ? std::chrono::milliseconds(250) : std::chrono::seconds(5)), next_(every_)
     {
     }
     void update(const stats_snapshot& s)
@@ -428,7 +430,7 @@ private:
     std::string label_;
     std::FILE* err_;
     bool quiet_, tty_;
-    std::chrono::nanoseconds every_, next_{0};
+    std::chrono::nanoseconds every_, next_; // nothing printed for runs shorter than one interval
     stats_snapshot last_;
     bool printed_ = false;
 };
@@ -791,9 +793,6 @@ outcome execute(const invocation& inv, std::FILE* out, std::FILE* err)
             if (!f) throw std::runtime_error("cannot write " + results.string());
         }
         o.results_path = results.string();
-#if CONVEYOR_BENCH_RUN_NO_REPORT
-        std::fprintf(err, "run: wrote %s (this build has no report module: no report.html)\n", results.c_str());
-#else
         const fs::path report = dir / "report.html";
         {
             std::ofstream f(report, std::ios::trunc | std::ios::binary);
@@ -802,7 +801,6 @@ outcome execute(const invocation& inv, std::FILE* out, std::FILE* err)
         }
         o.report_path = report.string();
         std::fprintf(err, "run: wrote %s and %s\n", report.c_str(), results.c_str());
-#endif
     }
     return o;
 }

@@ -50,15 +50,17 @@ const stage_stats* first_source(const stats_snapshot& s)
     return s.stages.empty() ? nullptr : &s.stages.front();
 }
 
-/// Items per second of stage `i` between consecutive snapshots, `t0` seconds added to x.
-void add_rates(const std::vector<stats_snapshot>& series, std::size_t i, double t0, plot_series& out)
+/** Items per second of stage `i` between consecutive snapshots, `t0` seconds added to x.
+    Intervals shorter than `min_dt` are merged into the next (the final snapshot, taken as
+    the run stops just after a periodic one, would otherwise end every line with a drop). */
+void add_rates(const std::vector<stats_snapshot>& series, std::size_t i, double t0, double min_dt, plot_series& out)
 {
     double prev_t = 0;
     std::uint64_t prev_items = 0;
     for (const auto& s : series) {
         if (i >= s.stages.size()) continue;
         const double t = std::chrono::duration<double>(s.elapsed).count();
-        if (t <= prev_t) continue;
+        if (t - prev_t < min_dt) continue;
         out.x.push_back(t0 + t);
         out.y.push_back(static_cast<double>(s.stages[i].items - std::min(prev_items, s.stages[i].items)) / (t - prev_t));
         prev_t = t;
@@ -71,17 +73,18 @@ plot_series latency_cdf(const latency_histogram::counts& h, std::string name)
 {
     plot_series s{.name = std::move(name)};
     if (h.count == 0) return s;
+    // A step per occupied bucket: flat up to its low end, rising across it (values are
+    // known only to the bucket), so empty ranges between buckets stay flat.
     std::uint64_t cum = 0;
-    bool started = false;
     for (std::size_t b = 0; b < h.buckets.size(); ++b) {
         if (h.buckets[b] == 0) continue;
-        if (!started) {
-            s.x.push_back(latency_histogram::bucket_low(b) / 1e6);
-            s.y.push_back(0);
-            started = true;
+        const double lo = latency_histogram::bucket_low(b);
+        const double hi = b + 1 < h.buckets.size() ? latency_histogram::bucket_low(b + 1) : lo * 1.2;
+        if (s.x.empty() || s.x.back() < lo / 1e6) {
+            s.x.push_back(lo / 1e6);
+            s.y.push_back(static_cast<double>(cum) / static_cast<double>(h.count));
         }
         cum += h.buckets[b];
-        const double hi = b + 1 < h.buckets.size() ? latency_histogram::bucket_low(b + 1) : latency_histogram::bucket_low(b) * 1.2;
         s.x.push_back(hi / 1e6);
         s.y.push_back(static_cast<double>(cum) / static_cast<double>(h.count));
     }
@@ -109,6 +112,7 @@ std::string build_report(const outcome& o)
     // point (the source) for a sweep.
     {
         line_plot p{.title = "Throughput over time", .x_label = "seconds", .y_label = "items/s (batches/s for batch stages)"};
+        const double min_dt = 0.5 * static_cast<double>(c.stats_interval_ms) / 1e3;
         if (!o.sweep && !o.runs.empty()) {
             const auto& rr = o.runs.front();
             double t0 = 0;
@@ -117,7 +121,7 @@ std::string build_report(const outcome& o)
                     plot_series s{.name = e.final.stages[i].name + (rr.epochs.size() > 1 ? " (epoch " + std::to_string(e.epoch) + ")" : "")};
                     std::vector<stats_snapshot> series = e.series;
                     series.push_back(e.final);
-                    add_rates(series, i, t0, s);
+                    add_rates(series, i, t0, min_dt, s);
                     p.series.push_back(std::move(s));
                 }
                 t0 += std::chrono::duration<double>(e.final.elapsed).count();
@@ -132,7 +136,7 @@ std::string build_report(const outcome& o)
                     plot_series s{.name = src->name + " " + rr.label};
                     std::vector<stats_snapshot> series = e.series;
                     series.push_back(e.final);
-                    add_rates(series, i, t0, s);
+                    add_rates(series, i, t0, min_dt, s);
                     p.series.push_back(std::move(s));
                     t0 += std::chrono::duration<double>(e.final.elapsed).count();
                 }
