@@ -15,6 +15,8 @@
 //                  tjDecompress2 loop (in decode_bench.cpp)
 //   tensors        the seeds' tensor-loading cases: single_image, random_image, random_gpu,
 //                  random_to_gpu (in tensor_bench.cpp)
+//   run            a benchmark described by a JSON configuration: sweeps, built-in cases,
+//                  a summary table and an HTML report (in run_bench.cpp)
 //
 // Results go to standard output, one JSON object per line; progress and human summaries
 // go to standard error. Any read failure or byte-count mismatch exits non-zero.
@@ -22,6 +24,7 @@
 #include "s3_bench.hpp"
 #include "shard_bench.hpp"
 #include "pipeline_bench.hpp"
+#include "run_bench.hpp"
 #if CONVEYOR_WITH_CUDA
 #include "h2d_bench.hpp"
 #endif
@@ -632,6 +635,7 @@ int main(int argc, char** argv)
     auto run_decode = add_decode_subcommands(app);
     auto run_pipeline = add_pipeline_subcommands(app);
     auto run_tensors = add_tensor_subcommands(app);
+    auto run_run = cb::run::add_run_subcommands(app);
 #if CONVEYOR_WITH_CUDA
     auto run_h2d = add_h2d_subcommands(app);
 #endif
@@ -657,6 +661,7 @@ int main(int argc, char** argv)
         if (int rc = run_decode(); rc >= 0) return rc;
         if (int rc = run_pipeline(); rc >= 0) return rc;
         if (int rc = run_tensors(); rc >= 0) return rc;
+        if (int rc = run_run(); rc >= 0) return rc;
 #if CONVEYOR_WITH_CUDA
         if (int rc = run_h2d(); rc >= 0) return rc;
 #endif

@@ -1,0 +1,558 @@
+// run_config.cpp — parsing and checking `conveyor-bench run` configurations (see run_config.hpp).
+#include "run_config.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/stream_parser.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace conveyor::bench::run {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// clang-format off
+const std::vector<field_spec> fields = {
+    {"storage.type", field_kind::string, R"("")", "where the data is: \"fs\" (local directories), \"s3\" (a bucket) or \"synthetic\" (a fake source of known latency)"},
+    {"storage.dirs", field_kind::string_list, "[]", "fs: data directories (their first-level subdirectories are the classes)", "fs"},
+    {"storage.bucket", field_kind::string, R"("")", "s3: the bucket", "s3"},
+    {"storage.prefixes", field_kind::string_list, "[]", "s3: key prefixes to read (their first-level \"subdirectories\" are the classes); empty: the whole bucket", "s3"},
+    {"storage.endpoint", field_kind::string, R"("")", "s3: endpoint URL, e.g. http://127.0.0.1:9000 (empty: AWS_ENDPOINT_URL, the profile, or AWS)", "s3"},
+    {"storage.region", field_kind::string, R"("")", "s3: region (empty: AWS_REGION, the profile, or us-east-1)", "s3"},
+    {"storage.anonymous", field_kind::boolean, "false", "s3: unsigned requests (public buckets)", "s3"},
+    {"storage.credentials.access_key_id", field_kind::string, R"("")", "s3: explicit credentials (all empty: the S3 module's default chain: environment, ~/.aws files)", "s3"},
+    {"storage.credentials.secret_access_key", field_kind::string, R"("")", "s3: explicit credentials", "s3"},
+    {"storage.credentials.session_token", field_kind::string, R"("")", "s3: explicit credentials (optional)", "s3"},
+    {"storage.items", field_kind::integer, "10000", "synthetic: number of keys", "synthetic"},
+    {"storage.size", field_kind::integer, "4096", "synthetic: bytes per item", "synthetic"},
+    {"storage.latency_ms", field_kind::number, "10", "synthetic: how long each read waits (a timer, no CPU)", "synthetic"},
+    {"dataset.labels", field_kind::boolean, "true", "labels from the first-level subdirectories (fs) or key prefixes (s3)"},
+    {"dataset.classes", field_kind::string, R"("")", "a classes file {\"n01440764\": {\"id\": 0, \"name\": \"tench\"}, ...} (ids instead of sorted order)"},
+    {"dataset.index", field_kind::string, R"("")", "an index file (JSON array of relative paths or keys): a local path or an s3:// URL; instead of listing"},
+    {"dataset.extensions", field_kind::string_list, "[]", "keep only files / keys with these endings, e.g. [\".jpg\", \".JPEG\"] (empty: all)"},
+    {"dataset.shards", field_kind::string_list, "[]", "access \"shards\": shard specs (brace patterns, an index .json, s3://bucket/prefix/); empty: the .tar files of the dirs or prefixes"},
+    {"listing_workers", field_kind::integer, "16", "listings in parallel (S3 prefixes' top-level \"directories\")"},
+    {"access", field_kind::string, R"("sequential")", "\"sequential\" (the source streams every item), \"random\" (dataset get(i) in a random order, in_flight at once) or \"shards\" (tar shards through the shard source)"},
+    {"work.kind", field_kind::string, R"("read")", "what to do per sample: \"read\" (bytes only), \"decode\" (decode to work.size), \"batch\" (decode into batches of work.batch)"},
+    {"work.size", field_kind::integer, "224", "decode and batch: output side in pixels"},
+    {"work.crop", field_kind::string, R"("center")", "decode and batch: \"none\", \"center\" or \"random_resized\""},
+    {"work.batch", field_kind::integer, "64", "batch: images per batch"},
+    {"work.threads", field_kind::integer, "0", "decode and batch: compute threads (0: one per core)"},
+    {"in_flight", field_kind::integer, "64", "reads in flight (the source's concurrency)"},
+    {"epochs", field_kind::integer, "1", "passes over the data"},
+    {"samples", field_kind::integer, "0", "items per epoch at most (0: all)"},
+    {"seconds", field_kind::number, "0", "stop each epoch after this many seconds (0: no limit)"},
+    {"output", field_kind::string, R"("conveyor-bench-out")", "folder for report.html and results.jsonl (empty: write neither)"},
+    {"stats_interval_ms", field_kind::integer, "100", "how often metrics are sampled for the time series"},
+    {"io_threads", field_kind::integer, "0", "the runtime's I/O threads (0: its default)"},
+    {"seed", field_kind::integer, "1", "seed of the random order and the augmentations"},
+};
+// clang-format on
+
+std::vector<std::string> split_path(std::string_view p)
+{
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (;;) {
+        const auto dot = p.find('.', start);
+        parts.emplace_back(p.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+        if (dot == std::string_view::npos) return parts;
+        start = dot + 1;
+    }
+}
+
+/// Whether `prefix` names an object of the schema (some field lies below it).
+bool is_object_path(std::string_view prefix)
+{
+    return std::any_of(fields.begin(), fields.end(), [&](const field_spec& f) {
+        return f.path.size() > prefix.size() && f.path.starts_with(prefix) && f.path[prefix.size()] == '.';
+    });
+}
+
+/// The keys valid directly below `prefix` ("" : the top level).
+std::vector<std::string> keys_below(std::string_view prefix)
+{
+    std::vector<std::string> out;
+    for (const auto& f : fields) {
+        std::string_view rest = f.path;
+        if (!prefix.empty()) {
+            if (!(f.path.size() > prefix.size() && f.path.starts_with(prefix) && f.path[prefix.size()] == '.')) continue;
+            rest = f.path.substr(prefix.size() + 1);
+        }
+        std::string key(rest.substr(0, rest.find('.')));
+        if (std::find(out.begin(), out.end(), key) == out.end()) out.push_back(std::move(key));
+    }
+    return out;
+}
+
+std::string join(std::string_view a, std::string_view b)
+{
+    return a.empty() ? std::string(b) : std::string(a) + "." + std::string(b);
+}
+
+std::string show(const json::value& v)
+{
+    std::string s = json::serialize(v);
+    if (s.size() > 60) s = s.substr(0, 57) + "...";
+    return s;
+}
+
+std::string_view json_kind_name(const json::value& v)
+{
+    switch (v.kind()) {
+    case json::kind::null: return "null";
+    case json::kind::bool_: return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64: return "an integer";
+    case json::kind::double_: return "a number";
+    case json::kind::string: return "a string";
+    case json::kind::array: return "a list";
+    case json::kind::object: return "an object";
+    }
+    return "a value";
+}
+
+json::object* object_at(json::object& root, std::string_view path, bool create)
+{
+    json::object* o = &root;
+    for (const auto& part : split_path(path)) {
+        auto it = o->find(part);
+        if (it == o->end()) {
+            if (!create) return nullptr;
+            it = o->emplace(part, json::object()).first;
+        }
+        if (!it->value().is_object()) return nullptr;
+        o = &it->value().as_object();
+    }
+    return o;
+}
+
+void put(json::object& root, std::string_view path, json::value v)
+{
+    const auto dot = path.rfind('.');
+    json::object* parent = dot == std::string_view::npos ? &root : object_at(root, path.substr(0, dot), true);
+    (*parent)[dot == std::string_view::npos ? path : path.substr(dot + 1)] = std::move(v);
+}
+
+void check_choice(const json::object& doc, const std::map<std::string, std::string>& given, std::string_view path,
+                  const std::vector<std::string>& choices)
+{
+    const std::string value(lookup(doc, path)->as_string());
+    if (std::find(choices.begin(), choices.end(), value) != choices.end()) return;
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
+    const auto it = given.find(std::string(path));
+    std::string msg = (it != given.end() ? it->second + ": " : std::string()) + std::string(path) + ": \"" + value +
+                      "\" is not one of " + list;
+    if (const auto near = closest(value, choices); !near.empty()) msg += " (did you mean \"" + near + "\"?)";
+    throw config_error(msg);
+}
+
+std::string where(const std::map<std::string, std::string>& given, const std::string& path)
+{
+    const auto it = given.find(path);
+    return it != given.end() ? " (set in " + it->second + ")" : std::string();
+}
+
+std::vector<std::string> strings_of(const json::value& v)
+{
+    std::vector<std::string> out;
+    for (const auto& e : v.as_array()) out.emplace_back(e.as_string());
+    return out;
+}
+
+std::uint64_t uint_of(const json::value& v)
+{
+    if (v.is_uint64()) return v.as_uint64();
+    if (v.is_int64()) return static_cast<std::uint64_t>(v.as_int64());
+    return static_cast<std::uint64_t>(v.as_double());
+}
+
+double number_of(const json::value& v)
+{
+    if (v.is_double()) return v.as_double();
+    if (v.is_int64()) return static_cast<double>(v.as_int64());
+    return static_cast<double>(v.as_uint64());
+}
+
+} // namespace
+
+const std::vector<field_spec>& schema()
+{
+    return fields;
+}
+
+const field_spec* find_field(std::string_view path)
+{
+    for (const auto& f : fields)
+        if (f.path == path) return &f;
+    return nullptr;
+}
+
+std::string_view kind_name(field_kind k)
+{
+    switch (k) {
+    case field_kind::string: return "a string";
+    case field_kind::integer: return "a non-negative integer";
+    case field_kind::number: return "a non-negative number";
+    case field_kind::boolean: return "a boolean (true or false)";
+    case field_kind::string_list: return "a list of strings";
+    }
+    return "a value";
+}
+
+std::string closest(std::string_view word, const std::vector<std::string>& candidates)
+{
+    std::string best;
+    std::size_t best_d = std::string::npos;
+    for (const auto& c : candidates) {
+        // Levenshtein distance, one row at a time.
+        std::vector<std::size_t> row(c.size() + 1);
+        for (std::size_t j = 0; j <= c.size(); ++j) row[j] = j;
+        for (std::size_t i = 1; i <= word.size(); ++i) {
+            std::size_t diag = row[0];
+            row[0] = i;
+            for (std::size_t j = 1; j <= c.size(); ++j) {
+                const std::size_t up = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (word[i - 1] == c[j - 1] ? 0 : 1)});
+                diag = up;
+            }
+        }
+        if (row[c.size()] < best_d) {
+            best_d = row[c.size()];
+            best = c;
+        }
+    }
+    const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+    return best_d <= limit ? best : std::string();
+}
+
+const json::value* lookup(const json::object& o, std::string_view path)
+{
+    const json::object* cur = &o;
+    const auto parts = split_path(path);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        const auto it = cur->find(parts[i]);
+        if (it == cur->end()) return nullptr;
+        if (i + 1 == parts.size()) return &it->value();
+        if (!it->value().is_object()) return nullptr;
+        cur = &it->value().as_object();
+    }
+    return nullptr;
+}
+
+config_builder::config_builder()
+{
+    for (const auto& f : fields) put(doc_, f.path, json::parse(f.default_json));
+}
+
+json::value config_builder::checked(const field_spec& f, const json::value& v, std::string_view origin) const
+{
+    auto wrong = [&](std::string_view extra = {}) -> config_error {
+        return config_error(std::string(origin) + ": " + std::string(f.path) + ": expected " + std::string(kind_name(f.kind)) +
+                            ", got " + std::string(json_kind_name(v)) + " (" + show(v) + ")" + std::string(extra));
+    };
+    switch (f.kind) {
+    case field_kind::string:
+        if (!v.is_string()) throw wrong();
+        return v;
+    case field_kind::boolean:
+        if (!v.is_bool()) throw wrong();
+        return v;
+    case field_kind::integer:
+        if (v.is_uint64()) return v;
+        if (v.is_int64()) {
+            if (v.as_int64() < 0) throw wrong(": it must not be negative");
+            return json::value(static_cast<std::uint64_t>(v.as_int64()));
+        }
+        if (v.is_double()) {
+            const double d = v.as_double();
+            if (d >= 0 && d == std::floor(d) && d < 1.8e19) return json::value(static_cast<std::uint64_t>(d));
+            throw wrong(d < 0 ? ": it must not be negative" : ": it must be a whole number");
+        }
+        throw wrong();
+    case field_kind::number:
+        if (!v.is_number()) throw wrong();
+        if (number_of(v) < 0) throw wrong(": it must not be negative");
+        return v;
+    case field_kind::string_list:
+        if (!v.is_array()) throw wrong();
+        for (std::size_t i = 0; i < v.as_array().size(); ++i)
+            if (!v.as_array()[i].is_string())
+                throw config_error(std::string(origin) + ": " + std::string(f.path) + "[" + std::to_string(i) +
+                                   "]: expected a string, got " + std::string(json_kind_name(v.as_array()[i])) + " (" +
+                                   show(v.as_array()[i]) + ")");
+        return v;
+    }
+    return v;
+}
+
+void config_builder::reset_other_storage(std::string_view type)
+{
+    for (const auto& f : fields) {
+        if (f.storage_type.empty() || f.storage_type == type) continue;
+        put(doc_, f.path, json::parse(f.default_json));
+        given_.erase(std::string(f.path));
+    }
+}
+
+void config_builder::set_value(std::string_view path, json::value v, std::string_view origin)
+{
+    if (const field_spec* f = find_field(path)) {
+        json::value good = checked(*f, v, origin);
+        if (f->path == "storage.type") reset_other_storage(good.as_string());
+        put(doc_, path, std::move(good));
+        given_[std::string(path)] = std::string(origin);
+        return;
+    }
+    if (is_object_path(path)) {
+        if (!v.is_object())
+            throw config_error(std::string(origin) + ": " + std::string(path) + ": expected an object, got " +
+                               std::string(json_kind_name(v)) + " (" + show(v) + ")");
+        merge_object(v.as_object(), std::string(path), origin);
+        return;
+    }
+    // Unknown: suggest the closest key at the deepest level that exists.
+    const auto dot = path.rfind('.');
+    const std::string parent(dot == std::string_view::npos ? std::string_view() : path.substr(0, dot));
+    const std::string_view key = dot == std::string_view::npos ? path : path.substr(dot + 1);
+    std::string msg = std::string(origin) + ": unknown key \"" + std::string(path) + "\"";
+    if (parent.empty() || is_object_path(parent)) {
+        const auto near = closest(key, keys_below(parent));
+        if (!near.empty()) msg += " (did you mean \"" + join(parent, near) + "\"?)";
+        else {
+            std::string list;
+            for (const auto& k : keys_below(parent)) list += (list.empty() ? "" : ", ") + k;
+            msg += "; valid keys" + (parent.empty() ? std::string(" at the top level") : " of \"" + parent + "\"") + ": " + list;
+        }
+    } else {
+        std::vector<std::string> all;
+        for (const auto& f : fields) all.emplace_back(f.path);
+        if (const auto near = closest(path, all); !near.empty()) msg += " (did you mean \"" + near + "\"?)";
+    }
+    throw config_error(msg);
+}
+
+void config_builder::merge_object(const json::object& o, const std::string& prefix, std::string_view origin)
+{
+    // The storage type first: choosing it resets the other types' fields, which must not
+    // undo fields given beside it.
+    if (prefix == "storage")
+        if (const auto it = o.find("type"); it != o.end()) set_value("storage.type", it->value(), origin);
+    for (const auto& kv : o) {
+        if (prefix == "storage" && kv.key() == "type") continue;
+        set_value(join(prefix, kv.key()), kv.value(), origin);
+    }
+}
+
+void config_builder::merge(const json::value& v, std::string_view origin)
+{
+    if (!v.is_object())
+        throw config_error(std::string(origin) + ": a configuration is a JSON object, got " + std::string(json_kind_name(v)));
+    merge_object(v.as_object(), "", origin);
+}
+
+void config_builder::merge_file(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw config_error(path + ": cannot open the configuration file (" + std::string(std::strerror(errno)) + ")");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string text = ss.str();
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    if (ec) {
+        // Line and column of the error: Boost.JSON's parser stops where it failed.
+        json::stream_parser p;
+        std::size_t used = p.write_some(text.data(), text.size(), ec);
+        std::size_t line = 1, col = 1;
+        for (std::size_t i = 0; i < used && i < text.size(); ++i) {
+            if (text[i] == '\n') ++line, col = 1;
+            else ++col;
+        }
+        throw config_error(path + ":" + std::to_string(line) + ":" + std::to_string(col) + ": not valid JSON (" + ec.message() +
+                           "; comments are not JSON: see bench/README.md)");
+    }
+    merge(v, path);
+}
+
+void config_builder::set(std::string_view assignment)
+{
+    const auto eq = assignment.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+        throw config_error("--set " + std::string(assignment) + ": expected key.sub=value");
+    const std::string path(assignment.substr(0, eq));
+    const std::string text(assignment.substr(eq + 1));
+    const std::string origin = "--set " + std::string(assignment);
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    if (ec) v = json::string(text); // not JSON: the text itself
+    if (const field_spec* f = find_field(path)) {
+        if (f->kind == field_kind::string && !v.is_string()) v = json::string(text); // --set storage.bucket=123
+        if (f->kind == field_kind::string_list && v.is_string()) v = json::array{v}; // --set storage.dirs=/data
+    }
+    set_value(path, std::move(v), origin);
+}
+
+run_config config_builder::finish() const
+{
+    run_config c;
+    const auto& d = doc_;
+    auto str = [&](std::string_view p) { return std::string(lookup(d, p)->as_string()); };
+    auto list = [&](std::string_view p) { return strings_of(*lookup(d, p)); };
+    auto uint = [&](std::string_view p) { return uint_of(*lookup(d, p)); };
+    auto num = [&](std::string_view p) { return number_of(*lookup(d, p)); };
+    auto flag = [&](std::string_view p) { return lookup(d, p)->as_bool(); };
+    std::string origins;
+    for (const auto& [p, o] : given_)
+        if (origins.find(o) == std::string::npos && !o.starts_with("--set")) origins += (origins.empty() ? "" : ", ") + o;
+    c.origin = origins.empty() ? "defaults and --set" : origins;
+
+    c.storage.type = str("storage.type");
+    if (c.storage.type.empty())
+        throw config_error("no storage: give --config FILE, or for example --set storage.type=fs --set 'storage.dirs=[\"/data/train\"]' "
+                           "(or storage.type=s3 with storage.bucket, or storage.type=synthetic)");
+    check_choice(d, given_, "storage.type", {"fs", "s3", "synthetic"});
+    for (const auto& [p, o] : given_)
+        if (const field_spec* f = find_field(p); f && !f->storage_type.empty() && f->storage_type != c.storage.type)
+            throw config_error(o + ": " + p + " is for storage.type \"" + std::string(f->storage_type) + "\", but storage.type is \"" +
+                               c.storage.type + "\"");
+    check_choice(d, given_, "access", {"sequential", "random", "shards"});
+    check_choice(d, given_, "work.kind", {"read", "decode", "batch"});
+    check_choice(d, given_, "work.crop", {"none", "center", "random_resized"});
+
+    c.storage.dirs = list("storage.dirs");
+    c.storage.bucket = str("storage.bucket");
+    c.storage.prefixes = list("storage.prefixes");
+    c.storage.endpoint = str("storage.endpoint");
+    c.storage.region = str("storage.region");
+    c.storage.anonymous = flag("storage.anonymous");
+    c.storage.credentials = {str("storage.credentials.access_key_id"), str("storage.credentials.secret_access_key"),
+                             str("storage.credentials.session_token")};
+    c.storage.items = uint("storage.items");
+    c.storage.size = uint("storage.size");
+    c.storage.latency_ms = num("storage.latency_ms");
+    c.dataset.labels = flag("dataset.labels");
+    c.dataset.classes = str("dataset.classes");
+    c.dataset.index = str("dataset.index");
+    c.dataset.extensions = list("dataset.extensions");
+    for (auto& e : c.dataset.extensions)
+        if (!e.empty() && e.front() != '.') e.insert(e.begin(), '.');
+    c.dataset.shards = list("dataset.shards");
+    c.listing_workers = static_cast<std::size_t>(std::max<std::uint64_t>(1, uint("listing_workers")));
+    c.access = str("access");
+    c.work.kind = str("work.kind");
+    c.work.size = static_cast<std::uint32_t>(uint("work.size"));
+    c.work.crop = str("work.crop");
+    c.work.batch = static_cast<std::size_t>(uint("work.batch"));
+    c.work.threads = static_cast<std::size_t>(uint("work.threads"));
+    c.in_flight = static_cast<std::size_t>(uint("in_flight"));
+    c.epochs = static_cast<std::size_t>(uint("epochs"));
+    c.samples = uint("samples");
+    c.seconds = num("seconds");
+    c.output = str("output");
+    c.stats_interval_ms = uint("stats_interval_ms");
+    c.io_threads = static_cast<std::size_t>(uint("io_threads"));
+    c.seed = uint("seed");
+
+    auto at_least_one = [&](std::string_view p, std::uint64_t v) {
+        if (v == 0) throw config_error(std::string(p) + ": must be at least 1" + where(given_, std::string(p)));
+    };
+    at_least_one("in_flight", c.in_flight);
+    at_least_one("epochs", c.epochs);
+    at_least_one("work.batch", c.work.batch);
+    at_least_one("work.size", c.work.size);
+    at_least_one("stats_interval_ms", c.stats_interval_ms);
+
+    // Sources that are not there.
+    if (c.storage.type == "fs") {
+        if (c.storage.dirs.empty() && c.dataset.shards.empty())
+            throw config_error("storage.dirs is empty: give the data directories, e.g. --set 'storage.dirs=[\"/data/train\"]'");
+        for (std::size_t i = 0; i < c.storage.dirs.size(); ++i) {
+            std::error_code ec;
+            if (!fs::is_directory(c.storage.dirs[i], ec))
+                throw config_error("storage.dirs[" + std::to_string(i) + "]: \"" + c.storage.dirs[i] + "\": " +
+                                   (fs::exists(c.storage.dirs[i], ec) ? "not a directory" : "no such directory") +
+                                   where(given_, "storage.dirs"));
+        }
+    } else if (c.storage.type == "s3") {
+        if (c.storage.bucket.empty() && c.dataset.shards.empty())
+            throw config_error("storage.bucket is empty: storage.type \"s3\" needs a bucket" + where(given_, "storage.type"));
+    } else {
+        at_least_one("storage.items", c.storage.items);
+        if (c.access == "shards") throw config_error("access \"shards\" needs shards on storage \"fs\" or \"s3\"; storage \"synthetic\" has none");
+        if (c.work.kind != "read")
+            throw config_error("work.kind \"" + c.work.kind + "\" needs images; storage \"synthetic\" gives random bytes: use work.kind \"read\"");
+    }
+    for (const char* p : {"dataset.classes", "dataset.index"}) {
+        const std::string v = str(p);
+        std::error_code ec;
+        if (!v.empty() && !v.starts_with("s3://") && !fs::is_regular_file(v, ec))
+            throw config_error(std::string(p) + ": \"" + v + "\": no such file" + where(given_, p));
+    }
+    if (!c.dataset.classes.empty() && c.dataset.classes.starts_with("s3://"))
+        throw config_error("dataset.classes: a classes file must be local (\"" + c.dataset.classes + "\")");
+
+    // The effective configuration: every field, less other storage types' fields.
+    c.effective = d;
+    json::object& storage = c.effective["storage"].as_object();
+    for (const auto& f : fields) {
+        if (f.storage_type.empty() || f.storage_type == c.storage.type) continue;
+        const auto rest = f.path.substr(std::string_view("storage.").size());
+        storage.erase(rest.substr(0, rest.find('.')));
+    }
+    if (storage.contains("credentials")) {
+        // Never show a secret in reports.
+        auto& cr = storage["credentials"].as_object();
+        for (const char* k : {"secret_access_key", "session_token"})
+            if (!cr[k].as_string().empty()) cr[k] = "(given)";
+    }
+    return c;
+}
+
+sweep_spec parse_sweep(std::string_view text)
+{
+    const auto eq = text.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == text.size())
+        throw config_error("--sweep " + std::string(text) + ": expected field=v1,v2,... e.g. in_flight=1,4,16,64");
+    sweep_spec s;
+    s.field = std::string(text.substr(0, eq));
+    const field_spec* f = find_field(s.field);
+    if (!f) {
+        std::vector<std::string> numeric;
+        for (const auto& g : fields)
+            if (g.kind == field_kind::integer || g.kind == field_kind::number) numeric.emplace_back(g.path);
+        std::string msg = "--sweep: unknown field \"" + s.field + "\"";
+        if (const auto near = closest(s.field, numeric); !near.empty()) msg += " (did you mean \"" + near + "\"?)";
+        throw config_error(msg);
+    }
+    if (f->kind != field_kind::integer && f->kind != field_kind::number)
+        throw config_error("--sweep: " + s.field + " is " + std::string(kind_name(f->kind)) + "; only numeric fields can be swept");
+    std::string_view rest = text.substr(eq + 1);
+    while (!rest.empty()) {
+        const auto comma = rest.find(',');
+        const std::string item(rest.substr(0, comma));
+        double v = 0;
+        const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+        if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size() || v < 0 ||
+            (f->kind == field_kind::integer && v != std::floor(v)))
+            throw config_error("--sweep " + s.field + ": \"" + item + "\" is not " + std::string(kind_name(f->kind)));
+        s.values.push_back(v);
+        if (comma == std::string_view::npos) break;
+        rest = rest.substr(comma + 1);
+    }
+    if (s.values.empty()) throw config_error("--sweep " + s.field + ": no values");
+    return s;
+}
+
+} // namespace conveyor::bench::run
