@@ -68,6 +68,22 @@ struct open_slow_reader {
     slow_reader operator()(cv::run_context&) const { return {}; }
 };
 
+// A keyed reader whose first five keys come at once and the rest wait a minute on a timer
+// (ended early only by the run's cancellation, which makes the wait throw).
+struct stalling_reader {
+    asio::awaitable<int> operator()(std::uint64_t i) const
+    {
+        if (i >= 5) {
+            asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::minutes(1));
+            co_await t.async_wait(asio::use_awaitable);
+        }
+        co_return static_cast<int>(i);
+    }
+};
+struct open_stalling_reader {
+    stalling_reader operator()(cv::run_context&) const { return {}; }
+};
+
 } // namespace
 
 TEST_CASE("a snapshot counts each stage's items in pipeline order, and what the consumer took")
@@ -278,6 +294,24 @@ TEST_CASE("a keyed source reports its workers, requests in flight, retries and l
     CHECK(src.latency.count == 40);
     CHECK(src.latency.quantile_ns(0.5) >= 0.9e6);
     CHECK(src.latency.mean_ns() >= 1e6);
+}
+
+TEST_CASE("requests that the end of a run cancels count in no latency, and leave nothing in flight")
+{
+    auto p = cv::keyed_source<int>("kv", 100, {.concurrency = 4}, open_stalling_reader{});
+    auto r = p.run();
+    int n = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& x : r) {
+        (void)x;
+        if (++n == 5) break;
+    }
+    r.stop(); // cancels the reads still waiting
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+    const auto s = r.snapshot();
+    REQUIRE(s.stages.size() == 1);
+    CHECK(s.stages[0].latency.count == 5); // the reads that completed, not the cancelled ones
+    CHECK(s.stages[0].in_flight == 0);
 }
 
 TEST_CASE("the latency histogram's quantiles are within a bucket of the truth")

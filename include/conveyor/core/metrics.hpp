@@ -150,6 +150,9 @@ public:
         in_flight_.fetch_sub(1, std::memory_order_relaxed);
         latency_.record(latency);
     }
+    /// A request ended by the run's cancellation: no longer in flight, and no latency (it
+    /// measured how long the run went on, not the storage).
+    void request_abandoned() noexcept { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
     /// Requests that were retries of earlier ones.
     void add_retries(std::uint64_t n) noexcept { retries_.fetch_add(n, std::memory_order_relaxed); }
     /** Where retries are counted elsewhere (an HTTP client's counters): `f()` is read with

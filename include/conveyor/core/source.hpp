@@ -143,9 +143,12 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
         const auto t0 = std::chrono::steady_clock::now();
         auto r = co_await read_one<T>(st->reader, i);
         const auto took = std::chrono::steady_clock::now() - t0;
+        if (!r && ctx->stopping()) {
+            metrics->request_abandoned(); // the failure is the cancellation's doing
+            co_return;
+        }
         metrics->request_finished(took);
         if (!r) {
-            if (ctx->stopping()) co_return; // the failure is the cancellation's doing
             if (s.errors == on_error::fail) {
                 // Fail the run before this worker's exit can close the stream: closing
                 // first would let the consumer see a clean end and lose the error.
