@@ -75,7 +75,8 @@ for r in lines:
     for k in ("tensors_per_s", "images_per_s", "GB_per_s", "p50_ms", "p99_ms", "seconds"):
         assert r[k] > 0, (k, r)
     assert r["p99_ms"] >= r["p50_ms"], r
-    assert abs(r["images_per_s"] / r["tensors_per_s"] - images) < 1e-6 * images, r
+    # JSON numbers carry 6 significant digits: the ratio is exact only to about 1e-5.
+    assert abs(r["images_per_s"] / r["tensors_per_s"] - images) < 1e-4 * images, r
 ran = [r["case"] for r in lines if not r["skipped"]]
 print(f"smoke: tensors ran {', '.join(ran)}; skipped {', '.join(r['case'] for r in lines if r['skipped']) or 'none'}")
 PY

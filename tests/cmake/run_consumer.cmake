@@ -62,12 +62,12 @@ set(consumer_args
   "-DCONVEYOR_SOURCE_DIR=${CONVEYOR_SOURCE_DIR}")
 
 if(MODE STREQUAL "find_package")
-  # Install conveyor alone (no tests, examples or benchmarks) into a scratch prefix.
+  # Install conveyor alone (no tests, examples, benchmarks or Python module) into a scratch prefix.
   set(conveyor_build "${WORK_DIR}/conveyor-build")
   set(prefix "${WORK_DIR}/prefix")
   run("configure conveyor" "${CMAKE_COMMAND}"
       -S "${CONVEYOR_SOURCE_DIR}" -B "${conveyor_build}" ${common_args}
-      -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_EXAMPLES=OFF -DCONVEYOR_BUILD_BENCH=OFF
+      -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_EXAMPLES=OFF -DCONVEYOR_BUILD_BENCH=OFF -DCONVEYOR_BUILD_PYTHON=OFF
       -DCONVEYOR_INSTALL=ON "-DCONVEYOR_SEPARATE_COMPILATION=${SEPARATE}"
       "-DCMAKE_INSTALL_PREFIX=${prefix}" -DCMAKE_INSTALL_LIBDIR=lib)
   run("build conveyor" "${CMAKE_COMMAND}" --build "${conveyor_build}")
