@@ -2,6 +2,8 @@
 // pool, and destroying a runtime while a run is in flight.
 #include "support.hpp"
 
+#include <sched.h>
+
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -55,7 +57,7 @@ TEST_CASE("a runtime has the I/O lanes it was asked for, each knowing its index"
 TEST_CASE("a runtime's zero options are chosen for the machine")
 {
     cv::runtime rt;
-    const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t cores = cv::usable_cpus();
     CHECK(rt.io_lanes() == std::min<std::size_t>(cores, 4));
     CHECK(rt.options().compute_threads == cores);
     CHECK(rt.options().blocking_threads == 16);
@@ -63,6 +65,34 @@ TEST_CASE("a runtime's zero options are chosen for the machine")
     cv::runtime r2(cv::runtime_options{.io_threads = 1, .ring_entries = 0, .ring_max_in_flight = 0});
     CHECK(r2.options().ring_entries == 256);
     CHECK(r2.options().ring_max_in_flight == 256);
+}
+
+TEST_CASE("usable_cpus follows the affinity mask, and a runtime's default threads follow it")
+{
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    REQUIRE(::sched_getaffinity(0, sizeof all, &all) == 0);
+    const std::size_t allowed = static_cast<std::size_t>(CPU_COUNT(&all));
+    CHECK(cv::usable_cpus() >= 1);
+    CHECK(cv::usable_cpus() <= allowed);
+    CHECK(cv::usable_cpus() <= std::max(1u, std::thread::hardware_concurrency()));
+    // Narrowed to one CPU, as `taskset -c N` would: one core, one lane, one compute thread.
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+    struct restore {
+        cpu_set_t mask;
+        ~restore() { (void)::sched_setaffinity(0, sizeof mask, &mask); }
+    } back{all};
+    CHECK(cv::usable_cpus() == 1);
+    {
+        cv::runtime rt;
+        CHECK(rt.io_lanes() == 1);
+        CHECK(rt.options().compute_threads == 1);
+    }
 }
 
 TEST_CASE("CONVEYOR_IO_BACKEND chooses the file backend only when the options leave it automatic")

@@ -29,6 +29,12 @@ namespace asio = boost::asio;
 
 class run_context;
 
+/** The CPUs this process may run on: those of the calling thread's affinity mask
+    (`taskset`, a container's cpuset), fewer where a cgroup v2 CPU quota (`cpu.max`) allows
+    less (rounded up), and at least 1; `std::thread::hardware_concurrency()` where neither
+    can be read. The runtime's default thread counts follow it. */
+CONVEYOR_DECL std::size_t usable_cpus() noexcept;
+
 /// How the file source reads.
 enum class io_backend {
     automatic, ///< io_uring if the kernel allows it, else `pread` on the blocking pool
@@ -38,9 +44,11 @@ enum class io_backend {
 
 /// Settings of a `runtime`. Zero means "choose for this machine".
 struct runtime_options {
-    /// I/O threads, each with its own `io_context` and io_uring ring. 0: min(cores, 4).
+    /// I/O threads, each with its own `io_context` and io_uring ring. 0: min(cores, 4),
+    /// cores being `usable_cpus()`.
     std::size_t io_threads = 0;
-    /// Threads for CPU work (decode, parsing, user maps). 0: one per core.
+    /// Threads for CPU work (decode, parsing, user maps). 0: one per core this process may
+    /// use (`usable_cpus()`).
     std::size_t compute_threads = 0;
     /// Threads for blocking system calls (the `pread` backend). 0: 16.
     std::size_t blocking_threads = 0;

@@ -6,9 +6,12 @@
 // The destructor stops the runs still registered: it needs the complete run_context.
 #include <conveyor/core/run_context.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 namespace conveyor {
 
@@ -101,9 +104,32 @@ CONVEYOR_DECL void runtime::detach(const run_context* r)
     runs_cv_.notify_all();
 }
 
+CONVEYOR_DECL std::size_t usable_cpus() noexcept
+{
+    std::size_t n = std::thread::hardware_concurrency();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int c = CPU_COUNT(&set);
+        if (c > 0) n = static_cast<std::size_t>(c);
+    }
+    // cgroup v2: "max 100000" (no quota) or "<quota> <period>" in microseconds.
+    if (std::FILE* f = std::fopen("/sys/fs/cgroup/cpu.max", "r")) {
+        char quota[32] = {};
+        unsigned long long period = 0;
+        if (std::fscanf(f, "%31s %llu", quota, &period) == 2 && std::string_view(quota) != "max" && period > 0) {
+            char* end = nullptr;
+            const unsigned long long q = std::strtoull(quota, &end, 10);
+            if (end && *end == '\0' && q > 0) n = std::min<std::size_t>(n ? n : q, (q + period - 1) / period);
+        }
+        std::fclose(f);
+    }
+    return std::max<std::size_t>(n, 1);
+}
+
 CONVEYOR_DECL runtime_options runtime::resolve(runtime_options o)
 {
-    const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t cores = usable_cpus();
     if (o.io_threads == 0) o.io_threads = std::min<std::size_t>(cores, 4);
     if (o.compute_threads == 0) o.compute_threads = cores;
     if (o.blocking_threads == 0) o.blocking_threads = 16;
