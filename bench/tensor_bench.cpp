@@ -123,15 +123,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape)
     return s;
 }
 
-/// splitmix64 of `x`: the random image order, a pure function of (seed, position).
-std::uint64_t mix(std::uint64_t x) noexcept
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 // ---- the images ------------------------------------------------------------------------
 
 /// The dataset the image cases read: a directory's JPEGs and PNGs, or synthetic JPEGs made
@@ -215,7 +206,12 @@ case_result run_single_image(const tensor_args& a, const image_set& images, cons
 struct random_index {
     std::uint64_t seed;
     std::uint64_t n;
-    std::uint64_t operator()(std::uint64_t i) const noexcept { return mix(seed ^ mix(i)) % n; }
+    std::uint64_t operator()(std::uint64_t i) const noexcept
+    {
+        // splitmix64 of (seed, position): a pure function of both.
+        using cv::detail::splitmix64;
+        return splitmix64(seed ^ splitmix64(i)())() % n;
+    }
 };
 
 /// Reads image `i` of the dataset (a named type: it ends up in coroutine frames).
@@ -268,10 +264,7 @@ case_result run_random_image(const tensor_args& a, const image_set& images, cons
 
 #if CONVEYOR_WITH_CUDA
 
-void check(cudaError_t e, const char* what)
-{
-    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-}
+using cv::cuda::detail::check; // a cudaError_t that is not cudaSuccess throws, naming the call
 
 /// The GPU-side objects of a case, released in any event.
 struct gpu_scope {
