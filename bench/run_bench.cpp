@@ -96,16 +96,6 @@ class_union unify_classes(const std::vector<std::vector<std::string>>& parts)
     return u;
 }
 
-bool ends_with_any(std::string_view key, const std::vector<std::string>& endings)
-{
-    if (endings.empty()) return true;
-    for (const auto& e : endings)
-        if (key.size() >= e.size() &&
-            std::equal(e.rbegin(), e.rend(), key.rbegin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
-            return true;
-    return false;
-}
-
 file::listing list_fs(const run_config& c)
 {
     file::walk_options wo{.extensions = c.dataset.extensions, .labels = c.dataset.labels};
@@ -163,7 +153,7 @@ s3::object_list list_s3(const run_config& c, const s3::client& client)
     if (labelled) all.classes = u.names;
     for (std::size_t p = 0; p < parts.size(); ++p)
         for (std::size_t i = 0; i < parts[p].objects.size(); ++i) {
-            if (!ends_with_any(parts[p].objects[i].key, c.dataset.extensions)) continue;
+            if (!file::has_extension(parts[p].objects[i].key, c.dataset.extensions)) continue; // walk's rule
             all.objects.push_back(parts[p].objects[i]);
             if (labelled) {
                 const auto l = parts[p].labels[i];
@@ -386,13 +376,6 @@ std::uint64_t samples_in(const T& x)
     else return 1;
 }
 
-/// The source stage of a snapshot (the first that is one), or null.
-const stage_stats* source_of(const stats_snapshot& s)
-{
-    for (const auto& st : s.stages)
-        if (st.is_source) return &st;
-    return s.stages.empty() ? nullptr : &s.stages.front();
-}
 
 /// The progress line: items/s and MB/s of the source over the last interval, the bottleneck.
 class progress_line {
@@ -588,6 +571,13 @@ std::string format_value(double v)
 }
 
 } // namespace
+
+const stage_stats* source_of(const stats_snapshot& s)
+{
+    for (const auto& st : s.stages)
+        if (st.is_source) return &st;
+    return s.stages.empty() ? nullptr : &s.stages.front();
+}
 
 // ---- public -------------------------------------------------------------------------------
 

@@ -61,6 +61,9 @@ struct sweep_result {
     double best_items_per_s = 0;
 };
 
+/// The source stage of a snapshot (the first that is one; else the first stage), or null.
+const stage_stats* source_of(const stats_snapshot& s);
+
 /** The knee of a throughput curve: the index of the smallest `x` whose `y` reaches
     `fraction` of the largest `y`; nullopt when there are no points (or no positive y). */
 std::optional<std::size_t> find_knee(const std::vector<double>& x, const std::vector<double>& y, double fraction = 0.95);

@@ -43,13 +43,6 @@ std::string fmt(const char* f, double v)
     return buf;
 }
 
-const stage_stats* first_source(const stats_snapshot& s)
-{
-    for (const auto& st : s.stages)
-        if (st.is_source) return &st;
-    return s.stages.empty() ? nullptr : &s.stages.front();
-}
-
 /** Items per second of stage `i` between consecutive snapshots, `t0` seconds added to x.
     Intervals shorter than `min_dt` are merged into the next (the final snapshot, taken as
     the run stops just after a periodic one, would otherwise end every line with a drop). */
@@ -130,7 +123,7 @@ std::string build_report(const outcome& o)
             for (const auto& rr : o.runs) {
                 double t0 = 0;
                 for (const auto& e : rr.epochs) {
-                    const stage_stats* src = first_source(e.final);
+                    const stage_stats* src = source_of(e.final);
                     if (!src) continue;
                     const auto i = static_cast<std::size_t>(src - e.final.stages.data());
                     plot_series s{.name = src->name + " " + rr.label};
@@ -155,7 +148,7 @@ std::string build_report(const outcome& o)
             const auto h = rr.source_latency();
             std::string name = "source";
             if (!rr.epochs.empty())
-                if (const stage_stats* src = first_source(rr.epochs.front().final)) name = src->name;
+                if (const stage_stats* src = source_of(rr.epochs.front().final)) name = src->name;
             if (o.sweep) name += " " + rr.label;
             if (h.count) p.series.push_back(latency_cdf(h, name));
         }
@@ -224,7 +217,7 @@ std::string build_report(const outcome& o)
         std::vector<std::vector<std::string>> rows;
         for (const auto& rr : o.runs)
             for (const auto& e : rr.epochs) {
-                const stage_stats* src = first_source(e.final);
+                const stage_stats* src = source_of(e.final);
                 const auto neck = bottleneck(e.final);
                 rows.push_back({rr.label, std::to_string(e.epoch), std::to_string(e.items), fmt("%.2f", e.seconds),
                                 fmt("%.0f", e.seconds > 0 ? static_cast<double>(e.items) / e.seconds : 0.0),
