@@ -185,6 +185,20 @@ TEST_CASE("a slow stage is busy while upstream is blocked and downstream starves
     CHECK(line.find("(bottleneck)") < line.find("fast"));
 }
 
+TEST_CASE("wait_clock's ticks, converted, agree with the steady clock")
+{
+    cv::detail::wait_clock::start();
+    const auto t0 = cv::detail::wait_clock::now();
+    const auto ns0 = cv::detail::now_ns();
+    std::this_thread::sleep_for(30ms);
+    const auto ticks = cv::detail::wait_clock::now() - t0;
+    const auto ns = cv::detail::now_ns() - ns0;
+    const double converted = static_cast<double>(ticks) * cv::detail::wait_clock::ns_per_tick();
+    CAPTURE(cv::detail::wait_clock::uses_tsc());
+    CHECK(ticks > 0);
+    CHECK(converted == doctest::Approx(static_cast<double>(ns)).epsilon(0.02));
+}
+
 TEST_CASE("blocked time grows and the queue stays full while the consumer does not read")
 {
     auto p = cv::generate(1'000'000, [](std::uint64_t i) { return static_cast<int>(i); });
@@ -197,6 +211,8 @@ TEST_CASE("blocked time grows and the queue stays full while the consumer does n
     const auto& a = s1.stages[0];
     const auto& b = s2.stages[0];
     CHECK(b.blocked - a.blocked >= 80ms);
+    // ... and no faster than the clock: one sender waits, so the wait grows as time does
+    CHECK(b.blocked - a.blocked <= s2.elapsed - s1.elapsed + 5ms);
     CHECK(b.blocked_share() > 0.5);
     CHECK(b.queue_size == b.queue_capacity);
     CHECK(b.items == a.items);

@@ -111,19 +111,19 @@ public:
     /// How many tasks produce into it (1 unless told otherwise; say so before they start).
     void set_producers(std::size_t n) noexcept
     {
-        std::lock_guard lk(stats_mu_);
+        std::lock_guard lk(mu_);
         producers_ = running_ = std::max<std::size_t>(n, 1);
     }
     std::size_t producers() const noexcept
     {
-        std::lock_guard lk(stats_mu_);
+        std::lock_guard lk(mu_);
         return producers_;
     }
     /// One of several producers ended (`last_worker_closes` says it): its time stops counting.
     void producer_done() noexcept
     {
         const auto t = now_ns();
-        std::lock_guard lk(stats_mu_);
+        std::lock_guard lk(mu_);
         if (running_ == 0) return;
         --running_;
         done_ns_ += t - created_;
@@ -132,7 +132,7 @@ public:
     std::int64_t producer_time(std::int64_t now) const noexcept
     {
         const auto end = ended_.load(std::memory_order_acquire);
-        std::lock_guard lk(stats_mu_);
+        std::lock_guard lk(mu_);
         return done_ns_ + static_cast<std::int64_t>(running_) * ((end ? end : now) - created_);
     }
     std::int64_t created_ns() const noexcept { return created_; }
@@ -143,11 +143,14 @@ public:
         std::int64_t send_ns = 0; ///< senders' time waiting for room
         std::int64_t recv_ns = 0; ///< receivers' time waiting for items
     };
-    /// The waits so far, those still going on included (counted up to `now`).
-    wait_times waits(std::int64_t now) const noexcept
+    /// The waits so far, those still going on included (counted up to now).
+    wait_times waits() const noexcept
     {
-        std::lock_guard lk(stats_mu_);
-        return {send_.total(now), recv_.total(now)};
+        const double k = wait_clock::ns_per_tick();
+        std::lock_guard lk(mu_);
+        const auto now = wait_clock::now();
+        return {static_cast<std::int64_t>(static_cast<double>(send_.total(now)) * k),
+                static_cast<std::int64_t>(static_cast<double>(recv_.total(now)) * k)};
     }
 
     /// Marks it as a registered stage output; true the first time.
@@ -161,35 +164,53 @@ protected:
     }
 
     enum class side { send, recv };
-    std::int64_t begin_wait(side s) noexcept
-    {
-        const auto t = now_ns();
-        std::lock_guard lk(stats_mu_);
-        (s == side::send ? send_ : recv_).begin(t);
-        return t;
-    }
-    void end_wait(side s, std::int64_t t0) noexcept
-    {
-        const auto t = now_ns();
-        std::lock_guard lk(stats_mu_);
-        (s == side::send ? send_ : recv_).end(t0, t);
-    }
-    /// Times one wait, ended however the waiting coroutine ends (a destroyed frame too).
+
+    /** Times the waits of one send or receive call, under the channel's own lock: a wait
+        begins where the caller registers as a waiter (the lock is held there anyway) and
+        ends where it next takes the lock, or when its frame is destroyed while waiting.
+        So a wait costs two reads of `wait_clock` and no lock of its own; a call that never
+        waits, nothing. */
+    channel_base() noexcept { wait_clock::start(); }
+
     class timed_wait {
     public:
-        timed_wait(channel_base& c, side s) noexcept : c_(c), s_(s), t0_(c.begin_wait(s)) {}
-        ~timed_wait() { c_.end_wait(s_, t0_); }
+        timed_wait(channel_base& c, side s) noexcept : c_(c), s_(s) {}
+        ~timed_wait()
+        {
+            if (!on_) return;
+            std::lock_guard lk(c_.mu_);
+            end_locked();
+        }
         timed_wait(const timed_wait&) = delete;
         timed_wait& operator=(const timed_wait&) = delete;
+
+        /// The caller is about to wait (`mu_` held).
+        void begin_locked() noexcept
+        {
+            t0_ = wait_clock::now();
+            c_.account(s_).begin(t0_);
+            on_ = true;
+        }
+        /// The caller took the lock again: its wait, if any, is over (`mu_` held).
+        void end_locked() noexcept
+        {
+            if (!on_) return;
+            c_.account(s_).end(t0_, std::max(t0_, wait_clock::now()));
+            on_ = false;
+        }
 
     private:
         channel_base& c_;
         side s_;
-        std::int64_t t0_;
+        std::int64_t t0_ = 0;
+        bool on_ = false;
     };
+
+    mutable std::mutex mu_; // the channel's state, its counters and its waits
 
 private:
     struct wait_account {
+        // in `wait_clock` ticks
         std::int64_t done = 0;      // finished waits, summed
         std::int64_t waiting = 0;   // waits going on
         std::int64_t start_sum = 0; // their start times, summed
@@ -206,8 +227,8 @@ private:
         }
         std::int64_t total(std::int64_t now) const noexcept { return done + waiting * now - start_sum; }
     };
+    wait_account& account(side s) noexcept { return s == side::send ? send_ : recv_; }
 
-    mutable std::mutex stats_mu_; // waits only: taken when a side suspends, never per item
     wait_account send_, recv_;
     std::size_t producers_ = 1;
     std::size_t running_ = 1;
@@ -250,9 +271,11 @@ public:
     asio::awaitable<bool> send(T v)
     {
         const auto ex = co_await asio::this_coro::executor;
+        timed_wait waiting(*this, side::send);
         for (;;) {
             {
                 std::unique_lock lk(mu_);
+                waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (tail_ < head_ + cap_) {
                     count_sent(v);
@@ -262,10 +285,10 @@ public:
                     co_return true;
                 }
             }
-            timed_wait waiting(*this, side::send);
-            co_await suspend_with([this](wait_handler h) {
+            co_await suspend_with([this, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
+                waiting.begin_locked();
                 send_waiters_.push_back({unordered, std::move(h)});
             });
         }
@@ -276,10 +299,12 @@ public:
     asio::awaitable<bool> send_all(std::vector<T>& items)
     {
         const auto ex = co_await asio::this_coro::executor;
+        timed_wait waiting(*this, side::send);
         std::size_t i = 0;
         while (i < items.size()) {
             {
                 std::unique_lock lk(mu_);
+                waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) {
                     items.clear();
                     co_return false;
@@ -294,10 +319,10 @@ public:
                 if (any) notify_receiver(lk, false, &ex);
                 if (i == items.size()) break;
             }
-            timed_wait waiting(*this, side::send);
-            co_await suspend_with([this](wait_handler h) {
+            co_await suspend_with([this, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
+                waiting.begin_locked();
                 send_waiters_.push_back({unordered, std::move(h)});
             });
         }
@@ -310,9 +335,11 @@ public:
     asio::awaitable<bool> send_at(std::uint64_t seq, T v)
     {
         const auto ex = co_await asio::this_coro::executor;
+        timed_wait waiting(*this, side::send);
         for (;;) {
             {
                 std::unique_lock lk(mu_);
+                waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (seq < head_ + cap_) {
                     count_sent(v);
@@ -322,10 +349,10 @@ public:
                     co_return true;
                 }
             }
-            timed_wait waiting(*this, side::send);
-            co_await suspend_with([this, seq](wait_handler h) {
+            co_await suspend_with([this, seq, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
+                waiting.begin_locked();
                 send_waiters_.push_back({seq, std::move(h)});
             });
         }
@@ -335,9 +362,11 @@ public:
     /// moves past it. Waits like `send_at`. Returns false if the receiver is gone.
     asio::awaitable<bool> skip_at(std::uint64_t seq)
     {
+        timed_wait waiting(*this, side::send);
         for (;;) {
             {
                 std::unique_lock lk(mu_);
+                waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
                 if (seq < head_ + cap_) {
                     holes_[seq % cap_] = 1;
@@ -346,10 +375,10 @@ public:
                     co_return true;
                 }
             }
-            timed_wait waiting(*this, side::send);
-            co_await suspend_with([this, seq](wait_handler h) {
+            co_await suspend_with([this, seq, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
+                waiting.begin_locked();
                 send_waiters_.push_back({seq, std::move(h)});
             });
         }
@@ -404,19 +433,21 @@ public:
     asio::awaitable<bool> receive_some(std::vector<T>& out, std::size_t max, std::uint64_t* first_index = nullptr)
     {
         max = std::max<std::size_t>(max, 1); // "at least one": a zero would wait forever
+        timed_wait waiting(*this, side::recv);
         for (;;) {
             {
                 std::unique_lock lk(mu_);
+                waiting.end_locked();
                 throw_if_failed();
                 if (receiver_closed_) co_return false; // another receiver closed it: the end for all
                 if (first_index) *first_index = delivered_;
                 if (take(lk, out, max)) co_return true;
                 if (head_ >= end_) co_return false;
             }
-            timed_wait waiting(*this, side::recv);
-            co_await suspend_with([this](wait_handler h) {
+            co_await suspend_with([this, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
                 if (ready()) return wake(std::move(h));
+                waiting.begin_locked();
                 recv_waiters_.push_back(std::move(h));
             });
         }
@@ -436,14 +467,16 @@ public:
     {
         max = std::max<std::size_t>(max, 1);
         std::unique_lock lk(mu_);
+        timed_wait waiting(*this, side::recv); // its wait ends below, before anything can throw
         for (;;) {
             throw_if_failed();
             if (receiver_closed_) return false;
             if (take(lk, out, max)) return true;
             if (head_ >= end_) return false;
             blocking_waiting_ = true;
-            timed_wait waiting(*this, side::recv);
+            waiting.begin_locked();
             cv_.wait(lk);
+            waiting.end_locked();
             blocking_waiting_ = false;
             blocking_woken_ = false;
         }
@@ -625,7 +658,6 @@ private:
     }
 
     const std::size_t cap_;
-    mutable std::mutex mu_;
     std::vector<std::optional<T>> slots_;
     std::vector<char> holes_ = std::vector<char>(cap_, 0);
     std::uint64_t seq_hi_ = 0; // one past the highest sequence number sent or skipped

@@ -240,7 +240,7 @@ CONVEYOR_DECL stats_snapshot run_context::snapshot() const
         stage_stats st;
         st.name = e.name;
         const auto c = e.out->counters();
-        const auto w = e.out->waits(now);
+        const auto w = e.out->waits();
         const auto end = e.out->ended_ns();
         st.workers = e.out->producers();
         st.finished = end != 0;
@@ -250,7 +250,7 @@ CONVEYOR_DECL stats_snapshot run_context::snapshot() const
         st.elapsed = ns(std::max<std::int64_t>(0, (end ? end : now) - e.out->created_ns()));
         st.active = ns(std::max<std::int64_t>(0, e.out->producer_time(now)));
         st.blocked = ns(std::max<std::int64_t>(0, w.send_ns));
-        st.starved = ns(e.in ? std::max<std::int64_t>(0, e.in->waits(now).recv_ns) : 0);
+        st.starved = ns(e.in ? std::max<std::int64_t>(0, e.in->waits().recv_ns) : 0);
         // Waits are read a moment after the active time: keep the parts within the whole.
         if (st.blocked + st.starved > st.active) {
             const double k = static_cast<double>(st.active.count()) / static_cast<double>((st.blocked + st.starved).count());
@@ -274,7 +274,7 @@ CONVEYOR_DECL stats_snapshot run_context::snapshot() const
     }
     if (sink) {
         snap.delivered = sink->counters().delivered;
-        snap.consumer_waited = ns(std::max<std::int64_t>(0, sink->waits(now).recv_ns));
+        snap.consumer_waited = ns(std::max<std::int64_t>(0, sink->waits().recv_ns));
     }
     return snap;
 }
