@@ -603,6 +603,45 @@ TEST_CASE("a blocked plain-thread receiver is woken once for what a producer's t
     }
 }
 
+TEST_CASE("a plain-thread receiver that spins before sleeping misses no item sent around its spin")
+{
+    // receive_some_blocking spins (up to 20 us) before it sleeps, and a sender that comes
+    // while it spins wakes nobody. The producer pauses 0-60 us between sends, so sends land
+    // before, during and just after spins; with capacity 1 its next send waits for room, so
+    // a missed wake-up leaves both sides waiting for good (the first version did hang: a
+    // sender came between the spin's last look and the sleep).
+    asio::io_context io;
+    channel<int> ch(1);
+    constexpr int n = 5000;
+    outcome prod;
+    start(io,
+          [](channel<int>& c) -> asio::awaitable<void> {
+              std::uint64_t r = 7;
+              for (int i = 0; i < n; ++i) {
+                  r = test::mix(r);
+                  const auto until = conveyor::detail::now_ns() + static_cast<std::int64_t>(r % 60'000);
+                  while (conveyor::detail::now_ns() < until) {
+                  }
+                  if (!co_await c.send(i)) co_return;
+              }
+              c.close();
+          }(ch),
+          prod);
+    std::thread producer([&io] { io.run(); });
+    std::vector<int> got;
+    test::finishes_within(test::generous, "a spinning receiver to get every item", [&] {
+        std::vector<int> batch;
+        while (ch.receive_some_blocking(batch, 8)) {
+            got.insert(got.end(), batch.begin(), batch.end());
+            batch.clear();
+        }
+    });
+    producer.join();
+    CHECK(prod.done);
+    REQUIRE(got.size() == n);
+    for (int i = 0; i < n; ++i) REQUIRE(got[static_cast<std::size_t>(i)] == i);
+}
+
 TEST_CASE("a blocked plain-thread receiver wakes on cancel and on fail")
 {
     for (bool cancel : {true, false}) {
