@@ -78,6 +78,18 @@ asio::awaitable<void> receive_all(channel<int>& ch, std::vector<int>* got, std::
     }
 }
 
+// What a plain thread receives with receive_some_blocking, `max` at most at a time, until the end.
+std::vector<int> drain_blocking(channel<int>& ch, std::size_t max)
+{
+    std::vector<int> got, batch;
+    while (ch.receive_some_blocking(batch, max)) {
+        CHECK(batch.size() <= max);
+        got.insert(got.end(), batch.begin(), batch.end());
+        batch.clear();
+    }
+    return got;
+}
+
 asio::awaitable<void> receive_one(channel<int>& ch, std::optional<int>* got)
 {
     *got = co_await ch.receive();
@@ -556,14 +568,7 @@ TEST_CASE("a plain thread can receive with receive_some_blocking")
           prod);
     std::thread producer([&io] { io.run(); });
     std::vector<int> got;
-    test::finishes_within(test::generous, "receive_some_blocking until the end", [&] {
-        std::vector<int> batch;
-        while (ch.receive_some_blocking(batch, 10)) {
-            CHECK(batch.size() <= 10);
-            got.insert(got.end(), batch.begin(), batch.end());
-            batch.clear();
-        }
-    });
+    test::finishes_within(test::generous, "receive_some_blocking until the end", [&] { got = drain_blocking(ch, 10); });
     producer.join();
     CHECK(prod.done);
     CHECK(got == items);
@@ -629,13 +634,7 @@ TEST_CASE("a plain-thread receiver that spins before sleeping misses no item sen
           prod);
     std::thread producer([&io] { io.run(); });
     std::vector<int> got;
-    test::finishes_within(test::generous, "a spinning receiver to get every item", [&] {
-        std::vector<int> batch;
-        while (ch.receive_some_blocking(batch, 8)) {
-            got.insert(got.end(), batch.begin(), batch.end());
-            batch.clear();
-        }
-    });
+    test::finishes_within(test::generous, "a spinning receiver to get every item", [&] { got = drain_blocking(ch, 8); });
     producer.join();
     CHECK(prod.done);
     REQUIRE(got.size() == n);
