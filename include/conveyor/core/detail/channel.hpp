@@ -474,8 +474,7 @@ public:
             if (take(lk, out, max)) return true;
             if (head_ >= end_) return false;
             waiting.begin_locked();
-            const auto spun = spin(lk, std::max<std::size_t>(max / 2, 1));
-            if (spun != spin_result::nothing) {
+            if (spin(lk, std::max<std::size_t>(max / 2, 1))) {
                 waiting.end_locked();
                 continue;
             }
@@ -551,7 +550,6 @@ private:
     void notify_receiver(std::unique_lock<std::mutex>& lk, bool state_changed = false, const asio::any_io_executor* ex = nullptr)
     {
         if (!state_changed && !slots_[head_ % cap_].has_value()) return;
-        changes_.fetch_add(1, std::memory_order_release);
         if (state_changed) states_.fetch_add(1, std::memory_order_release);
         if (blocking_waiting_ && (state_changed || !blocking_woken_)) {
             blocking_woken_ = true;
@@ -651,29 +649,16 @@ private:
     }
 
     /* A plain thread about to sleep for want of items (the range-for consumer) spins
-       first, watching the channel without its lock, until half a batch has come, the
-       stream's state changed, or the spin's time is up. When the senders keep up, that
-       saves a sleep and a wake-up per batch: two futex calls and two context switches,
-       which cost a lane -> range-for hand-off about 300 ns per item on a 2-core KVM guest
-       (conveyor-micro-bench `generate`) and 24-110 ns with the spin. Waiting for half a
-       batch, not the first item, keeps it from taking items one by one, fighting the
-       senders for the lock.
-
-       The spin adapts: up to 20 us after a spin that saw its batch come, half the last one
-       after a spin that did not (down to a probe of 1/64 of that), and the full spin again
-       every 16th wait, to notice when the senders speed up. A consumer waiting on slow
-       stages (decode) so spins almost never, and takes no core from their workers. */
-    enum class spin_result { batch, some, nothing };
-    static std::int64_t spin_max_ticks() noexcept
+       first (`spin_budget`), watching the channel without its lock, until half a batch
+       has come, the stream's state changed, or the spin's time is up. When the senders
+       keep up, that saves a sleep and a wake-up per batch: two futex calls and two context
+       switches, which cost a lane -> range-for hand-off about 300 ns per item on a 2-core
+       KVM guest (conveyor-micro-bench `generate`) and 24-110 ns with the spin. Waiting for
+       half a batch, not the first item, keeps it from taking items one by one, fighting
+       the senders for the lock. True if there is something to take now (lock held again). */
+    bool spin(std::unique_lock<std::mutex>& lk, std::size_t want_items)
     {
-        static const auto ticks = static_cast<std::int64_t>(20'000 / wait_clock::ns_per_tick());
-        return ticks;
-    }
-    spin_result spin(std::unique_lock<std::mutex>& lk, std::size_t want_items)
-    {
-        const auto max_ticks = spin_max_ticks();
-        const auto ticks = ++spins_ % 16 == 0 ? max_ticks : spin_ticks_;
-        const auto seen = changes_.load(std::memory_order_relaxed);
+        const auto ticks = spin_.next();
         const auto states0 = states_.load(std::memory_order_relaxed);
         const auto want = sent_hint_.load(std::memory_order_relaxed) + want_items;
         lk.unlock();
@@ -690,16 +675,14 @@ private:
 #endif
         }
         lk.lock();
-        spin_ticks_ = got_batch ? max_ticks : std::max(spin_ticks_ / 2, max_ticks / 64);
-        // Checked under the lock: a sender that came after the last look above found
+        spin_.record(got_batch);
+        // Looked at under the lock: a sender that came after the last look above found
         // nobody asleep and woke nobody.
-        if (changes_.load(std::memory_order_relaxed) == seen) return spin_result::nothing;
-        return got_batch ? spin_result::batch : spin_result::some;
+        return ready();
     }
 
     void drop_all(std::unique_lock<std::mutex>& lk)
     {
-        changes_.fetch_add(1, std::memory_order_release);
         states_.fetch_add(1, std::memory_order_release);
         for (auto& s : slots_) s.reset();
         std::fill(holes_.begin(), holes_.end(), 0);
@@ -739,11 +722,9 @@ private:
         if constexpr (has_byte_size<T>()) bytes_ += item_bytes(v);
     }
     std::condition_variable cv_;
-    std::atomic<std::uint64_t> changes_{0}; // bumped where a receiver would be woken
     std::atomic<std::uint64_t> states_{0};  // bumped at the end, an error, a cancel
     std::atomic<std::uint64_t> sent_hint_{0}; // sent_, for a spinning receiver to watch
-    std::int64_t spin_ticks_ = spin_max_ticks(); // the blocking receiver's next spin (lock held)
-    std::uint64_t spins_ = 0;                    // its spins so far (lock held)
+    spin_budget spin_; // the blocking receiver's (lock held)
     bool blocking_waiting_ = false;
     bool blocking_woken_ = false; // a wake of the waiting thread is on its way
 };

@@ -5,7 +5,7 @@
 #include <conveyor/core/runtime.hpp>
 // The destructor stops the runs still registered: it needs the complete run_context.
 #include <conveyor/core/run_context.hpp>
-#include <conveyor/core/metrics.hpp> // wait_clock
+#include <conveyor/core/metrics.hpp> // wait_clock, spin_budget
 
 #include <sched.h>
 
@@ -18,24 +18,19 @@ namespace conveyor {
 
 namespace detail {
 
-/* Runs a lane's io_context like `run()`, but polls for a short while before it sleeps for
-   want of handlers: a handler posted from another thread (a channel's wake-up) is then
-   picked up without a futex sleep and wake-up of this thread. The poll adapts like the
-   range-for consumer's spin (core/detail/channel.hpp): up to 20 us after a poll that found
-   work, half the last one after one that did not (down to 1/64), the full one every 16th
-   time. */
+/* Runs a lane's io_context like `run()`, but polls for a short while (`spin_budget`)
+   before it sleeps for want of handlers: a handler posted from another thread (a
+   channel's wake-up) is then picked up without a futex sleep and wake-up of this thread. */
 inline void run_lane(asio::io_context& ctx)
 {
-    const auto max_ticks = static_cast<std::int64_t>(20'000 / wait_clock::ns_per_tick());
-    std::int64_t spin = max_ticks;
-    std::uint64_t idles = 0;
+    spin_budget budget;
     while (!ctx.stopped()) {
         if (ctx.poll() > 0) continue;
         if (ctx.stopped()) break;
-        const auto until = wait_clock::now() + (++idles % 16 == 0 ? max_ticks : spin);
+        const auto until = wait_clock::now() + budget.next();
         bool got = false;
         while (!got && wait_clock::now() < until) got = ctx.poll_one() > 0;
-        spin = got ? max_ticks : std::max(spin / 2, max_ticks / 64);
+        budget.record(got);
         if (!got) ctx.run_one();
     }
 }
