@@ -152,6 +152,14 @@ void generate_map_parallel4(benchmark::State& state)
     per_item(state, [](std::int64_t n) { return source(n) | cv::map(inc, {.concurrency = 4}); }, by_range_for);
 }
 
+// (d') the same map on the compute pool (run_on::compute): each call leaves the I/O thread
+//      for a pool thread and comes back, the path of decode and other CPU work.
+void generate_map_compute4(benchmark::State& state)
+{
+    per_item(state, [](std::int64_t n) { return source(n) | cv::map(inc, {.concurrency = 4, .where = cv::run_on::compute}); },
+             by_range_for);
+}
+
 // The channel alone: a producer coroutine sends batches of 64 with send_all, a consumer
 // coroutine takes up to 256 at a time with receive_some. `state.range(1)` says whether
 // they run on the same I/O thread (0) or on two (1).
@@ -202,6 +210,7 @@ BENCHMARK(generate_on_lane)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealT
 BENCHMARK(generate_map1_on_lane)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_map4_on_lane)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(generate_map_parallel4)->Arg(items / 8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(generate_map_compute4)->Arg(items / 8)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(channel_send_all_receive_some)->Args({items, 0})->Args({items, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Last: its ticker's timer is the first I/O object on lane 0's io_context, which gives that

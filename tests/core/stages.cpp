@@ -9,10 +9,12 @@
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 #include <set>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 namespace asio = boost::asio;
 namespace cv = conveyor;
@@ -183,6 +185,46 @@ TEST_CASE("an unordered map with synchronous functions on the compute pool deliv
     std::vector<int> expected;
     for (int x : iota(2000)) expected.push_back(2 * x);
     CHECK(got == expected);
+}
+
+TEST_CASE("a parallel map's workers take as many items as run in about 50 us")
+{
+    // wait_clock ticks for `us` microseconds.
+    const auto us = [](double x) { return static_cast<std::int64_t>(x * 1000 / cv::detail::wait_clock::ns_per_tick()); };
+    cv::detail::batch_sizer s;
+    CHECK(s.want() == 1); // the cost is not known yet
+    s.record(64, us(6.4)); // 100 ns an item
+    CHECK(s.want() == cv::detail::batch_sizer::max_items);
+    for (int i = 0; i < 40; ++i) s.record(1, us(2000)); // 2 ms an item
+    CHECK(s.want() == 1);
+    for (int i = 0; i < 40; ++i) s.record(4, us(40)); // 10 us an item: about five
+    CHECK(s.want() >= 4);
+    CHECK(s.want() <= 5);
+    s.record(0, 0); // nothing measured changes nothing
+    CHECK(s.want() >= 4);
+}
+
+TEST_CASE("a parallel map on the compute pool keeps slow calls spread over all its workers")
+{
+    // Cheap calls go in batches; slow ones must not: once the first calls have shown that
+    // each takes 10 ms, every worker still takes one item at a time, so four run at once.
+    cv::runtime rt(cv::runtime_options{.compute_threads = 4});
+    std::atomic<int> now{0}, most_late{0};
+    auto p = cv::from_range(iota(24)).on(rt) | cv::map(
+                                                   [&](int x) {
+                                                       const int n = ++now;
+                                                       if (x >= 8) {
+                                                           int m = most_late.load();
+                                                           while (n > m && !most_late.compare_exchange_weak(m, n)) {
+                                                           }
+                                                       }
+                                                       std::this_thread::sleep_for(10ms);
+                                                       --now;
+                                                       return x;
+                                                   },
+                                                   {.concurrency = 4, .where = cv::run_on::compute});
+    CHECK(test::collect(p) == iota(24));
+    CHECK(most_late.load() == 4);
 }
 
 TEST_CASE("map rejects a concurrency of zero")

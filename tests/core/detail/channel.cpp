@@ -324,6 +324,34 @@ TEST_CASE("skip_at leaves holes that the receiver passes over")
     CHECK(indices == std::vector<std::uint64_t>{0, 1});
 }
 
+TEST_CASE("send_run_at places a run with holes in order and waits for room for the rest")
+{
+    asio::io_context io;
+    channel<int> ch(4);
+    // Ten sequence numbers from 0; 2 and 7 are holes (skipped items).
+    std::vector<std::optional<int>> run;
+    for (int i = 0; i < 10; ++i) run.push_back(i == 2 || i == 7 ? std::nullopt : std::optional<int>(i * 10));
+    outcome prod;
+    start(io,
+          [](channel<int>& c, std::vector<std::optional<int>>& items) -> asio::awaitable<void> {
+              const bool ok = co_await c.send_run_at(0, std::span<std::optional<int>>(items));
+              CHECK(ok);
+              c.close();
+          }(ch, run),
+          prod);
+    settle(io);
+    // Only what fits within the capacity went in: the sender waits for the receiver.
+    CHECK_FALSE(prod.done);
+    CHECK(ch.counters().items == 3); // sequence numbers 0, 1, 3 (2 is a hole)
+    std::vector<int> got;
+    outcome cons;
+    start(io, receive_all(ch, &got, 3), cons);
+    settle(io);
+    CHECK(prod.done);
+    REQUIRE(cons.done);
+    CHECK(got == std::vector<int>{0, 10, 30, 40, 50, 60, 80, 90});
+}
+
 TEST_CASE("holes make room for senders like items do")
 {
     asio::io_context io;

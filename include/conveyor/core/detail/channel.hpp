@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -334,54 +335,57 @@ public:
     /// receiver. Each sequence number must be sent once. Returns false if the receiver is gone.
     asio::awaitable<bool> send_at(std::uint64_t seq, T v)
     {
-        const auto ex = co_await asio::this_coro::executor;
-        timed_wait waiting(*this, side::send);
-        for (;;) {
-            {
-                std::unique_lock lk(mu_);
-                waiting.end_locked();
-                if (receiver_closed_ || cancelled_ || error_) co_return false;
-                if (seq < head_ + cap_) {
-                    count_sent(v);
-                    slots_[seq % cap_].emplace(std::move(v));
-                    seq_hi_ = std::max(seq_hi_, seq + 1);
-                    if (seq == head_) notify_receiver(lk, false, &ex);
-                    co_return true;
-                }
-            }
-            co_await suspend_with([this, seq, &waiting](wait_handler h) {
-                std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
-                waiting.begin_locked();
-                send_waiters_.push_back({seq, std::move(h)});
-            });
-        }
+        std::optional<T> one(std::move(v));
+        co_return co_await send_run_at(seq, std::span<std::optional<T>>(&one, 1));
     }
 
     /// Marks sequence number `seq` as having no item (it was skipped), so the receiver
     /// moves past it. Waits like `send_at`. Returns false if the receiver is gone.
     asio::awaitable<bool> skip_at(std::uint64_t seq)
     {
+        std::optional<T> none;
+        co_return co_await send_run_at(seq, std::span<std::optional<T>>(&none, 1));
+    }
+
+    /** Places `items[i]` at sequence number `seq + i` (moved from), or a hole where it is
+        empty (a skipped item): a run of ordered items in one lock and at most one wake-up
+        per stretch that fits, waiting for room like `send_at`. Returns false if the
+        receiver is gone. */
+    asio::awaitable<bool> send_run_at(std::uint64_t seq, std::span<std::optional<T>> items)
+    {
+        const auto ex = co_await asio::this_coro::executor;
         timed_wait waiting(*this, side::send);
-        for (;;) {
+        std::size_t i = 0;
+        while (i < items.size()) {
             {
                 std::unique_lock lk(mu_);
                 waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
-                if (seq < head_ + cap_) {
-                    holes_[seq % cap_] = 1;
-                    seq_hi_ = std::max(seq_hi_, seq + 1);
-                    if (seq == head_) notify_receiver(lk, true);
-                    co_return true;
+                bool at_head = false;
+                for (; i < items.size() && seq + i < head_ + cap_; ++i) {
+                    const std::uint64_t at = seq + i;
+                    at_head = at_head || at == head_;
+                    if (items[i]) {
+                        count_sent(*items[i]);
+                        slots_[at % cap_].emplace(std::move(*items[i]));
+                    } else {
+                        holes_[at % cap_] = 1;
+                    }
+                    seq_hi_ = std::max(seq_hi_, at + 1);
                 }
+                // A hole at the head is a change the receiver must see although no item came.
+                if (at_head) notify_receiver(lk, !slots_[head_ % cap_].has_value(), &ex);
+                if (i == items.size()) break;
             }
-            co_await suspend_with([this, seq, &waiting](wait_handler h) {
+            const std::uint64_t next = seq + i;
+            co_await suspend_with([this, next, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || error_ || seq < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || next < head_ + cap_) return wake(std::move(h));
                 waiting.begin_locked();
-                send_waiters_.push_back({seq, std::move(h)});
+                send_waiters_.push_back({next, std::move(h)});
             });
         }
+        co_return true;
     }
 
     /// True once the receiver has stopped listening or the channel was cancelled or failed.
@@ -429,7 +433,10 @@ public:
 
     /** Appends at least one and at most `max` items to `out`, waiting for the first.
         Returns false at the end of the stream; throws the stream's error, or
-        `errc::cancelled` if the channel was cancelled. */
+        `errc::cancelled` if the channel was cancelled.
+
+        `first_index` receives the delivery index of the first item taken (the others
+        follow it). */
     asio::awaitable<bool> receive_some(std::vector<T>& out, std::size_t max, std::uint64_t* first_index = nullptr)
     {
         max = std::max<std::size_t>(max, 1); // "at least one": a zero would wait forever
