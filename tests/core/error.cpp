@@ -236,3 +236,13 @@ TEST_CASE("conveyor::error escapes control characters and shortens long parts in
         CHECK(std::string(e.what()) == "conveyor: stage 'files': /data/x.jpg: too short (invalid argument)");
     }
 }
+
+TEST_CASE("skip_line names the stage, the item key when there is one, and what the exception says")
+{
+    const auto bad = std::make_exception_ptr(std::runtime_error("bad value"));
+    const auto odd = std::make_exception_ptr(42); // not a std::exception
+    CHECK(cv::detail::skip_line("map", "k1", bad) == "map: k1: bad value");
+    CHECK(cv::detail::skip_line("map", "", bad) == "map: bad value");
+    CHECK(cv::detail::skip_line("decode_batches", "", odd) == "decode_batches: unknown exception");
+    CHECK(cv::detail::skip_line("decode_batches", "n01/x.jpg", odd) == "decode_batches: n01/x.jpg: unknown exception");
+}

@@ -88,6 +88,14 @@ CONVEYOR_DECL std::string redact_userinfo(std::string_view url);
     then their own (a path stays below its root; S3 takes any other UTF-8 in a key). */
 CONVEYOR_DECL std::string index_entry_problem(std::string_view entry, std::size_t max_bytes);
 
+/// The message of the exception `e` holds ("unknown exception" for what is not a
+/// std::exception), for the skip log.
+CONVEYOR_DECL std::string what_of(const std::exception_ptr& e);
+
+/// The skip log's line for an item that `stage` left out because of `e`:
+/// "stage: key: message", without the key when the item has none.
+CONVEYOR_DECL std::string skip_line(std::string_view stage, std::string_view key, const std::exception_ptr& e);
+
 /** Entry `position` of an index, for messages: `entry 3 "a/b.jpg"` (shown with
     `printable`), or `entry 3` when it is empty. */
 CONVEYOR_DECL std::string index_entry_name(std::size_t position, std::string_view entry);

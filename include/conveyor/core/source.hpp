@@ -122,9 +122,6 @@ asio::awaitable<read_outcome<T>> read_one(Reader& reader, std::uint64_t i)
     co_return read_outcome<T>(std::move(failed));
 }
 
-/// The message of the exception `e` holds, for the skip log.
-CONVEYOR_DECL std::string what_of(const std::exception_ptr& e);
-
 /** Throws `conveyor::error` (`result_out_of_range`, naming `stage`) when key index `i` is
     not below `size`: random access (`dataset`) to the `size` `items` of a keyed source. */
 CONVEYOR_DECL void check_key_index(std::string_view stage, std::uint64_t i, std::uint64_t size, std::string_view items);

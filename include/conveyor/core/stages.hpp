@@ -139,10 +139,8 @@ private:
                                           }
                                           try {
                                               put.push_back((*f)(std::move(x)));
-                                          } catch (const std::exception& e) {
-                                              ctx->note_skip(o.name + ": " + (key.empty() ? "" : key + ": ") + e.what());
                                           } catch (...) {
-                                              ctx->note_skip(o.name + ": " + (key.empty() ? "" : key + ": ") + "unknown exception");
+                                              ctx->note_skip(detail::skip_line(o.name, key, std::current_exception()));
                                           }
                                       }
                                       got.clear();
@@ -239,7 +237,7 @@ private:
                     ctx->fail(fl.error, o.name, keys[fl.at]);
                     co_return;
                 }
-                ctx->note_skip(o.name + ": " + (keys[fl.at].empty() ? "" : keys[fl.at] + ": ") + describe(fl.error));
+                ctx->note_skip(detail::skip_line(o.name, keys[fl.at], fl.error));
             }
             bool listening = true;
             if (o.ordered) {
@@ -253,18 +251,6 @@ private:
                 in.close();
                 co_return;
             }
-        }
-    }
-
-    // What an exception says, for the count of skipped items.
-    static std::string describe(const std::exception_ptr& e)
-    {
-        try {
-            std::rethrow_exception(e);
-        } catch (const std::exception& x) {
-            return x.what();
-        } catch (...) {
-            return "unknown exception";
         }
     }
 

@@ -172,6 +172,28 @@ CONVEYOR_DECL std::string index_entry_problem(std::string_view entry, std::size_
     return {};
 }
 
+CONVEYOR_DECL std::string what_of(const std::exception_ptr& e)
+{
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        return x.what();
+    } catch (...) {
+        return "unknown exception";
+    }
+}
+
+CONVEYOR_DECL std::string skip_line(std::string_view stage, std::string_view key, const std::exception_ptr& e)
+{
+    std::string s(stage);
+    s += ": ";
+    if (!key.empty()) {
+        s += key;
+        s += ": ";
+    }
+    return s + what_of(e);
+}
+
 CONVEYOR_DECL std::string index_entry_name(std::size_t position, std::string_view entry)
 {
     std::string s = "entry " + std::to_string(position);

@@ -6,17 +6,6 @@
 
 namespace conveyor::detail {
 
-CONVEYOR_DECL std::string what_of(const std::exception_ptr& e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        return x.what();
-    } catch (...) {
-        return "unknown exception";
-    }
-}
-
 CONVEYOR_DECL void check_key_index(std::string_view stage, std::uint64_t i, std::uint64_t size, std::string_view items)
 {
     if (i < size) return;

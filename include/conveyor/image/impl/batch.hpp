@@ -207,13 +207,7 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
                             ctx->fail(r.error, "decode_batches", r.key);
                             co_return;
                         }
-                        try {
-                            std::rethrow_exception(r.error);
-                        } catch (const std::exception& e) {
-                            ctx->note_skip(std::string("decode_batches: ") + (r.key.empty() ? "" : r.key + ": ") + e.what());
-                        } catch (...) {
-                            ctx->note_skip("decode_batches: " + r.key + ": unknown exception");
-                        }
+                        ctx->note_skip(conveyor::detail::skip_line("decode_batches", r.key, r.error));
                         run->realign = true;
                     } else {
                         placed = detail::place_result(*run, r, n, *plan);
