@@ -128,18 +128,13 @@ private:
                                           // The key is taken before the item moves into `f` (free
                                           // for items without one), so errors can name it.
                                           std::string key = detail::item_key(x);
-                                          if (o.errors == on_error::fail) {
-                                              try {
-                                                  put.push_back((*f)(std::move(x)));
-                                              } catch (...) {
-                                                  ctx->fail(std::current_exception(), o.name, key);
-                                                  co_return;
-                                              }
-                                              continue;
-                                          }
                                           try {
                                               put.push_back((*f)(std::move(x)));
                                           } catch (...) {
+                                              if (o.errors == on_error::fail) {
+                                                  ctx->fail(std::current_exception(), o.name, key);
+                                                  co_return;
+                                              }
                                               ctx->note_skip(detail::skip_line(o.name, key, std::current_exception()));
                                           }
                                       }
