@@ -52,7 +52,8 @@ def flags(args, form):
 
 
 def measure(cmd):
-    """Runs cmd; returns (seconds, peak resident memory in MB) of that process alone."""
+    """Runs cmd; returns (wall seconds, CPU seconds, peak resident memory in MB) of that
+    process and the compiler it runs."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     err = proc.stderr.read()
@@ -64,7 +65,7 @@ def measure(cmd):
         raise SystemExit(f"compile_budget: the compiler failed on: {' '.join(cmd)}")
     # cc1plus is the compiler's child: its peak is the one that matters, and wait4 on the
     # driver reports the largest of the driver and its children.
-    return seconds, usage.ru_maxrss / 1024.0
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
 
 
 def dependency_headers(args, form, tu):
@@ -108,23 +109,38 @@ def main():
         for form in FORMS:
             deps = dependency_headers(args, form, tmp / "empty.cpp")
             (tmp / f"deps-{form}.cpp").write_text("".join(f'#include "{d}"\n' for d in deps) + "int main() {}\n")
-            for case in ("deps", "empty", "pipeline"):
-                tu = tmp / (f"deps-{form}.cpp" if case == "deps" else f"{case}.cpp")
+            def compile_tu(tu):
                 runs = sorted(measure(flags(args, form) + ["-c", str(tu), "-o", os.devnull]) for _ in range(args.repeat))
-                seconds, mb = runs[len(runs) // 2]
-                r = {"form": form, "case": case, "opt": args.opt, "seconds": round(seconds, 2), "peak_mb": round(mb)}
-                if case == "deps":
-                    r["headers"] = len(deps)
+                return runs[len(runs) // 2]
+            # The yardstick (the dependency headers alone) is compiled before and after each
+            # case, and the case's ratio is to the mean of the two, in CPU seconds: the
+            # shared machine's speed drifts over minutes: with one early measure of the
+            # yardstick, a case once came out at 10x it (64 s against 6.4 s) and passed on a
+            # rerun minutes later.
+            deps_tu = tmp / f"deps-{form}.cpp"
+            before = compile_tu(deps_tu)
+            r = {"form": form, "case": "deps", "opt": args.opt, "seconds": round(before[0], 2),
+                 "cpu_seconds": round(before[1], 2), "peak_mb": round(before[2]), "headers": len(deps)}
+            results.append(r)
+            print(json.dumps(r), flush=True)
+            for case in ("empty", "pipeline"):
+                seconds, cpu, mb = compile_tu(tmp / f"{case}.cpp")
+                after = compile_tu(deps_tu)
+                yardstick = (before[1] + after[1]) / 2
+                r = {"form": form, "case": case, "opt": args.opt, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+                     "peak_mb": round(mb), "deps_cpu_seconds": round(yardstick, 2),
+                     "vs_deps": round(cpu / yardstick, 2) if yardstick > 0 else None}
                 results.append(r)
                 print(json.dumps(r), flush=True)
+                before = after
 
     # The human summary, with each case against its budget and the dependencies alone.
     failures = []
     print(f"\ncompile time of one translation unit ({args.cxx} {args.opt}), median of {args.repeat}:")
-    print(f"  {'form':<12} {'case':<9} {'seconds':>8} {'peak MB':>8} {'vs deps':>8}   budget")
+    print(f"  {'form':<12} {'case':<9} {'seconds':>8} {'peak MB':>8} {'vs deps':>8}   budget   (vs deps: CPU time against the"
+          " dependency headers alone, compiled just before and after)")
     for r in results:
-        deps = next(x for x in results if x["form"] == r["form"] and x["case"] == "deps")
-        ratio = r["seconds"] / deps["seconds"] if deps["seconds"] > 0 else float("nan")
+        ratio = 1.0 if r["case"] == "deps" else (r["vs_deps"] if r["vs_deps"] is not None else float("nan"))
         limit = budget.get(r["form"], {}).get(r["case"])
         verdict = ""
         if limit:
