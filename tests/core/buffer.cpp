@@ -3,8 +3,14 @@
 
 #include <conveyor/core/buffer.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 TEST_CASE("size classes hold every size with at most a quarter wasted")
 {
@@ -121,6 +127,34 @@ TEST_CASE("a buffer pool reuses released buffers instead of allocating")
     CHECK(pool.allocations() == 3);
 }
 
+TEST_CASE("a buffer pool lends an idle buffer of the next two classes before allocating")
+{
+    conveyor::buffer_pool pool;
+    const std::byte* big = nullptr;
+    {
+        auto b = pool.acquire(100'000); // 112 KiB class
+        big = b.data();
+    }
+    {
+        auto b = pool.acquire(80'000); // 80 KiB class: two below
+        CHECK(b.data() == big);
+        CHECK(b.size() == 80'000);
+        CHECK(b.capacity() == 112 * 1024);
+        CHECK(pool.allocations() == 1);
+        CHECK(pool.cached_bytes() == 0);
+        auto c = pool.acquire(100'000); // the 112 KiB one is out: fresh memory
+        CHECK(c.data() != big);
+        CHECK(pool.allocations() == 2);
+    }
+    // It went back to its own class, whole.
+    CHECK(pool.cached_bytes() == 2 * 112 * 1024);
+    {
+        auto b = pool.acquire(60'000); // 64 KiB class: three below, too far
+        CHECK(b.capacity() == 64 * 1024);
+        CHECK(pool.allocations() == 3);
+    }
+}
+
 TEST_CASE("a buffer pool keeps at most max_cached_bytes idle")
 {
     const std::size_t cls = 112 * 1024;
@@ -144,6 +178,89 @@ TEST_CASE("a buffer pool keeps at most max_cached_bytes idle")
     for (int i = 0; i < 3; ++i) { auto b = none.acquire(10); }
     CHECK(none.cached_bytes() == 0);
     CHECK(none.allocations() == 3);
+}
+
+namespace {
+/// Minor page faults of the calling thread so far.
+long thread_minor_faults()
+{
+    rusage u{};
+    ::getrusage(RUSAGE_THREAD, &u);
+    return u.ru_minflt;
+}
+
+/// Whether the kernel gives huge pages to memory that asks for them (MADV_HUGEPAGE).
+bool huge_pages_on_request()
+{
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    std::getline(f, line);
+    return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+}
+} // namespace
+
+TEST_CASE("a buffer pool cuts small buffers from 2 MiB slabs, which take a page fault per slab")
+{
+    if (!conveyor::detail::use_slabs) {
+        MESSAGE("skipped: this build (AddressSanitizer) allocates every buffer on its own");
+        return;
+    }
+    conveyor::buffer_pool pool;
+    const std::size_t cls = 112 * 1024;
+    std::vector<conveyor::buffer> held;
+    for (int i = 0; i < 36; ++i) held.push_back(pool.acquire(100'000));
+    // Cut one after another: 18 pieces of 112 KiB fill a slab (the rest of it is too small).
+    std::set<std::uintptr_t> slabs;
+    for (std::size_t i = 0; i < held.size(); ++i) {
+        const auto at = reinterpret_cast<std::uintptr_t>(held[i].data());
+        slabs.insert(at >> 21);
+        CHECK(at % 4096 == 0);
+        if (i % 18 != 0) CHECK(at == reinterpret_cast<std::uintptr_t>(held[i - 1].data()) + cls);
+    }
+    CHECK(slabs.size() == 2);
+    CHECK(pool.allocations() == 36);
+
+    if (!huge_pages_on_request()) {
+        MESSAGE("the page-fault check is skipped: transparent huge pages are off on this machine");
+    } else {
+        // 36 buffers of 28 pages each took 1008 faults one by one.
+        const long before = thread_minor_faults();
+        for (auto& b : held) std::memset(b.data(), 0x11, b.capacity());
+        const long faults = thread_minor_faults() - before;
+        CHECK_MESSAGE(faults < 100, faults << " page faults for 36 buffers of 112 KiB");
+    }
+
+    // Back in the pool, and taken again without cutting more.
+    held.clear();
+    CHECK(pool.cached_bytes() == 36 * cls);
+    for (int i = 0; i < 36; ++i) held.push_back(pool.acquire(100'000));
+    CHECK(pool.allocations() == 36);
+}
+
+TEST_CASE("a buffer pool's slabs take at most half its cap, and stay with it past the cap")
+{
+    if (!conveyor::detail::use_slabs) {
+        MESSAGE("skipped: this build (AddressSanitizer) allocates every buffer on its own");
+        return;
+    }
+    const std::size_t cls = 112 * 1024;
+    conveyor::buffer_pool pool(std::size_t{4} << 20); // slabs: one of 2 MiB (18 buffers)
+    std::vector<conveyor::buffer> held;
+    for (int i = 0; i < 40; ++i) held.push_back(pool.acquire(100'000));
+    CHECK(pool.allocations() == 40);
+    held.clear();
+    // The 18 slab buffers always stay; the others as long as the 4 MiB allow.
+    CHECK(pool.cached_bytes() >= 18 * cls);
+    CHECK(pool.cached_bytes() <= (std::size_t{4} << 20) + 18 * cls);
+    for (int i = 0; i < 18; ++i) held.push_back(pool.acquire(100'000));
+    CHECK(pool.allocations() == 40);
+
+    // A cap too small for a slab: each buffer on its own, as before.
+    conveyor::buffer_pool small(3 * cls);
+    { auto a = small.acquire(100'000); auto b = small.acquire(100'000); }
+    CHECK(reinterpret_cast<std::uintptr_t>(small.acquire(100'000).data()) % 4096 == 0);
+    CHECK(small.allocations() == 2);
+    CHECK(small.cached_bytes() == 2 * cls);
 }
 
 TEST_CASE("buffers outlive their pool")

@@ -6,6 +6,9 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <functional>
+
 namespace conveyor {
 
 namespace detail {
@@ -35,19 +38,62 @@ CONVEYOR_DECL void deallocate_bytes(void* p, std::size_t n) noexcept
 CONVEYOR_DECL pool_state::~pool_state()
 {
     for (auto& l : free_lists)
-        for (void* p : l) deallocate_bytes(p, class_size(static_cast<std::size_t>(&l - free_lists.data())));
+        for (void* p : l)
+            if (!from_slab(p)) deallocate_bytes(p, class_size(static_cast<std::size_t>(&l - free_lists.data())));
+    for (std::byte* s : slabs) deallocate_bytes(s, huge_page);
 }
 
-CONVEYOR_DECL void* pool_state::take(std::size_t cls)
+CONVEYOR_DECL bool pool_state::from_slab(const void* p) const noexcept
+{
+    const auto* b = static_cast<const std::byte*>(p);
+    auto it = std::upper_bound(slabs.begin(), slabs.end(), b, std::less<>{});
+    return it != slabs.begin() && std::less<>{}(b, *(it - 1) + huge_page);
+}
+
+CONVEYOR_DECL void* pool_state::carve(std::size_t bytes)
+{
+    if (slab_next && static_cast<std::size_t>(slab_end - slab_next) >= bytes) {
+        void* p = slab_next;
+        slab_next += bytes;
+        return p;
+    }
+    if ((slabs.size() + 1) * huge_page > max_cached_bytes / 2) return nullptr;
+    auto* s = static_cast<std::byte*>(allocate_bytes(huge_page));
+    try {
+        slabs.insert(std::upper_bound(slabs.begin(), slabs.end(), s, std::less<>{}), s);
+    } catch (...) {
+        deallocate_bytes(s, huge_page);
+        throw;
+    }
+    slab_next = s + bytes;
+    slab_end = s + huge_page;
+    return s;
+}
+
+CONVEYOR_DECL void* pool_state::take(std::size_t& cls)
 {
     if (cls < class_count) {
         std::lock_guard lk(mu);
-        auto& l = free_lists[cls];
-        if (!l.empty()) {
+        // An idle buffer of the class, or else of one of the next classes (at most half as
+        // large again): where sizes spread over many classes (JPEGs of 10 KB to 1 MB), each
+        // class otherwise keeps buffers for its own peak, and the pool holds (and touches
+        // fresh) far more memory than is ever in use at once.
+        const std::size_t last = std::min(cls + borrow_classes, class_count - 1);
+        for (std::size_t c = cls; c <= last; ++c) {
+            auto& l = free_lists[c];
+            if (l.empty()) continue;
             void* p = l.back();
             l.pop_back();
-            cached_bytes -= class_size(cls);
+            cached_bytes -= class_size(c);
+            cls = c;
             return p;
+        }
+        if (use_slabs && class_size(cls) <= max_slab_piece) {
+            const std::size_t bytes = (class_size(cls) + buffer_alignment - 1) & ~(buffer_alignment - 1);
+            if (void* p = carve(bytes)) {
+                allocations.fetch_add(1, std::memory_order_relaxed);
+                return p;
+            }
         }
     }
     allocations.fetch_add(1, std::memory_order_relaxed);
@@ -58,13 +104,18 @@ CONVEYOR_DECL void pool_state::give(void* p, std::size_t cls, std::size_t bytes)
 {
     if (cls < class_count) {
         std::lock_guard lk(mu);
-        if (cached_bytes + bytes <= max_cached_bytes) {
+        // Slab memory cannot be freed piece by piece: it stays idle here whatever the cap
+        // says. It counts toward the cap, so other buffers are freed first, and the slabs
+        // are at most half of it: idle memory stays under 1.5 times the cap.
+        const bool slab = from_slab(p);
+        if (cached_bytes + bytes <= max_cached_bytes || slab) {
             try {
                 free_lists[cls].push_back(p);
                 cached_bytes += bytes;
                 return;
             } catch (...) {
             }
+            if (slab) return; // unlisted, it is freed with its slab
         }
     }
     deallocate_bytes(p, bytes);
@@ -107,7 +158,7 @@ CONVEYOR_DECL buffer buffer::sibling(std::size_t n) const
 CONVEYOR_DECL buffer buffer_pool::acquire(std::size_t n)
 {
     buffer b;
-    const std::size_t cls = detail::class_for(n);
+    std::size_t cls = detail::class_for(n);
     if (cls < detail::class_count) {
         b.data_ = static_cast<std::byte*>(state_->take(cls));
         b.capacity_ = detail::class_size(cls);
