@@ -189,6 +189,20 @@ long thread_minor_faults()
     return u.ru_minflt;
 }
 
+/// Whether this build runs under ThreadSanitizer, whose shadow memory takes page faults of
+/// its own for every page the program writes.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool under_tsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool under_tsan = true;
+#else
+constexpr bool under_tsan = false;
+#endif
+#else
+constexpr bool under_tsan = false;
+#endif
+
 /// Whether the kernel gives huge pages to memory that asks for them (MADV_HUGEPAGE).
 bool huge_pages_on_request()
 {
@@ -222,6 +236,8 @@ TEST_CASE("a buffer pool cuts small buffers from 2 MiB slabs, which take a page 
 
     if (!huge_pages_on_request()) {
         MESSAGE("the page-fault check is skipped: transparent huge pages are off on this machine");
+    } else if (under_tsan) {
+        MESSAGE("the page-fault check is skipped: ThreadSanitizer's shadow memory takes faults of its own");
     } else {
         // 36 buffers of 28 pages each took 1008 faults one by one.
         const long before = thread_minor_faults();
