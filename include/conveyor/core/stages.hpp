@@ -82,9 +82,7 @@ struct map_options {
     run_on where = run_on::io;
     /// What an exception from the function does.
     on_error errors = on_error::fail;
-    /// Items waiting between this stage and the next. With `concurrency` > 1 the stage
-    /// also has room for one batch of every worker (one item for a coroutine function or
-    /// one that takes 50 us or more; at most 64 for a cheap one).
+    /// Items waiting between this stage and the next.
     std::size_t capacity = default_stream_capacity;
     /// The stage's name in errors.
     std::string name = "map";
@@ -153,11 +151,7 @@ private:
     template <class T, class U, bool IsCoro>
     stream<U> parallel_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
-        // Room for `capacity` items and for a batch from every worker besides: a worker's
-        // batch waits in the channel, not in the worker (which holds it either way), so
-        // workers ahead in the order do not wait, one stretch at a time, for the one
-        // behind them (measured: generate_map_parallel4 101-150 -> 63-84 ns per item).
-        auto out = ctx->make_channel<U>(o_.capacity + o_.concurrency * (IsCoro ? 1 : detail::batch_sizer::max_items));
+        auto out = ctx->make_channel<U>(std::max(o_.capacity, o_.concurrency));
         ctx->register_stage(o_.name, out, o_.concurrency);
         auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
         for (std::size_t w = 0; w < o_.concurrency; ++w)
