@@ -72,9 +72,11 @@ CONVEYOR_DECL void deallocate_bytes(void* p, std::size_t n) noexcept;
    the first time it is written, a slab one fault per 2 MiB. Measured on the 2-core KVM
    guest, filling 360 fresh 112 KiB buffers (40 MB): 120-160 ms one by one, 3.5 ms cut from
    slabs; the first pass of `conveyor-bench files` (20,000 files of 110 KB, 64 in flight)
-   spent about 150 ms of its 600 ms of CPU in those faults. At most an eighth of a slab is
-   lost at its end. */
-inline constexpr std::size_t max_slab_piece = huge_page / 8;
+   spent about 150 ms of its 600 ms of CPU in those faults. Pieces go up to 1 MiB: with
+   256 KiB, the 4% of those files above it still took 2,177 faults in a first pass, 158
+   with 1 MiB (first pass 66k -> 72k files/s). A piece that does not fit in what is left
+   of a slab starts a new one, so a slab may lose up to half its size at its end. */
+inline constexpr std::size_t max_slab_piece = huge_page / 2;
 
 /// How many classes up a request may take an idle buffer from (see `pool_state::take`).
 inline constexpr std::size_t borrow_classes = 2;
@@ -193,7 +195,7 @@ private:
     Reusing memory matters for I/O: a freshly allocated 110 KB buffer costs ~27 page faults
     when the kernel first writes to it, more than the read itself when data is cached.
     The pool keeps at most `max_cached_bytes` of idle memory; beyond that, returned buffers
-    are freed. Buffers of up to 256 KiB are cut from 2 MiB slabs of huge pages (where the
+    are freed. Buffers of up to 1 MiB are cut from 2 MiB slabs of huge pages (where the
     kernel gives them), which take one page fault each instead of one per 4 KiB; slabs
     take at most half of `max_cached_bytes`, and their memory is freed with the pool (so
     idle memory may reach 1.5 times `max_cached_bytes`).
