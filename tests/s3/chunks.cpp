@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -267,6 +268,16 @@ TEST_CASE("s3 read_chunks: an object that changed before the resume is an error 
     CHECK(obj.log().size() == 2);
 }
 
+/// The largest size (the third field) of a TCP buffer setting such as
+/// /proc/sys/net/ipv4/tcp_rmem; 64 MiB when it cannot be read.
+static std::size_t tcp_buffer_max(const char* path)
+{
+    std::ifstream f(path);
+    std::size_t lo = 0, def = 0, hi = 0;
+    if (f >> lo >> def >> hi) return hi;
+    return std::size_t{64} << 20;
+}
+
 TEST_CASE("s3 read_chunks reads ahead chunks_in_flight chunks and then stops reading the socket; destroying it closes the connection")
 {
     object_server obj(pattern(64u << 20, 5));
@@ -285,7 +296,15 @@ TEST_CASE("s3 read_chunks reads ahead chunks_in_flight chunks and then stops rea
     std::this_thread::sleep_for(200ms);
     MESSAGE("server sent " << obj.sent.load() << " of " << obj.data.size() << " bytes while the consumer held off");
     CHECK(obj.sent.load() == before);
-    CHECK(obj.sent.load() < obj.data.size() / 4);
+    // What the server got out is the three chunks plus what the kernel buffers on the
+    // loopback: up to the largest TCP receive and send buffers, which autotuning may reach
+    // (tcp_rmem's maximum is 32 MiB on the dev VM; a fixed quarter of the object once
+    // failed there at 17.1 MB).
+    const std::size_t kernel = tcp_buffer_max("/proc/sys/net/ipv4/tcp_rmem") + tcp_buffer_max("/proc/sys/net/ipv4/tcp_wmem");
+    if (3 * chunk + kernel < obj.data.size())
+        CHECK(obj.sent.load() <= 3 * chunk + kernel);
+    else
+        MESSAGE("the bound on bytes sent is skipped: the kernel may buffer " << kernel << " bytes, more than the object");
     CHECK(rt.memory().in_use() == 3 * chunk);
     CHECK(rt.memory().peak() == 3 * chunk);
     CHECK(first->bytes.view() == std::string_view(obj.data).substr(0, chunk));
