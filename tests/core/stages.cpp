@@ -227,6 +227,64 @@ TEST_CASE("a parallel map on the compute pool keeps slow calls spread over all i
     CHECK(most_late.load() == 4);
 }
 
+TEST_CASE("a parallel map's other workers go on past a slow item, a batch each beyond the capacity")
+{
+    // Item 0 is held until released; meanwhile the other worker runs on. The stage's room
+    // is its capacity (4) plus the batch each worker takes (set by the workers from their
+    // measured cost per item: up to 64 for this cheap function, fewer where a sanitizer
+    // slows it), so that worker places items well past the capacity before it waits. With
+    // room for the capacity alone, the queue never spanned more than 4 items.
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
+    std::atomic<bool> release{false};
+    auto p = cv::generate(1000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
+             cv::map(
+                 [&](int x) {
+                     while (x == 0 && !release) std::this_thread::sleep_for(1ms);
+                     return x;
+                 },
+                 {.concurrency = 2, .where = cv::run_on::compute, .capacity = 4});
+    auto r = p.run();
+    // The queue's span from the held item 0 to the furthest item placed.
+    const auto queued = [&r] {
+        for (const auto& s : r.snapshot().stages)
+            if (s.name == "map") return s.queue_size;
+        return std::size_t{0};
+    };
+    const bool went_on = test::eventually([&] { return queued() >= 2 * 4; }, 10s);
+    const std::size_t spanned = queued();
+    release = true;
+    CHECK_MESSAGE(went_on, "while item 0 was held, the queue spanned only " << spanned << " items");
+    CHECK(spanned <= 4 + 2 * cv::detail::batch_sizer::max_items);
+    int expect = 0;
+    for (int x : r) CHECK(x == expect++);
+    CHECK(expect == 1000);
+}
+
+TEST_CASE("a parallel map of a slow function keeps about its capacity and one item per worker waiting")
+{
+    // A function that takes 50 us or more goes one item at a time, so the room beyond the
+    // capacity (4) is one item per worker (4): at most 8 items wait in the channel and one
+    // more in each worker's hands, however long nobody reads. A room fixed at 64 items per
+    // worker (a04dee3, reverted) let 260 pile up here.
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
+    std::atomic<int> applied{0};
+    auto p = cv::generate(1000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
+             cv::map(
+                 [&](int x) {
+                     std::this_thread::sleep_for(200us);
+                     ++applied;
+                     return x;
+                 },
+                 {.concurrency = 4, .where = cv::run_on::compute, .capacity = 4});
+    auto r = p.run();
+    REQUIRE(test::eventually([&] { return applied.load() >= 8; }, 10s));
+    std::this_thread::sleep_for(300ms); // time to run on, if the room let it
+    CHECK(applied.load() <= 4 + 4 + 4);
+    int expect = 0;
+    for (int x : r) CHECK(x == expect++);
+    CHECK(expect == 1000);
+}
+
 TEST_CASE("map rejects a concurrency of zero")
 {
     try {
@@ -472,15 +530,19 @@ TEST_CASE("a run that fails while its last stage waits for the consumer ends wit
 {
     cv::runtime rt(cv::runtime_options{.io_threads = 1});
     test::run_probe probe;
+    // A call takes 60 us, so each worker takes one item at a time and the sink has room for
+    // its capacity (4) and one item per worker (2). Items 0-5 fill it, the worker holding
+    // item 6 waits for room, the other fails on 7.
+    static constexpr int bad = 7;
     auto p = cv::generate(1000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
              cv::map(
                  [](int x) {
-                     if (x == 5) throw std::runtime_error("bad item 5");
+                     std::this_thread::sleep_for(60us);
+                     if (x == bad) throw std::runtime_error("bad item " + std::to_string(bad));
                      return x;
                  },
                  {.concurrency = 2, .capacity = 4}) |
              probe;
-    // Items 0-3 fill the sink, the worker holding item 4 waits for room, the other fails on 5.
     std::optional<cv::range<int>> r(p.run());
     REQUIRE(test::eventually([&] {
         auto c = probe.run();
@@ -502,7 +564,7 @@ TEST_CASE("a run that fails while its last stage waits for the consumer ends wit
             [&] { probe.cancel_stream(); });
         CHECK_MESSAGE(ended, "next() threw, then hung waiting for the stage blocked on the full sink");
         REQUIRE(caught);
-        CHECK(what_of(caught) == "conveyor: stage 'map': bad item 5");
+        CHECK(what_of(caught) == "conveyor: stage 'map': bad item " + std::to_string(bad));
     }
     SUBCASE("destroying it")
     {

@@ -131,9 +131,9 @@ public:
 
     /// A new channel that this run cancels when it stops.
     template <class T>
-    std::shared_ptr<detail::channel<T>> make_channel(std::size_t capacity)
+    std::shared_ptr<detail::channel<T>> make_channel(std::size_t capacity, std::size_t max_room = 0)
     {
-        auto ch = std::make_shared<detail::channel<T>>(capacity);
+        auto ch = std::make_shared<detail::channel<T>>(capacity, max_room);
         std::lock_guard lk(mu_);
         channels_.push_back(ch);
         if (stopping_) ch->cancel();

@@ -82,7 +82,9 @@ struct map_options {
     run_on where = run_on::io;
     /// What an exception from the function does.
     on_error errors = on_error::fail;
-    /// Items waiting between this stage and the next.
+    /// Items waiting between this stage and the next. With `concurrency` > 1 and a
+    /// synchronous function, the stage also has room for the batch each worker takes (one
+    /// item for a function that takes 50 us or more, up to 64 for a cheap one).
     std::size_t capacity = default_stream_capacity;
     /// The stage's name in errors.
     std::string name = "map";
@@ -151,7 +153,14 @@ private:
     template <class T, class U, bool IsCoro>
     stream<U> parallel_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
-        auto out = ctx->make_channel<U>(std::max(o_.capacity, o_.concurrency));
+        // A synchronous function's workers take batches (`batch_sizer`): the channel gets
+        // room for every worker's batch beyond its capacity, set by the workers as their
+        // batches grow or shrink (`window`), so that a worker ahead in the order places its
+        // batch at once rather than a stretch at a time behind the worker before it. Slots
+        // are allocated for the largest batches; the room follows the batches taken, so a
+        // slow function (decode: one item at a time) keeps about `capacity` + workers.
+        const std::size_t base = std::max(o_.capacity, o_.concurrency);
+        auto out = ctx->make_channel<U>(base, IsCoro ? 0 : base + o_.concurrency * detail::batch_sizer::max_items);
         ctx->register_stage(o_.name, out, o_.concurrency);
         auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
         for (std::size_t w = 0; w < o_.concurrency; ++w)
@@ -199,6 +208,13 @@ private:
         std::vector<fault> faults;
         std::vector<U> unordered;
         detail::batch_sizer sizer;
+        std::size_t room_for = 0; // the batch size this worker last set the channel's room for
+        // Room for the capacity and a batch of `batch` items from every worker.
+        const auto window = [&](std::size_t batch) {
+            if (batch == room_for) return;
+            room_for = batch;
+            out->set_room(std::max(o.capacity, o.concurrency) + o.concurrency * batch);
+        };
         std::uint64_t index = 0;
         // A coroutine function awaits I/O: its calls overlap only across workers, so each
         // worker takes one item at a time.
@@ -220,8 +236,10 @@ private:
                     return apply<T, U>(*f, got, results, keys, faults, stop_at_first);
                 });
                 sizer.record(results.size(), ticks);
+                window(sizer.want());
             } else {
                 sizer.record(results.size(), apply<T, U>(*f, got, results, keys, faults, stop_at_first));
+                window(sizer.want());
             }
             got.clear();
             // A failure ends the run at once, as it would have one item at a time: the

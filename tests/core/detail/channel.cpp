@@ -352,6 +352,47 @@ TEST_CASE("send_run_at places a run with holes in order and waits for room for t
     CHECK(got == std::vector<int>{0, 10, 30, 40, 50, 60, 80, 90});
 }
 
+TEST_CASE("set_room lets senders further ahead, within the room the channel was made with")
+{
+    asio::io_context io;
+    channel<int> ch(4, 10); // capacity 4, room for up to 10
+    CHECK(ch.room() == 4);
+    std::vector<std::optional<int>> run;
+    for (int i = 0; i < 12; ++i) run.emplace_back(i);
+    outcome prod;
+    start(io,
+          [](channel<int>& c, std::vector<std::optional<int>>& items) -> asio::awaitable<void> {
+              const bool ok = co_await c.send_run_at(0, std::span<std::optional<int>>(items));
+              CHECK(ok);
+              c.close();
+          }(ch, run),
+          prod);
+    settle(io);
+    CHECK(ch.counters().items == 4);
+    // More room wakes the waiting sender, which places as much as now fits.
+    ch.set_room(7);
+    CHECK(ch.room() == 7);
+    settle(io);
+    CHECK(ch.counters().items == 7);
+    // Beyond what the slots were made for, or below the capacity, the room is clamped.
+    ch.set_room(100);
+    CHECK(ch.room() == 10);
+    settle(io);
+    CHECK(ch.counters().items == 10);
+    CHECK_FALSE(prod.done);
+    ch.set_room(1);
+    CHECK(ch.room() == 4);
+    std::vector<int> got;
+    outcome cons;
+    start(io, receive_all(ch, &got, 3), cons);
+    settle(io);
+    CHECK(prod.done);
+    REQUIRE(cons.done);
+    std::vector<int> want(12);
+    std::iota(want.begin(), want.end(), 0);
+    CHECK(got == want);
+}
+
 TEST_CASE("holes make room for senders like items do")
 {
     asio::io_context io;

@@ -246,7 +246,8 @@ private:
     own, and the receiver sees items strictly in sequence order. Ordered delivery from many
     concurrent producers (a parallel map, file reads on several rings) is thus the same
     mechanism as a FIFO, and it is bounded the same way: an item may be at most `capacity`
-    ahead of the receiver, so a fast producer waits (backpressure) instead of buffering.
+    ahead of the receiver (or the larger room a parallel map gives it, `set_room`), so a
+    fast producer waits (backpressure) instead of buffering.
 
     Transfers move batches where they can (`send_all`, `receive_some`): one lock and at
     most one wake-up per batch instead of per item.
@@ -262,9 +263,37 @@ private:
 template <class T>
 class channel final : public channel_base, public std::enable_shared_from_this<channel<T>> {
 public:
-    explicit channel(std::size_t capacity) : cap_(capacity ? capacity : 1), slots_(cap_) {}
+    /// A channel with room for `capacity` items; `max_room` (if larger) is the most room
+    /// `set_room` may give it later (slots are allocated for it now).
+    explicit channel(std::size_t capacity, std::size_t max_room = 0)
+        : cap_(capacity ? capacity : 1), slots_n_(std::max(cap_, max_room)), room_(cap_), slots_(slots_n_)
+    {
+    }
 
     std::size_t capacity() const noexcept { return cap_; }
+
+    /** Sets how far ahead of the receiver items may be placed: `room`, kept between the
+        capacity and the `max_room` given at construction. A parallel map sets it from the
+        batches its workers take (capacity + workers x batch), so that a worker ahead in
+        the order places its batch at once instead of waiting, a stretch at a time, for the
+        worker behind it; a map whose workers take one item at a time keeps it near the
+        capacity. Senders that now fit are woken. */
+    void set_room(std::size_t room)
+    {
+        std::unique_lock lk(mu_);
+        room = std::clamp(room, cap_, slots_n_);
+        if (room == room_) return;
+        const bool grew = room > room_;
+        room_ = room;
+        if (grew) wake_senders(lk);
+    }
+
+    /// The room now (see `set_room`).
+    std::size_t room() const
+    {
+        std::lock_guard lk(mu_);
+        return room_;
+    }
 
     // ---- producer side ------------------------------------------------------------------
 
@@ -278,9 +307,9 @@ public:
                 std::unique_lock lk(mu_);
                 waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
-                if (tail_ < head_ + cap_) {
+                if (tail_ < head_ + room_) {
                     count_sent(v);
-                    slots_[tail_ % cap_].emplace(std::move(v));
+                    slots_[tail_ % slots_n_].emplace(std::move(v));
                     ++tail_;
                     notify_receiver(lk, false, &ex);
                     co_return true;
@@ -288,7 +317,7 @@ public:
             }
             co_await suspend_with([this, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + room_) return wake(std::move(h));
                 waiting.begin_locked();
                 send_waiters_.push_back({unordered, std::move(h)});
             });
@@ -311,9 +340,9 @@ public:
                     co_return false;
                 }
                 bool any = false;
-                while (i < items.size() && tail_ < head_ + cap_) {
+                while (i < items.size() && tail_ < head_ + room_) {
                     count_sent(items[i]);
-                    slots_[tail_ % cap_].emplace(std::move(items[i++]));
+                    slots_[tail_ % slots_n_].emplace(std::move(items[i++]));
                     ++tail_;
                     any = true;
                 }
@@ -322,7 +351,7 @@ public:
             }
             co_await suspend_with([this, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || tail_ < head_ + room_) return wake(std::move(h));
                 waiting.begin_locked();
                 send_waiters_.push_back({unordered, std::move(h)});
             });
@@ -362,25 +391,25 @@ public:
                 waiting.end_locked();
                 if (receiver_closed_ || cancelled_ || error_) co_return false;
                 bool at_head = false;
-                for (; i < items.size() && seq + i < head_ + cap_; ++i) {
+                for (; i < items.size() && seq + i < head_ + room_; ++i) {
                     const std::uint64_t at = seq + i;
                     at_head = at_head || at == head_;
                     if (items[i]) {
                         count_sent(*items[i]);
-                        slots_[at % cap_].emplace(std::move(*items[i]));
+                        slots_[at % slots_n_].emplace(std::move(*items[i]));
                     } else {
-                        holes_[at % cap_] = 1;
+                        holes_[at % slots_n_] = 1;
                     }
                     seq_hi_ = std::max(seq_hi_, at + 1);
                 }
                 // A hole at the head is a change the receiver must see although no item came.
-                if (at_head) notify_receiver(lk, !slots_[head_ % cap_].has_value(), &ex);
+                if (at_head) notify_receiver(lk, !slots_[head_ % slots_n_].has_value(), &ex);
                 if (i == items.size()) break;
             }
             const std::uint64_t next = seq + i;
             co_await suspend_with([this, next, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
-                if (receiver_closed_ || cancelled_ || error_ || next < head_ + cap_) return wake(std::move(h));
+                if (receiver_closed_ || cancelled_ || error_ || next < head_ + room_) return wake(std::move(h));
                 waiting.begin_locked();
                 send_waiters_.push_back({next, std::move(h)});
             });
@@ -534,7 +563,7 @@ private:
 
     bool ready() const
     {
-        return error_ || cancelled_ || receiver_closed_ || slots_[head_ % cap_].has_value() || holes_[head_ % cap_] ||
+        return error_ || cancelled_ || receiver_closed_ || slots_[head_ % slots_n_].has_value() || holes_[head_ % slots_n_] ||
                head_ >= end_;
     }
 
@@ -556,7 +585,7 @@ private:
     // item (profiled: those calls were a fifth of an I/O thread's time reading small files).
     void notify_receiver(std::unique_lock<std::mutex>& lk, bool state_changed = false, const asio::any_io_executor* ex = nullptr)
     {
-        if (!state_changed && !slots_[head_ % cap_].has_value()) return;
+        if (!state_changed && !slots_[head_ % slots_n_].has_value()) return;
         if (state_changed) states_.fetch_add(1, std::memory_order_release);
         if (blocking_waiting_ && (state_changed || !blocking_woken_)) {
             blocking_woken_ = true;
@@ -599,8 +628,8 @@ private:
             occupancy_sum_ += used0;
         }
         while (n < max && head_ < end_) {
-            auto& slot = slots_[head_ % cap_];
-            auto& hole = holes_[head_ % cap_];
+            auto& slot = slots_[head_ % slots_n_];
+            auto& hole = holes_[head_ % slots_n_];
             if (hole) {
                 hole = 0;
                 ++head_;
@@ -625,8 +654,8 @@ private:
         // who could fill its next slot must be running: this keeps progress guaranteed).
         const std::uint64_t hi = std::max(tail_, seq_hi_); // ordered senders do not move tail_
         const std::uint64_t used = hi > head_ ? hi - head_ : 0;
-        const bool head_ready = slots_[head_ % cap_].has_value() || holes_[head_ % cap_];
-        if (!head_ready || used <= cap_ / 2) wake_senders(lk);
+        const bool head_ready = slots_[head_ % slots_n_].has_value() || holes_[head_ % slots_n_];
+        if (!head_ready || used <= room_ / 2) wake_senders(lk);
         // More items may be ready for other waiting receivers (parallel workers).
         if (!recv_waiters_.empty() && ready()) notify_receiver(lk);
         if (!lk.owns_lock()) lk.lock();
@@ -638,9 +667,9 @@ private:
     void wake_senders(std::unique_lock<std::mutex>& lk)
     {
         std::vector<wait_handler> woken;
-        std::size_t free_slots = head_ + cap_ > tail_ ? head_ + cap_ - tail_ : 0;
+        std::size_t free_slots = head_ + room_ > tail_ ? head_ + room_ - tail_ : 0;
         for (auto it = send_waiters_.begin(); it != send_waiters_.end();) {
-            const bool fits = it->seq == unordered ? free_slots > 0 : it->seq < head_ + cap_;
+            const bool fits = it->seq == unordered ? free_slots > 0 : it->seq < head_ + room_;
             if (fits) {
                 if (it->seq == unordered) --free_slots;
                 woken.push_back(std::move(it->handler));
@@ -704,8 +733,10 @@ private:
     }
 
     const std::size_t cap_;
+    const std::size_t slots_n_; // slots in the ring: the most room there can be
+    std::size_t room_;          // how far ahead of head_ items may be placed (cap_ .. slots_n_)
     std::vector<std::optional<T>> slots_;
-    std::vector<char> holes_ = std::vector<char>(cap_, 0);
+    std::vector<char> holes_ = std::vector<char>(slots_n_, 0);
     std::uint64_t seq_hi_ = 0; // one past the highest sequence number sent or skipped
     std::uint64_t head_ = 0; // sequence number the receiver takes next
     std::uint64_t tail_ = 0; // next sequence number for an unordered sender
