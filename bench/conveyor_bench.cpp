@@ -392,7 +392,7 @@ public:
         : rt_(bench_runtime_options(a.io_threads, fell_back_)), sizes_(&s.sizes),
           pipe_(cv::file::files(s.shared_listing, {.concurrency = a.concurrency,
                                             .ordered = !a.unordered,
-                                            .capacity = a.capacity ? a.capacity : cv::file::source_options{}.capacity,
+                                            .capacity = a.capacity, // 0: the source's default
                                             .on_read = [this](const cv::blob&, std::chrono::nanoseconds d) { lat_.record(d); }})
                     .on(rt_))
     {

@@ -578,6 +578,31 @@ TEST_CASE("a FIFO where a file was expected is errc::not_a_regular_file on both 
     }
 }
 
+TEST_CASE("the file source's queue has room for twice its reads in flight unless told otherwise")
+{
+    // A round of completed reads waits there while the consumer takes the round before;
+    // with room for only `concurrency`, the I/O threads waited for room (see source_options).
+    temp_dir d;
+    ftest::make_tree(d.path(), 40, 1, [](std::size_t i) { return 10 + i; });
+    const auto l = cf::walk(d.path());
+    cv::runtime rt(cv::runtime_options{.io_threads = 1});
+    const auto capacity_of = [&](cf::source_options o) {
+        auto r = cf::files(l, o).on(rt).run();
+        std::size_t n = 0, cap = 0;
+        for (const auto& b : r) {
+            (void)b;
+            ++n;
+        }
+        for (const auto& s : r.snapshot().stages)
+            if (s.name == "files") cap = s.queue_capacity;
+        CHECK(n == 40);
+        return cap;
+    };
+    CHECK(capacity_of({.concurrency = 8}) == 16);
+    CHECK(capacity_of({.concurrency = 8, .capacity = 5}) == 8); // at least the reads in flight
+    CHECK(capacity_of({.concurrency = 8, .capacity = 20}) == 20);
+}
+
 // Regression test, fixed bug (core, seen through the file source; same root cause as core's "a run that fails while
 // its last stage waits for the consumer ends without hanging"): when one read fails while
 // other workers wait in send_at() for room in the sink (the consumer lags, the normal state

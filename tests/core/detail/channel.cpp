@@ -49,6 +49,14 @@ asio::awaitable<void> yield_now()
     co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
 }
 
+// Sends `items` as one ordered run from sequence number 0, then closes the channel.
+asio::awaitable<void> send_run_and_close(channel<int>& ch, std::vector<std::optional<int>>& items)
+{
+    const bool ok = co_await ch.send_run_at(0, std::span<std::optional<int>>(items));
+    CHECK(ok);
+    ch.close();
+}
+
 asio::awaitable<void> send_each(channel<int>& ch, std::vector<int> items, int* sent, bool* last)
 {
     for (int x : items) {
@@ -324,6 +332,21 @@ TEST_CASE("skip_at leaves holes that the receiver passes over")
     CHECK(indices == std::vector<std::uint64_t>{0, 1});
 }
 
+namespace {
+// Receives everything (`max` at a time) until the end, once `prod` could finish; checks
+// that both the producer and the receiver finished.
+std::vector<int> drain_after(asio::io_context& io, channel<int>& ch, const outcome& prod, std::size_t max = 3)
+{
+    std::vector<int> got;
+    outcome cons;
+    start(io, receive_all(ch, &got, max), cons);
+    settle(io);
+    CHECK(prod.done);
+    CHECK(cons.done);
+    return got;
+}
+} // namespace
+
 TEST_CASE("send_run_at places a run with holes in order and waits for room for the rest")
 {
     asio::io_context io;
@@ -332,24 +355,12 @@ TEST_CASE("send_run_at places a run with holes in order and waits for room for t
     std::vector<std::optional<int>> run;
     for (int i = 0; i < 10; ++i) run.push_back(i == 2 || i == 7 ? std::nullopt : std::optional<int>(i * 10));
     outcome prod;
-    start(io,
-          [](channel<int>& c, std::vector<std::optional<int>>& items) -> asio::awaitable<void> {
-              const bool ok = co_await c.send_run_at(0, std::span<std::optional<int>>(items));
-              CHECK(ok);
-              c.close();
-          }(ch, run),
-          prod);
+    start(io, send_run_and_close(ch, run), prod);
     settle(io);
     // Only what fits within the capacity went in: the sender waits for the receiver.
     CHECK_FALSE(prod.done);
     CHECK(ch.counters().items == 3); // sequence numbers 0, 1, 3 (2 is a hole)
-    std::vector<int> got;
-    outcome cons;
-    start(io, receive_all(ch, &got, 3), cons);
-    settle(io);
-    CHECK(prod.done);
-    REQUIRE(cons.done);
-    CHECK(got == std::vector<int>{0, 10, 30, 40, 50, 60, 80, 90});
+    CHECK(drain_after(io, ch, prod) == std::vector<int>{0, 10, 30, 40, 50, 60, 80, 90});
 }
 
 TEST_CASE("set_room lets senders further ahead, within the room the channel was made with")
@@ -360,13 +371,7 @@ TEST_CASE("set_room lets senders further ahead, within the room the channel was 
     std::vector<std::optional<int>> run;
     for (int i = 0; i < 12; ++i) run.emplace_back(i);
     outcome prod;
-    start(io,
-          [](channel<int>& c, std::vector<std::optional<int>>& items) -> asio::awaitable<void> {
-              const bool ok = co_await c.send_run_at(0, std::span<std::optional<int>>(items));
-              CHECK(ok);
-              c.close();
-          }(ch, run),
-          prod);
+    start(io, send_run_and_close(ch, run), prod);
     settle(io);
     CHECK(ch.counters().items == 4);
     // More room wakes the waiting sender, which places as much as now fits.
@@ -382,15 +387,9 @@ TEST_CASE("set_room lets senders further ahead, within the room the channel was 
     CHECK_FALSE(prod.done);
     ch.set_room(1);
     CHECK(ch.room() == 4);
-    std::vector<int> got;
-    outcome cons;
-    start(io, receive_all(ch, &got, 3), cons);
-    settle(io);
-    CHECK(prod.done);
-    REQUIRE(cons.done);
     std::vector<int> want(12);
     std::iota(want.begin(), want.end(), 0);
-    CHECK(got == want);
+    CHECK(drain_after(io, ch, prod) == want);
 }
 
 TEST_CASE("holes make room for senders like items do")
@@ -405,13 +404,7 @@ TEST_CASE("holes make room for senders like items do")
               c.close();
           }(ch),
           prod);
-    std::vector<int> got;
-    outcome cons;
-    start(io, receive_all(ch, &got, 4), cons);
-    settle(io);
-    CHECK(prod.done);
-    CHECK(cons.done);
-    CHECK(got == std::vector<int>{10});
+    CHECK(drain_after(io, ch, prod, 4) == std::vector<int>{10});
 }
 
 TEST_CASE("receive_some takes at least one item even when asked for none")
