@@ -260,6 +260,42 @@ TEST_CASE("a parallel map's other workers go on past a slow item, a batch each b
     CHECK(expect == 1000);
 }
 
+TEST_CASE("a parallel map of many workers has at most 1024 slots for their batches beyond its capacity")
+{
+    // 64 workers of a cheap function would ask for 64 x 64 items of room; the channel is
+    // made with 1024 at most beyond its capacity (64 here: at least one per worker).
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
+    std::atomic<bool> release{false};
+    auto p = cv::generate(20000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
+             cv::map(
+                 [&](int x) {
+                     while (x == 0 && !release) std::this_thread::sleep_for(1ms);
+                     return x;
+                 },
+                 {.concurrency = 64, .where = cv::run_on::compute, .capacity = 4});
+    auto r = p.run();
+    const auto queued = [&r] {
+        for (const auto& s : r.snapshot().stages)
+            if (s.name == "map") return s.queue_size;
+        return std::size_t{0};
+    };
+    const bool went_on = test::eventually([&] { return queued() > 64 + 64; }, 10s);
+    // Until the span has stopped growing for half a second, or passed the bound.
+    std::size_t spanned = queued();
+    for (int still = 0; still < 10 && spanned <= 64 + 1024;) {
+        std::this_thread::sleep_for(50ms);
+        const std::size_t now = queued();
+        still = now == spanned ? still + 1 : 0;
+        spanned = now;
+    }
+    release = true;
+    CHECK_MESSAGE(went_on, "while item 0 was held, the queue spanned only " << spanned << " items");
+    CHECK(spanned <= 64 + 1024);
+    int expect = 0;
+    for (int x : r) CHECK(x == expect++);
+    CHECK(expect == 20000);
+}
+
 TEST_CASE("a parallel map of a slow function keeps about its capacity and one item per worker waiting")
 {
     // A function that takes 50 us or more goes one item at a time, so the room beyond the

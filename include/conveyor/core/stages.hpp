@@ -154,13 +154,16 @@ private:
     stream<U> parallel_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
         // A synchronous function's workers take batches (`batch_sizer`): the channel gets
-        // room for every worker's batch beyond its capacity, set by the workers as their
+        // room for every worker's batch beyond its capacity, added by each worker as its
         // batches grow or shrink (`window`), so that a worker ahead in the order places its
         // batch at once rather than a stretch at a time behind the worker before it. Slots
         // are allocated for the largest batches; the room follows the batches taken, so a
         // slow function (decode: one item at a time) keeps about `capacity` + workers.
+        // At most `max_extra_room` slots more, so that a map of many workers does not
+        // allocate slots for tens of thousands of items up front.
         const std::size_t base = std::max(o_.capacity, o_.concurrency);
-        auto out = ctx->make_channel<U>(base, IsCoro ? 0 : base + o_.concurrency * detail::batch_sizer::max_items);
+        const std::size_t extra = std::min(o_.concurrency * detail::batch_sizer::max_items, max_extra_room);
+        auto out = ctx->make_channel<U>(base, IsCoro ? 0 : base + extra);
         ctx->register_stage(o_.name, out, o_.concurrency);
         auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
         for (std::size_t w = 0; w < o_.concurrency; ++w)
@@ -208,12 +211,13 @@ private:
         std::vector<fault> faults;
         std::vector<U> unordered;
         detail::batch_sizer sizer;
-        std::size_t room_for = 0; // the batch size this worker last set the channel's room for
-        // Room for the capacity and a batch of `batch` items from every worker.
+        std::size_t room_for = 0; // the batch this worker has added room for in the channel
+        // The channel's room is its capacity plus the batch each worker takes now: each
+        // worker adds the change of its own batch size.
         const auto window = [&](std::size_t batch) {
             if (batch == room_for) return;
+            out->add_room(static_cast<std::ptrdiff_t>(batch) - static_cast<std::ptrdiff_t>(room_for));
             room_for = batch;
-            out->set_room(std::max(o.capacity, o.concurrency) + o.concurrency * batch);
         };
         std::uint64_t index = 0;
         // A coroutine function awaits I/O: its calls overlap only across workers, so each
@@ -266,6 +270,9 @@ private:
             }
         }
     }
+
+    // The most slots a parallel map's channel has beyond its capacity for its workers' batches.
+    static constexpr std::size_t max_extra_room = 1024;
 
     std::shared_ptr<F> f_;
     map_options o_;

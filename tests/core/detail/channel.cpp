@@ -363,7 +363,7 @@ TEST_CASE("send_run_at places a run with holes in order and waits for room for t
     CHECK(drain_after(io, ch, prod) == std::vector<int>{0, 10, 30, 40, 50, 60, 80, 90});
 }
 
-TEST_CASE("set_room lets senders further ahead, within the room the channel was made with")
+TEST_CASE("set_room and add_room let senders further ahead, within the room the channel was made with")
 {
     asio::io_context io;
     channel<int> ch(4, 10); // capacity 4, room for up to 10
@@ -386,6 +386,13 @@ TEST_CASE("set_room lets senders further ahead, within the room the channel was 
     CHECK(ch.counters().items == 10);
     CHECK_FALSE(prod.done);
     ch.set_room(1);
+    CHECK(ch.room() == 4);
+    // add_room changes what was asked for (1 now); the room is that, clamped.
+    ch.add_room(8);
+    CHECK(ch.room() == 9);
+    ch.add_room(-2);
+    CHECK(ch.room() == 7);
+    ch.add_room(-20);
     CHECK(ch.room() == 4);
     std::vector<int> want(12);
     std::iota(want.begin(), want.end(), 0);

@@ -273,19 +273,26 @@ public:
     std::size_t capacity() const noexcept { return cap_; }
 
     /** Sets how far ahead of the receiver items may be placed: `room`, kept between the
-        capacity and the `max_room` given at construction. A parallel map sets it from the
-        batches its workers take (capacity + workers x batch), so that a worker ahead in
-        the order places its batch at once instead of waiting, a stretch at a time, for the
-        worker behind it; a map whose workers take one item at a time keeps it near the
-        capacity. Senders that now fit are woken. */
+        capacity and the `max_room` given at construction. Senders that now fit are woken.
+        A parallel map's workers each add the batch they take (`add_room`), so that a
+        worker ahead in the order places its batch at once instead of waiting, a stretch at
+        a time, for the worker behind it; a map whose workers take one item at a time keeps
+        it near the capacity. */
     void set_room(std::size_t room)
     {
         std::unique_lock lk(mu_);
-        room = std::clamp(room, cap_, slots_n_);
-        if (room == room_) return;
-        const bool grew = room > room_;
-        room_ = room;
-        if (grew) wake_senders(lk);
+        asked_ = static_cast<std::ptrdiff_t>(room);
+        apply_room(lk);
+    }
+
+    /// Changes the room asked for by `by` items (negative: less); the room stays between
+    /// the capacity and `max_room`. Several senders can each add what they need (a parallel
+    /// map's workers: each its own batch), and the room follows the sum.
+    void add_room(std::ptrdiff_t by)
+    {
+        std::unique_lock lk(mu_);
+        asked_ += by;
+        apply_room(lk);
     }
 
     /// The room now (see `set_room`).
@@ -717,6 +724,17 @@ private:
         return ready();
     }
 
+    // The room from what was asked for, clamped; wakes the senders that now fit.
+    void apply_room(std::unique_lock<std::mutex>& lk)
+    {
+        const auto room = static_cast<std::size_t>(
+            std::clamp(asked_, static_cast<std::ptrdiff_t>(cap_), static_cast<std::ptrdiff_t>(slots_n_)));
+        if (room == room_) return;
+        const bool grew = room > room_;
+        room_ = room;
+        if (grew) wake_senders(lk);
+    }
+
     void drop_all(std::unique_lock<std::mutex>& lk)
     {
         states_.fetch_add(1, std::memory_order_release);
@@ -735,6 +753,7 @@ private:
     const std::size_t cap_;
     const std::size_t slots_n_; // slots in the ring: the most room there can be
     std::size_t room_;          // how far ahead of head_ items may be placed (cap_ .. slots_n_)
+    std::ptrdiff_t asked_ = static_cast<std::ptrdiff_t>(cap_); // the room asked for, before clamping
     std::vector<std::optional<T>> slots_;
     std::vector<char> holes_ = std::vector<char>(slots_n_, 0);
     std::uint64_t seq_hi_ = 0; // one past the highest sequence number sent or skipped
