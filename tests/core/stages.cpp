@@ -227,37 +227,55 @@ TEST_CASE("a parallel map on the compute pool keeps slow calls spread over all i
     CHECK(most_late.load() == 4);
 }
 
-TEST_CASE("a parallel map's other workers go on past a slow item, a batch each beyond the capacity")
-{
-    // Item 0 is held until released; meanwhile the other worker runs on. The stage's room
-    // is its capacity (4) plus the batch each worker takes (set by the workers from their
-    // measured cost per item: up to 64 for this cheap function, fewer where a sanitizer
-    // slows it), so that worker places items well past the capacity before it waits. With
-    // room for the capacity alone, the queue never spanned more than 4 items.
-    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
-    std::atomic<bool> release{false};
-    auto p = cv::generate(1000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
+namespace {
+// A parallel map of `count` items on the compute pool (capacity 4) whose call on item 0
+// waits until `release` is set, so that the other workers run on as far as the stage's
+// room lets them.
+struct first_item_held {
+    first_item_held(cv::runtime& rt, int count, std::size_t workers)
+        : r((cv::generate(static_cast<std::uint64_t>(count), [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
              cv::map(
-                 [&](int x) {
+                 [this](int x) {
                      while (x == 0 && !release) std::this_thread::sleep_for(1ms);
                      return x;
                  },
-                 {.concurrency = 2, .where = cv::run_on::compute, .capacity = 4});
-    auto r = p.run();
-    // The queue's span from the held item 0 to the furthest item placed.
-    const auto queued = [&r] {
+                 {.concurrency = workers, .where = cv::run_on::compute, .capacity = 4}))
+                .run())
+    {
+    }
+    // The queue's span, from the held item 0 to the furthest item placed.
+    std::size_t span() const
+    {
         for (const auto& s : r.snapshot().stages)
             if (s.name == "map") return s.queue_size;
-        return std::size_t{0};
-    };
-    const bool went_on = test::eventually([&] { return queued() >= 2 * 4; }, 10s);
-    const std::size_t spanned = queued();
-    release = true;
+        return 0;
+    }
+    // Lets item 0 go and checks that all `count` items come, in order.
+    void release_and_check(int count)
+    {
+        release = true;
+        int expect = 0;
+        for (int x : r) CHECK(x == expect++);
+        CHECK(expect == count);
+    }
+    std::atomic<bool> release{false};
+    cv::range<int> r;
+};
+} // namespace
+
+TEST_CASE("a parallel map's other workers go on past a slow item, a batch each beyond the capacity")
+{
+    // The stage's room is its capacity (4) plus the batch each worker takes (from their
+    // measured cost per item: up to 64 for this cheap function, fewer where a sanitizer
+    // slows it), so the worker without item 0 places items well past the capacity before
+    // it waits. With room for the capacity alone, the queue never spanned more than 4.
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
+    first_item_held h(rt, 1000, 2);
+    const bool went_on = test::eventually([&] { return h.span() >= 2 * 4; }, 10s);
+    const std::size_t spanned = h.span();
+    h.release_and_check(1000);
     CHECK_MESSAGE(went_on, "while item 0 was held, the queue spanned only " << spanned << " items");
     CHECK(spanned <= 4 + 2 * cv::detail::batch_sizer::max_items);
-    int expect = 0;
-    for (int x : r) CHECK(x == expect++);
-    CHECK(expect == 1000);
 }
 
 TEST_CASE("a parallel map of many workers has at most 1024 slots for their batches beyond its capacity")
@@ -265,35 +283,19 @@ TEST_CASE("a parallel map of many workers has at most 1024 slots for their batch
     // 64 workers of a cheap function would ask for 64 x 64 items of room; the channel is
     // made with 1024 at most beyond its capacity (64 here: at least one per worker).
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
-    std::atomic<bool> release{false};
-    auto p = cv::generate(20000, [](std::uint64_t i) { return static_cast<int>(i); }).on(rt) |
-             cv::map(
-                 [&](int x) {
-                     while (x == 0 && !release) std::this_thread::sleep_for(1ms);
-                     return x;
-                 },
-                 {.concurrency = 64, .where = cv::run_on::compute, .capacity = 4});
-    auto r = p.run();
-    const auto queued = [&r] {
-        for (const auto& s : r.snapshot().stages)
-            if (s.name == "map") return s.queue_size;
-        return std::size_t{0};
-    };
-    const bool went_on = test::eventually([&] { return queued() > 64 + 64; }, 10s);
+    first_item_held h(rt, 20000, 64);
+    const bool went_on = test::eventually([&] { return h.span() > 64 + 64; }, 10s);
     // Until the span has stopped growing for half a second, or passed the bound.
-    std::size_t spanned = queued();
+    std::size_t spanned = h.span();
     for (int still = 0; still < 10 && spanned <= 64 + 1024;) {
         std::this_thread::sleep_for(50ms);
-        const std::size_t now = queued();
+        const std::size_t now = h.span();
         still = now == spanned ? still + 1 : 0;
         spanned = now;
     }
-    release = true;
+    h.release_and_check(20000);
     CHECK_MESSAGE(went_on, "while item 0 was held, the queue spanned only " << spanned << " items");
     CHECK(spanned <= 64 + 1024);
-    int expect = 0;
-    for (int x : r) CHECK(x == expect++);
-    CHECK(expect == 20000);
 }
 
 TEST_CASE("a parallel map of a slow function keeps about its capacity and one item per worker waiting")
