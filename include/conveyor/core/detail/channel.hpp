@@ -246,7 +246,7 @@ private:
     own, and the receiver sees items strictly in sequence order. Ordered delivery from many
     concurrent producers (a parallel map, file reads on several rings) is thus the same
     mechanism as a FIFO, and it is bounded the same way: an item may be at most `capacity`
-    ahead of the receiver (or the larger room a parallel map gives it, `set_room`), so a
+    ahead of the receiver (or the larger room a parallel map asks for, `add_room`), so a
     fast producer waits (backpressure) instead of buffering.
 
     Transfers move batches where they can (`send_all`, `receive_some`): one lock and at
