@@ -21,7 +21,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -268,16 +267,6 @@ TEST_CASE("s3 read_chunks: an object that changed before the resume is an error 
     CHECK(obj.log().size() == 2);
 }
 
-/// The largest size (the third field) of a TCP buffer setting such as
-/// /proc/sys/net/ipv4/tcp_rmem; 64 MiB when it cannot be read.
-static std::size_t tcp_buffer_max(const char* path)
-{
-    std::ifstream f(path);
-    std::size_t lo = 0, def = 0, hi = 0;
-    if (f >> lo >> def >> hi) return hi;
-    return std::size_t{64} << 20;
-}
-
 TEST_CASE("s3 read_chunks reads ahead chunks_in_flight chunks and then stops reading the socket; destroying it closes the connection")
 {
     object_server obj(pattern(64u << 20, 5));
@@ -291,23 +280,17 @@ TEST_CASE("s3 read_chunks reads ahead chunks_in_flight chunks and then stops rea
     // The consumer holds chunk 0 and stops: two filled chunks wait for it, and the GET waits
     // for room before it takes a buffer for a fourth.
     REQUIRE(conveyor_test::eventually([&] { return rt.memory().in_use() == 3 * chunk; }, 10s));
-    // The server's writes then stop once the kernel's buffers on the loopback are full. Not
-    // at an instant: the kernel may still make room (it grows the send buffer, it compacts a
-    // full receive queue and opens the window again), so a slow machine still sent 1.7 MB in a 200 ms window that
-    // began 300 ms after the memory settled (CI, 2026-11-26). Wait for 200 ms without a
-    // byte sent, then bound what was sent.
-    const bool stopped = conveyor_test::eventually([&] {
-        const std::size_t before = obj.sent.load();
-        std::this_thread::sleep_for(200ms);
-        return obj.sent.load() == before;
-    }, 20s);
+    // The server's writes then stop once the kernel's buffers on the loopback are full, not
+    // at an instant: CI on 2 cores once saw 1.7 MB more go in a 200 ms window that began
+    // 300 ms after the memory settled. So: wait for 200 ms without a byte sent.
+    const bool stopped = conveyor_test::settles([&] { return obj.sent.load(); });
     MESSAGE("server sent " << obj.sent.load() << " of " << obj.data.size() << " bytes while the consumer held off");
     CHECK(stopped);
     // What the server got out is the three chunks plus what the kernel buffers on the
     // loopback: up to the largest TCP receive and send buffers, which autotuning may reach
     // (tcp_rmem's maximum is 32 MiB on the dev VM; a fixed quarter of the object once
     // failed there at 17.1 MB).
-    const std::size_t kernel = tcp_buffer_max("/proc/sys/net/ipv4/tcp_rmem") + tcp_buffer_max("/proc/sys/net/ipv4/tcp_wmem");
+    const std::size_t kernel = conveyor_test::loopback_buffer_max();
     if (3 * chunk + kernel < obj.data.size())
         CHECK(obj.sent.load() <= 3 * chunk + kernel);
     else

@@ -8,6 +8,8 @@
 
 #include <conveyor/http/endpoint.hpp>
 
+#include "common.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -28,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -38,6 +41,38 @@
 #include <vector>
 
 namespace conveyor_test {
+
+/** Waits until `value()` stays the same for `quiet` (polling it every `quiet`), at most
+    `limit`; true if it did. For counters that stop only when some buffer fills, such as the
+    bytes a test server wrote to a peer that stopped reading: the kernel may still make room
+    for a while after the peer stops (it grows the send buffer, it compacts a full receive
+    queue and opens the window again), so one fixed window after a fixed pause is a flaky
+    check on a loaded machine. */
+template <class F>
+bool settles(F value, std::chrono::milliseconds quiet = 200ms, std::chrono::seconds limit = std::chrono::seconds{20})
+{
+    return eventually([&] {
+        const auto before = value();
+        std::this_thread::sleep_for(quiet);
+        return value() == before;
+    }, limit);
+}
+
+/** The most bytes the kernel may hold on a loopback TCP connection whose reader stopped:
+    the largest receive buffer plus the largest send buffer that autotuning may reach (the
+    third fields of /proc/sys/net/ipv4/tcp_rmem and tcp_wmem; 64 MiB each where they cannot
+    be read). On the dev VM tcp_rmem's maximum is 32 MiB. */
+inline std::size_t loopback_buffer_max()
+{
+    auto max_of = [](const char* path) {
+        std::FILE* f = std::fopen(path, "r");
+        unsigned long long lo = 0, def = 0, hi = 0;
+        const bool ok = f && std::fscanf(f, "%llu %llu %llu", &lo, &def, &hi) == 3;
+        if (f) std::fclose(f);
+        return ok ? static_cast<std::size_t>(hi) : std::size_t{64} << 20;
+    };
+    return max_of("/proc/sys/net/ipv4/tcp_rmem") + max_of("/proc/sys/net/ipv4/tcp_wmem");
+}
 
 namespace http_server_detail {
 namespace asio = boost::asio;
