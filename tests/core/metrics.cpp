@@ -188,15 +188,33 @@ TEST_CASE("a slow stage is busy while upstream is blocked and downstream starves
 TEST_CASE("wait_clock's ticks, converted, agree with the steady clock")
 {
     cv::detail::wait_clock::start();
-    const auto t0 = cv::detail::wait_clock::now();
-    const auto ns0 = cv::detail::now_ns();
+    // A tick count and the steady clock's time at the same moment: the tick read between two
+    // clock reads no more than 20 us apart (a preemption between two unbracketed reads, on a
+    // loaded machine, would alone be a few percent of the 30 ms).
+    struct pair {
+        std::int64_t ticks;
+        double ns;
+    };
+    auto read_both = [] {
+        pair p{};
+        for (int attempt = 0; attempt < 1000; ++attempt) {
+            const auto a = cv::detail::now_ns();
+            p.ticks = cv::detail::wait_clock::now();
+            const auto b = cv::detail::now_ns();
+            p.ns = (static_cast<double>(a) + static_cast<double>(b)) / 2;
+            if (b - a < 20'000) break;
+        }
+        return p;
+    };
+    const pair p0 = read_both();
     std::this_thread::sleep_for(30ms);
-    const auto ticks = cv::detail::wait_clock::now() - t0;
-    const auto ns = cv::detail::now_ns() - ns0;
+    const pair p1 = read_both();
+    const auto ticks = p1.ticks - p0.ticks;
+    const double ns = p1.ns - p0.ns;
     const double converted = static_cast<double>(ticks) * cv::detail::wait_clock::ns_per_tick();
     CAPTURE(cv::detail::wait_clock::uses_tsc());
     CHECK(ticks > 0);
-    CHECK(converted == doctest::Approx(static_cast<double>(ns)).epsilon(0.02));
+    CHECK(converted == doctest::Approx(ns).epsilon(0.02));
 }
 
 TEST_CASE("blocked time grows and the queue stays full while the consumer does not read")
