@@ -21,6 +21,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -106,22 +107,6 @@ struct keyed_run {
     std::atomic<std::size_t> workers_left{0};
 };
 
-/// Calls the reader for item `i`; whatever it throws becomes the outcome's error.
-template <class T, class Reader>
-asio::awaitable<read_outcome<T>> read_one(Reader& reader, std::uint64_t i)
-{
-    std::exception_ptr failed;
-    try {
-        if constexpr (std::same_as<std::invoke_result_t<Reader&, std::uint64_t>, asio::awaitable<T>>)
-            co_return read_outcome<T>(co_await reader(i));
-        else
-            co_return co_await reader(i);
-    } catch (...) {
-        failed = std::current_exception();
-    }
-    co_return read_outcome<T>(std::move(failed));
-}
-
 /** Throws `conveyor::error` (`result_out_of_range`, naming `stage`) when key index `i` is
     not below `size`: random access (`dataset`) to the `size` `items` of a keyed source. */
 CONVEYOR_DECL void check_key_index(std::string_view stage, std::uint64_t i, std::uint64_t size, std::string_view items);
@@ -138,7 +123,16 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
         if (i >= st->count || ctx->stopping()) co_return;
         metrics->request_started();
         const auto t0 = std::chrono::steady_clock::now();
-        auto r = co_await read_one<T>(st->reader, i);
+        // The reader is awaited here, not through a helper coroutine: one frame fewer per
+        // item. Whatever it throws becomes the outcome's error.
+        std::optional<read_outcome<T>> got;
+        try {
+            auto read = st->reader(i); // named: no temporary lives across the co_await
+            got.emplace(co_await std::move(read));
+        } catch (...) {
+            got.emplace(std::current_exception());
+        }
+        read_outcome<T>& r = *got;
         const auto took = std::chrono::steady_clock::now() - t0;
         if (!r && ctx->stopping()) {
             metrics->request_abandoned(); // the failure is the cancellation's doing

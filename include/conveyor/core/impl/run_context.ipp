@@ -305,14 +305,21 @@ CONVEYOR_DECL void run_context::start_stats(std::chrono::nanoseconds interval, s
     asio::co_spawn(home_, tick(weak_from_this(), std::move(t)), asio::detached);
 }
 
+namespace detail {
+/// Sets a pointer to a timer back to null when it goes out of scope. A named type at
+/// namespace scope: a local one in the frame of a compiled coroutine has no linkage, and
+/// GCC warns about it (-Wsubobject-linkage).
+struct timer_pointer_reset {
+    asio::steady_timer*& p;
+    ~timer_pointer_reset() { p = nullptr; }
+};
+} // namespace detail
+
 CONVEYOR_DECL asio::awaitable<void> run_context::tick(std::weak_ptr<run_context> self, std::shared_ptr<stats_ticker> t)
 {
     const auto ex = co_await asio::this_coro::executor; // its own statement (GCC 12)
     asio::steady_timer timer(ex);
-    struct forget {
-        stats_ticker& t;
-        ~forget() { t.timer = nullptr; }
-    } forget_timer{*t};
+    detail::timer_pointer_reset forget_timer{t->timer};
     t->timer = &timer;
     for (;;) {
         timer.expires_after(t->interval);

@@ -315,7 +315,10 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64
         }
     }
     // The environment lives in the reader, which outlives this read (its callers hold it).
-    auto r = co_await read_file(*env, files_, i);
+    // Without a timeout the read is awaited directly: one coroutine frame fewer per file.
+    file_read r;
+    if (env->timeout.count() > 0) r = co_await read_file(*env, files_, i);
+    else r = co_await read_file_now(*env, files_, i);
     if (r.ec) co_return read_outcome<blob>(read_error(stage_, r.ec, *files_, i, std::move(r.detail)));
     co_return read_outcome<blob>(std::move(r.b));
 }
