@@ -441,7 +441,7 @@ int cmd_files(const files_args& a)
     // Everything the run needs besides the data itself (the listing, the paths) is loaded
     // now: what the peak grows by from here is the read path's own memory.
     const double rss_before_mb = static_cast<double>(cb::current_rss_bytes()) / 1e6;
-    std::vector<double> fps, mbps, p50, p99, cpu_gb, cpu_file;
+    std::vector<double> fps, mbps, p50, p99, cpu_gb, cpu_file, user_file, busy;
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         const double cached = a.cold ? drop_cache_and_say(s.paths) : 1.0;
         pass_result r = a.engine == "ifstream" ? read_ifstream(s)
@@ -451,6 +451,8 @@ int cmd_files(const files_args& a)
             fail(a.engine + ": read " + std::to_string(r.files) + " files, " + std::to_string(r.bytes) + " bytes; expected " +
                  std::to_string(s.paths.size()) + " files, " + std::to_string(s.total_bytes) + " bytes");
         const double gb = static_cast<double>(r.bytes) / 1e9;
+        // CPU seconds as microseconds per file read.
+        auto per_file = [&r](double cpu_s) { return r.files ? cpu_s * 1e6 / static_cast<double>(r.files) : 0.0; };
         cb::json_line line;
         line.add("bench", "files")
             .add("engine", a.engine)
@@ -468,7 +470,12 @@ int cmd_files(const files_args& a)
             .add("p99_us", r.latency.percentile_us(99))
             .add("cpu_s", r.usage.cpu_s())
             .add("cpu_s_per_GB", gb > 0 ? r.usage.cpu_s() / gb : 0.0)
-            .add("cpu_us_per_file", r.files ? r.usage.cpu_s() * 1e6 / static_cast<double>(r.files) : 0.0)
+            .add("cpu_us_per_file", per_file(r.usage.cpu_s()))
+            .add("user_us_per_file", per_file(r.usage.user_s))
+            .add("sys_us_per_file", per_file(r.usage.system_s))
+            .add("cpus_busy", r.seconds > 0 ? r.usage.cpu_s() / r.seconds : 0.0, 2)
+            .add("voluntary_switches", r.usage.voluntary_switches)
+            .add("involuntary_switches", r.usage.involuntary_switches)
             .add("max_rss_MB", r.usage.max_rss_mb())
             .add("rss_before_MB", rss_before_mb)
             .add("rss_growth_MB", r.usage.max_rss_mb() - rss_before_mb)
@@ -479,14 +486,17 @@ int cmd_files(const files_args& a)
         p50.push_back(r.latency.percentile_us(50));
         p99.push_back(r.latency.percentile_us(99));
         cpu_gb.push_back(gb > 0 ? r.usage.cpu_s() / gb : 0.0);
-        cpu_file.push_back(r.files ? r.usage.cpu_s() * 1e6 / static_cast<double>(r.files) : 0.0);
+        cpu_file.push_back(per_file(r.usage.cpu_s()));
+        user_file.push_back(per_file(r.usage.user_s));
+        busy.push_back(r.seconds > 0 ? r.usage.cpu_s() / r.seconds : 0.0);
     }
     std::fprintf(stderr,
                  "files: %s x%zu %s, %zu repeat(s): files/s best %.0f median %.0f | MB/s best %.0f median %.0f | "
-                 "p50 %.0f us p99 %.0f us (median) | CPU %.2f s/GB, %.1f us/file (median)\n",
+                 "p50 %.0f us p99 %.0f us (median) | CPU %.2f s/GB, %.1f us/file of which %.1f in user space, "
+                 "%.2f CPUs busy (medians)\n",
                  a.engine.c_str(), concurrency, a.cold ? "cold" : "warm", a.repeat, *std::max_element(fps.begin(), fps.end()),
                  cb::median(fps), *std::max_element(mbps.begin(), mbps.end()), cb::median(mbps), cb::median(p50),
-                 cb::median(p99), cb::median(cpu_gb), cb::median(cpu_file));
+                 cb::median(p99), cb::median(cpu_gb), cb::median(cpu_file), cb::median(user_file), cb::median(busy));
     return 0;
 }
 

@@ -54,6 +54,8 @@ struct resource_usage {
     std::int64_t max_rss_bytes = 0; ///< peak resident set size so far
     std::int64_t minor_faults = 0;  ///< page faults served without I/O (first touch of new memory)
     std::int64_t major_faults = 0;  ///< page faults that had to read from storage
+    std::int64_t voluntary_switches = 0;   ///< context switches of threads that waited (sleep, lock, I/O)
+    std::int64_t involuntary_switches = 0; ///< context switches of threads that were preempted
 
     /// User plus system CPU seconds.
     double cpu_s() const noexcept { return user_s + system_s; }

@@ -14,7 +14,8 @@ namespace conveyor::bench {
 CONVEYOR_DECL resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept
 {
     return {after.user_s - before.user_s, after.system_s - before.system_s, after.max_rss_bytes,
-            after.minor_faults - before.minor_faults, after.major_faults - before.major_faults};
+            after.minor_faults - before.minor_faults, after.major_faults - before.major_faults,
+            after.voluntary_switches - before.voluntary_switches, after.involuntary_switches - before.involuntary_switches};
 }
 
 CONVEYOR_DECL resource_usage usage_now() noexcept
@@ -24,7 +25,8 @@ CONVEYOR_DECL resource_usage usage_now() noexcept
     auto secs = [](const ::timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; };
     // Linux reports ru_maxrss in kibibytes.
     return {secs(ru.ru_utime), secs(ru.ru_stime), static_cast<std::int64_t>(ru.ru_maxrss) * 1024,
-            static_cast<std::int64_t>(ru.ru_minflt), static_cast<std::int64_t>(ru.ru_majflt)};
+            static_cast<std::int64_t>(ru.ru_minflt), static_cast<std::int64_t>(ru.ru_majflt),
+            static_cast<std::int64_t>(ru.ru_nvcsw), static_cast<std::int64_t>(ru.ru_nivcsw)};
 }
 
 CONVEYOR_DECL std::int64_t current_rss_bytes() noexcept
