@@ -32,8 +32,12 @@ TEST_CASE("usage_now counts CPU time in user space and the context switches of t
     const auto d = bench::usage_now() - before;
     CHECK(d.voluntary_switches >= 10);
     CHECK(d.involuntary_switches >= 0);
+    // The total is exact (the scheduler's runtime); its split into user and system time is
+    // the kernel's estimate from sampling ticks, a handful over 30 ms: a clean-clone run
+    // under load once counted 19.3 of ~30 ms as user time. So the split is only checked
+    // for being there.
     CHECK(d.cpu_s() >= 0.029);
-    CHECK(d.user_s >= 0.02);
+    CHECK(d.user_s > 0);
     CHECK(d.cpu_s() == doctest::Approx(d.user_s + d.system_s));
     CHECK(d.max_rss_bytes > 0);
 }
