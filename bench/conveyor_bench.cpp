@@ -453,6 +453,8 @@ int cmd_files(const files_args& a)
         const double gb = static_cast<double>(r.bytes) / 1e9;
         // CPU seconds as microseconds per file read.
         auto per_file = [&r](double cpu_s) { return r.files ? cpu_s * 1e6 / static_cast<double>(r.files) : 0.0; };
+        const double cpu_per_file = per_file(r.usage.cpu_s()), user_per_file = per_file(r.usage.user_s);
+        const double cpus_busy = r.seconds > 0 ? r.usage.cpu_s() / r.seconds : 0.0;
         cb::json_line line;
         line.add("bench", "files")
             .add("engine", a.engine)
@@ -470,10 +472,10 @@ int cmd_files(const files_args& a)
             .add("p99_us", r.latency.percentile_us(99))
             .add("cpu_s", r.usage.cpu_s())
             .add("cpu_s_per_GB", gb > 0 ? r.usage.cpu_s() / gb : 0.0)
-            .add("cpu_us_per_file", per_file(r.usage.cpu_s()))
-            .add("user_us_per_file", per_file(r.usage.user_s))
+            .add("cpu_us_per_file", cpu_per_file)
+            .add("user_us_per_file", user_per_file)
             .add("sys_us_per_file", per_file(r.usage.system_s))
-            .add("cpus_busy", r.seconds > 0 ? r.usage.cpu_s() / r.seconds : 0.0, 2)
+            .add("cpus_busy", cpus_busy, 2)
             .add("voluntary_switches", r.usage.voluntary_switches)
             .add("involuntary_switches", r.usage.involuntary_switches)
             .add("max_rss_MB", r.usage.max_rss_mb())
@@ -486,9 +488,9 @@ int cmd_files(const files_args& a)
         p50.push_back(r.latency.percentile_us(50));
         p99.push_back(r.latency.percentile_us(99));
         cpu_gb.push_back(gb > 0 ? r.usage.cpu_s() / gb : 0.0);
-        cpu_file.push_back(per_file(r.usage.cpu_s()));
-        user_file.push_back(per_file(r.usage.user_s));
-        busy.push_back(r.seconds > 0 ? r.usage.cpu_s() / r.seconds : 0.0);
+        cpu_file.push_back(cpu_per_file);
+        user_file.push_back(user_per_file);
+        busy.push_back(cpus_busy);
     }
     std::fprintf(stderr,
                  "files: %s x%zu %s, %zu repeat(s): files/s best %.0f median %.0f | MB/s best %.0f median %.0f | "

@@ -285,14 +285,9 @@ TEST_CASE("a parallel map of many workers has at most 1024 slots for their batch
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
     first_item_held h(rt, 20000, 64);
     const bool went_on = test::eventually([&] { return h.span() > 64 + 64; }, 10s);
-    // Until the span has stopped growing for half a second, or passed the bound.
-    std::size_t spanned = h.span();
-    for (int still = 0; still < 10 && spanned <= 64 + 1024;) {
-        std::this_thread::sleep_for(50ms);
-        const std::size_t now = h.span();
-        still = now == spanned ? still + 1 : 0;
-        spanned = now;
-    }
+    // Until the span has stopped growing for half a second.
+    test::settles([&] { return h.span(); }, 500ms, 10s);
+    const std::size_t spanned = h.span();
     h.release_and_check(20000);
     CHECK_MESSAGE(went_on, "while item 0 was held, the queue spanned only " << spanned << " items");
     CHECK(spanned <= 64 + 1024);

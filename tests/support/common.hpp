@@ -76,6 +76,22 @@ bool eventually(Pred pred, std::chrono::seconds limit = std::chrono::seconds{60}
     return true;
 }
 
+/** Waits until `value()` stays the same for `quiet` (polling it every `quiet`), at most
+    `limit`; true if it did. For counters that stop only when some buffer fills, such as the
+    bytes a test server wrote to a peer that stopped reading: the kernel may still make room
+    for a while after the peer stops (it grows the send buffer, it compacts a full receive
+    queue and opens the window again), so one fixed window after a fixed pause is a flaky
+    check on a loaded machine. */
+template <class F>
+bool settles(F value, std::chrono::milliseconds quiet = 200ms, std::chrono::seconds limit = std::chrono::seconds{20})
+{
+    return eventually([&] {
+        const auto before = value();
+        std::this_thread::sleep_for(quiet);
+        return value() == before;
+    }, limit);
+}
+
 /// Collects the lines a runtime logs.
 class log_capture {
 public:

@@ -8,8 +8,6 @@
 
 #include <conveyor/http/endpoint.hpp>
 
-#include "common.hpp"
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -41,22 +39,6 @@
 #include <vector>
 
 namespace conveyor_test {
-
-/** Waits until `value()` stays the same for `quiet` (polling it every `quiet`), at most
-    `limit`; true if it did. For counters that stop only when some buffer fills, such as the
-    bytes a test server wrote to a peer that stopped reading: the kernel may still make room
-    for a while after the peer stops (it grows the send buffer, it compacts a full receive
-    queue and opens the window again), so one fixed window after a fixed pause is a flaky
-    check on a loaded machine. */
-template <class F>
-bool settles(F value, std::chrono::milliseconds quiet = 200ms, std::chrono::seconds limit = std::chrono::seconds{20})
-{
-    return eventually([&] {
-        const auto before = value();
-        std::this_thread::sleep_for(quiet);
-        return value() == before;
-    }, limit);
-}
 
 /** The most bytes the kernel may hold on a loopback TCP connection whose reader stopped:
     the largest receive buffer plus the largest send buffer that autotuning may reach (the

@@ -363,7 +363,7 @@ TEST_CASE("send_run_at places a run with holes in order and waits for room for t
     CHECK(drain_after(io, ch, prod) == std::vector<int>{0, 10, 30, 40, 50, 60, 80, 90});
 }
 
-TEST_CASE("set_room and add_room let senders further ahead, within the room the channel was made with")
+TEST_CASE("add_room lets senders further ahead, within the room the channel was made with")
 {
     asio::io_context io;
     channel<int> ch(4, 10); // capacity 4, room for up to 10
@@ -375,19 +375,19 @@ TEST_CASE("set_room and add_room let senders further ahead, within the room the 
     settle(io);
     CHECK(ch.counters().items == 4);
     // More room wakes the waiting sender, which places as much as now fits.
-    ch.set_room(7);
+    ch.add_room(3); // asked: 7
     CHECK(ch.room() == 7);
     settle(io);
     CHECK(ch.counters().items == 7);
     // Beyond what the slots were made for, or below the capacity, the room is clamped.
-    ch.set_room(100);
+    ch.add_room(93); // asked: 100
     CHECK(ch.room() == 10);
     settle(io);
     CHECK(ch.counters().items == 10);
     CHECK_FALSE(prod.done);
-    ch.set_room(1);
+    ch.add_room(-99); // asked: 1
     CHECK(ch.room() == 4);
-    // add_room changes what was asked for (1 now); the room is that, clamped.
+    // The room follows the sum asked for (1 now), clamped.
     ch.add_room(8);
     CHECK(ch.room() == 9);
     ch.add_room(-2);

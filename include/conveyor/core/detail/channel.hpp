@@ -264,7 +264,7 @@ template <class T>
 class channel final : public channel_base, public std::enable_shared_from_this<channel<T>> {
 public:
     /// A channel with room for `capacity` items; `max_room` (if larger) is the most room
-    /// `set_room` may give it later (slots are allocated for it now).
+    /// `add_room` may give it later (slots are allocated for it now).
     explicit channel(std::size_t capacity, std::size_t max_room = 0)
         : cap_(capacity ? capacity : 1), slots_n_(std::max(cap_, max_room)), room_(cap_), slots_(slots_n_)
     {
@@ -272,30 +272,26 @@ public:
 
     std::size_t capacity() const noexcept { return cap_; }
 
-    /** Sets how far ahead of the receiver items may be placed: `room`, kept between the
-        capacity and the `max_room` given at construction. Senders that now fit are woken.
-        A parallel map's workers each add the batch they take (`add_room`), so that a
+    /** Changes how far ahead of the receiver items may be placed (the room) by `by` items
+        (negative: less), starting from the capacity; the room is what was asked for in all,
+        kept between the capacity and the `max_room` given at construction. Senders that now
+        fit are woken. A parallel map's workers each add the batch they take, so that a
         worker ahead in the order places its batch at once instead of waiting, a stretch at
         a time, for the worker behind it; a map whose workers take one item at a time keeps
-        it near the capacity. */
-    void set_room(std::size_t room)
-    {
-        std::unique_lock lk(mu_);
-        asked_ = static_cast<std::ptrdiff_t>(room);
-        apply_room(lk);
-    }
-
-    /// Changes the room asked for by `by` items (negative: less); the room stays between
-    /// the capacity and `max_room`. Several senders can each add what they need (a parallel
-    /// map's workers: each its own batch), and the room follows the sum.
+        the room near the capacity. */
     void add_room(std::ptrdiff_t by)
     {
         std::unique_lock lk(mu_);
         asked_ += by;
-        apply_room(lk);
+        const auto room = static_cast<std::size_t>(
+            std::clamp(asked_, static_cast<std::ptrdiff_t>(cap_), static_cast<std::ptrdiff_t>(slots_n_)));
+        if (room == room_) return;
+        const bool grew = room > room_;
+        room_ = room;
+        if (grew) wake_senders(lk);
     }
 
-    /// The room now (see `set_room`).
+    /// The room now (see `add_room`).
     std::size_t room() const
     {
         std::lock_guard lk(mu_);
@@ -722,17 +718,6 @@ private:
         // Looked at under the lock: a sender that came after the last look above found
         // nobody asleep and woke nobody.
         return ready();
-    }
-
-    // The room from what was asked for, clamped; wakes the senders that now fit.
-    void apply_room(std::unique_lock<std::mutex>& lk)
-    {
-        const auto room = static_cast<std::size_t>(
-            std::clamp(asked_, static_cast<std::ptrdiff_t>(cap_), static_cast<std::ptrdiff_t>(slots_n_)));
-        if (room == room_) return;
-        const bool grew = room > room_;
-        room_ = room;
-        if (grew) wake_senders(lk);
     }
 
     void drop_all(std::unique_lock<std::mutex>& lk)
