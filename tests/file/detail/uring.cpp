@@ -8,6 +8,8 @@
 #include <conveyor/file/detail/uring.hpp>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/bind_executor.hpp>
 
 #include <sys/stat.h>
 
@@ -141,6 +143,58 @@ TEST_CASE("uring async_read_small reads a file whole with one statx/open/read/cl
     CHECK(r_missing.ec == std::errc::no_such_file_or_directory);
     for (const auto* r : {&r_whole, &r_part, &r_empty, &r_dir, &r_missing}) CHECK(r->calls == 1);
     CHECK(ring.in_flight() == 0);
+}
+
+TEST_CASE("uring completes each read through its handler's executor: the ring's context inline, a strand in the strand, another context there")
+{
+    // A handler that completes on the ring's own context is called directly from the reap
+    // (uring::completes_here); anything else must still go through its executor.
+    REQUIRE_KERNEL_URING();
+    temp_dir d;
+    write_file(d / "f", ftest::content(3, 500));
+    const auto f = (d / "f").string();
+
+    asio::io_context io, other;
+    cfd::uring ring(io, {.entries = 8, .max_files = 4});
+    REQUIRE_MESSAGE(ring.available(), ring.unavailable_reason());
+    auto strand = asio::make_strand(io);
+    struct seen {
+        int calls = 0;
+        std::size_t n = 0;
+        bool on_io = false, in_strand = false, on_other = false;
+    } plain, with_io, stranded, elsewhere, sized;
+    auto record = [&](seen& s) {
+        return [&](std::error_code ec, auto x) {
+            CHECK_FALSE(ec);
+            ++s.calls;
+            if constexpr (std::is_same_v<decltype(x), cv::buffer>) s.n = x.size();
+            else s.n = static_cast<std::size_t>(x);
+            s.on_io = io.get_executor().running_in_this_thread();
+            s.in_strand = strand.running_in_this_thread();
+            s.on_other = other.get_executor().running_in_this_thread();
+        };
+    };
+    ring.async_read_small(at(f), bytes(501), 1, record(plain));
+    ring.async_read_small(at(f), bytes(501), 1, asio::bind_executor(io.get_executor(), record(with_io)));
+    ring.async_read_small(at(f), bytes(501), 1, asio::bind_executor(strand, record(stranded)));
+    ring.async_read_small(at(f), bytes(501), 1, asio::bind_executor(other.get_executor(), record(elsewhere)));
+    ring.async_file_size(at(f), 1, record(sized));
+    REQUIRE(drive(io, [&] { return plain.calls && with_io.calls && stranded.calls && sized.calls && ring.in_flight() == 0; }));
+    for (const seen* s : {&plain, &with_io, &stranded, &sized}) {
+        CHECK(s->calls == 1);
+        CHECK(s->n == 500);
+        CHECK(s->on_io);
+        CHECK_FALSE(s->on_other);
+    }
+    CHECK(stranded.in_strand);
+    CHECK_FALSE(plain.in_strand);
+    // The read bound to the other context is done, but its handler waits for that context.
+    CHECK(elsewhere.calls == 0);
+    other.run();
+    CHECK(elsewhere.calls == 1);
+    CHECK(elsewhere.n == 500);
+    CHECK(elsewhere.on_other);
+    CHECK_FALSE(elsewhere.on_io);
 }
 
 TEST_CASE("uring gives back the file slot of a failed open")

@@ -9,6 +9,7 @@
 #include <conveyor/file/error.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 namespace conveyor::file::detail {
@@ -170,7 +172,8 @@ public:
     {
         return asio::async_initiate<Token, void(std::error_code, std::uint64_t)>(
             [this](auto handler, file_ref f, std::uint64_t group) {
-                start_file_size(std::move(f), group, size_handler(std::move(handler)));
+                const bool here = completes_here(handler);
+                start_file_size(std::move(f), group, size_handler(std::move(handler)), here);
             },
             token, std::move(f), group);
     }
@@ -186,7 +189,8 @@ public:
     {
         return asio::async_initiate<Token, void(std::error_code, buffer)>(
             [this](auto handler, file_ref f, buffer buf, std::uint64_t group) {
-                start_read_small(std::move(f), std::move(buf), group, read_handler(std::move(handler)));
+                const bool here = completes_here(handler);
+                start_read_small(std::move(f), std::move(buf), group, read_handler(std::move(handler)), here);
             },
             token, std::move(f), std::move(buf), group);
     }
@@ -202,7 +206,8 @@ public:
     {
         return asio::async_initiate<Token, void(std::error_code, buffer)>(
             [this, chunk, parallel](auto handler, file_ref f, buffer buf, std::uint64_t group) {
-                start_read_large(std::move(f), std::move(buf), chunk, parallel, group, read_handler(std::move(handler)));
+                const bool here = completes_here(handler);
+                start_read_large(std::move(f), std::move(buf), chunk, parallel, group, read_handler(std::move(handler)), here);
             },
             token, std::move(f), std::move(buf), group);
     }
@@ -218,7 +223,8 @@ public:
     {
         return asio::async_initiate<Token, void(std::error_code, buffer)>(
             [this](auto handler, std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset, std::uint64_t group) {
-                start_read_at(std::move(f), std::move(buf), offset, group, read_handler(std::move(handler)));
+                const bool here = completes_here(handler);
+                start_read_at(std::move(f), std::move(buf), offset, group, read_handler(std::move(handler)), here);
             },
             token, std::move(f), std::move(buf), offset, group);
     }
@@ -230,13 +236,36 @@ public:
     class impl;
 
 private:
+    /* Whether `h` completes on this ring's own io_context: its associated executor is that
+       context's plain executor (as for a coroutine running on the ring's I/O thread), or it
+       has none. Such a handler is called directly when its operation completes on the
+       context's thread, which is what dispatching it there would do, without asking the
+       type-erased handler for its executor (that wraps one type-erased executor in another,
+       an allocation per operation). Anything else (a strand, another context) is dispatched
+       through its executor. Known here, where the handler's type still is. */
+    template <class Handler>
+    bool completes_here(const Handler& h)
+    {
+        using context_executor = asio::io_context::executor_type;
+        const auto ex = asio::get_associated_executor(h, context().get_executor());
+        if constexpr (std::is_same_v<std::decay_t<decltype(ex)>, context_executor>) {
+            return &ex.context() == &context();
+        } else if constexpr (requires { ex.template target<context_executor>(); }) {
+            const auto* t = ex.template target<context_executor>();
+            return t && &t->context() == &context();
+        } else {
+            return false;
+        }
+    }
+
     // The initiations of the async_* operations: each starts its operation on the ring.
-    CONVEYOR_DECL void start_file_size(file_ref f, std::uint64_t group, size_handler h);
-    CONVEYOR_DECL void start_read_small(file_ref f, buffer buf, std::uint64_t group, read_handler h);
+    // `here`: see completes_here.
+    CONVEYOR_DECL void start_file_size(file_ref f, std::uint64_t group, size_handler h, bool here);
+    CONVEYOR_DECL void start_read_small(file_ref f, buffer buf, std::uint64_t group, read_handler h, bool here);
     CONVEYOR_DECL void start_read_large(file_ref f, buffer buf, std::uint32_t chunk, unsigned parallel,
-                                        std::uint64_t group, read_handler h);
+                                        std::uint64_t group, read_handler h, bool here);
     CONVEYOR_DECL void start_read_at(std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset,
-                                     std::uint64_t group, read_handler h);
+                                     std::uint64_t group, read_handler h, bool here);
 
     std::unique_ptr<impl> impl_;
 };

@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -178,28 +179,37 @@ struct pread_call {
     file_read operator()() { return pread_file(pool, f, lp->entries[i], lp->full_path(i), i); }
 };
 
-/** Reads file `i` of `l` whole, as it is: no deadline. Must run on the thread of
-    `env.ring`'s io_context when `env.ring` is set. Cancelling the awaiting coroutine ends
-    the read at once with `operation_canceled` (what the kernel still holds keeps its
-    memory until it lets go). Completes with an error code rather than throwing, so that
-    skipping bad files costs no exception. */
-CONVEYOR_DECL asio::awaitable<file_read> read_file_now(const read_env& env, std::shared_ptr<const listing> lp, std::size_t i)
+/// What a read of file `i` of `l` gives the stage `stage`: the blob, or the error naming the file.
+CONVEYOR_DECL read_outcome<blob> outcome_of(std::string_view stage, const listing& l, std::size_t i, file_read r)
+{
+    if (r.ec) return read_outcome<blob>(read_error(stage, r.ec, l, i, std::move(r.detail)));
+    return read_outcome<blob>(std::move(r.b));
+}
+
+/** Reads file `i` of `l` whole, as it is: no deadline; failures are errors of stage
+    `stage` naming the file. Must run on the thread of `env.ring`'s io_context when
+    `env.ring` is set. Cancelling the awaiting coroutine ends the read at once with
+    `operation_canceled` (what the kernel still holds keeps its memory until it lets go).
+    Completes with the error rather than throwing, so that skipping bad files costs no
+    exception thrown. */
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_file_now(const read_env& env, std::shared_ptr<const listing> lp,
+                                                                std::size_t i, std::string_view stage)
 {
     const listing& l = *lp;
     const entry& e = l.entries[i];
     if (env.root && env.root->error())
-        co_return read_failed(env.root->error(), "cannot open the dataset root " + l.root.string());
+        co_return outcome_of(stage, l, i, read_failed(env.root->error(), "cannot open the dataset root " + l.root.string()));
     file_ref f = file_of(env, l, i);
     if (!env.ring) {
         // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
         pread_call call{env.rt->buffers(), std::move(f), lp, i};
         auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
                                                                             asio::as_tuple(asio::use_awaitable));
-        if (!ep) co_return std::move(r);
+        if (!ep) co_return outcome_of(stage, l, i, std::move(r));
         try {
             std::rethrow_exception(ep);
         } catch (const std::system_error& x) {
-            co_return read_failed(x.code());
+            co_return outcome_of(stage, l, i, read_failed(x.code()));
         }
     }
     auto tok = asio::as_tuple(asio::use_awaitable);
@@ -208,7 +218,7 @@ CONVEYOR_DECL asio::awaitable<file_read> read_file_now(const read_env& env, std:
         size = static_cast<std::uint64_t>(e.size);
     } else {
         auto [ec, n] = co_await env.ring->async_file_size(f, env.group, tok);
-        if (ec) co_return read_failed(ec);
+        if (ec) co_return outcome_of(stage, l, i, read_failed(ec));
         size = n;
     }
     // One byte more than expected is asked for (and room kept for it): a file that grew
@@ -223,27 +233,41 @@ CONVEYOR_DECL asio::awaitable<file_read> read_file_now(const read_env& env, std:
     }
     std::string detail;
     if (!ec) ec = size_check(size, buf.size(), detail);
-    if (ec) co_return read_failed(ec, std::move(detail));
-    co_return file_read{{}, blob{e.path, std::move(buf), l.full_path(i), e.label, i}, {}};
+    if (ec) co_return outcome_of(stage, l, i, read_failed(ec, std::move(detail)));
+    co_return read_outcome<blob>(blob{e.path, std::move(buf), l.full_path(i), e.label, i});
 }
 
-/** Reads file `i` of `l` whole, within `env.timeout` when one is set: past it, the read is
-    abandoned and the result is `errc::read_timed_out`. */
-CONVEYOR_DECL asio::awaitable<file_read> read_file(const read_env& env, const std::shared_ptr<const listing>& l, std::size_t i)
+/// `read_file_now` with its outcome in an optional (co_spawn wants a result it can default-construct).
+CONVEYOR_DECL asio::awaitable<std::optional<read_outcome<blob>>> read_file_boxed(const read_env& env, std::shared_ptr<const listing> l,
+                                                                                 std::size_t i, std::string_view stage)
 {
-    if (env.timeout.count() <= 0) co_return co_await read_file_now(env, l, i);
+    co_return co_await read_file_now(env, std::move(l), i, stage);
+}
+
+/** Reads file `i` of `l` whole, within `env.timeout`: past it, the read is abandoned and
+    the result is `errc::read_timed_out`. */
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_file(const read_env& env, std::shared_ptr<const listing> l,
+                                                            std::size_t i, std::string_view stage)
+{
     auto ex = co_await asio::this_coro::executor;
     asio::steady_timer timer(ex, env.timeout);
     auto [order, ep, res, timer_ec] =
-        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, read_file_now(env, l, i), asio::deferred),
+        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, read_file_boxed(env, l, i, stage), asio::deferred),
                                                          timer.async_wait(asio::deferred))
             .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
     if (order[0] == 0) {
         if (ep) std::rethrow_exception(ep);
-        co_return std::move(res);
+        co_return std::move(*res);
     }
-    co_return read_failed(make_error_code(errc::read_timed_out),
-                          "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)");
+    co_return outcome_of(stage, *l, i,
+                         read_failed(make_error_code(errc::read_timed_out),
+                                     "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)"));
+}
+
+/// A read that failed before it began.
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> failed_read(std::exception_ptr e)
+{
+    co_return read_outcome<blob>(std::move(e));
 }
 
 /** Reads the files of one listing, item by item: the reader of a file source's run (one
@@ -311,16 +335,14 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64
             // fails the whole run, whatever the error policy says about single files.
             auto e = std::current_exception();
             if (ctx_) ctx_->fail(e, stage_);
-            co_return read_outcome<blob>(e);
+            return failed_read(e);
         }
     }
-    // The environment lives in the reader, which outlives this read (its callers hold it).
-    // Without a timeout the read is awaited directly: one coroutine frame fewer per file.
-    file_read r;
-    if (env->timeout.count() > 0) r = co_await read_file(*env, files_, i);
-    else r = co_await read_file_now(*env, files_, i);
-    if (r.ec) co_return read_outcome<blob>(read_error(stage_, r.ec, *files_, i, std::move(r.detail)));
-    co_return read_outcome<blob>(std::move(r.b));
+    // Not a coroutine itself: the caller awaits the read's own coroutine (one frame per
+    // file). The environment and the stage's name live in the reader, which outlives the
+    // read (its callers hold it).
+    if (env->timeout.count() > 0) return read_file(*env, files_, i, stage_);
+    return read_file_now(*env, files_, i, stage_);
 }
 
 /// The reader of one run, as keyed_source calls it (named types, not closures: they end up

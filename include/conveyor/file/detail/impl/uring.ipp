@@ -376,11 +376,21 @@ public:
         // Calls `h(ec, args...)` on its executor: inline when already there (normal
         // completions, from reap), posted when `post` (abandoning, from a cancellation
         // handler or another op's bookkeeping). The slot is cleared just before the call.
+        // A handler that completes on the ring's own context (`here`) is called directly
+        // when this is its thread: what a dispatch would do, without the executor's
+        // type erasure and its allocation.
         template <class Handler, class... Args>
         void deliver(Handler& h, bool post, std::error_code ec, Args... args)
         {
             if (delivered) return;
             delivered = true;
+            if (!post && here && ring.ctx_.get_executor().running_in_this_thread()) {
+                auto s = h.get_cancellation_slot();
+                if (s.is_connected()) s.clear();
+                auto handler = std::move(h); // the op may be gone once the handler has run
+                std::move(handler)(ec, std::move(args)...);
+                return;
+            }
             auto ex = asio::get_associated_executor(h, ring.ctx_.get_executor());
             auto call = [h = std::move(h), ec, ... args = std::move(args)]() mutable {
                 auto s = h.get_cancellation_slot();
@@ -396,6 +406,7 @@ public:
         impl& ring;
         file_ref file;
         bool delivered = false;
+        bool here = false; // the handler completes on the ring's context (uring::completes_here)
         std::shared_ptr<base_op*> alive; // see listen_for_cancellation
     };
 
@@ -537,7 +548,9 @@ public:
                 // abandoned read (its handler already called) just ends.
                 if (delivered) return;
                 file.listed_regular = false;
-                ring.start(new small_read_op(ring, std::move(file), std::move(buf), group, std::move(handler)));
+                auto* again = new small_read_op(ring, std::move(file), std::move(buf), group, std::move(handler));
+                again->here = here;
+                ring.start(again);
                 return;
             }
             if (res[0] < 0) return complete(errno_code(res[0]), 0);
@@ -817,25 +830,31 @@ CONVEYOR_DECL void uring::cancel_group(std::uint64_t group)
     impl_->cancel_group(group);
 }
 
-CONVEYOR_DECL void uring::start_file_size(file_ref f, std::uint64_t group, size_handler h)
+CONVEYOR_DECL void uring::start_file_size(file_ref f, std::uint64_t group, size_handler h, bool here)
 {
-    impl_->start(new impl::stat_op(*impl_, std::move(f), group, std::move(h)));
+    auto* op = new impl::stat_op(*impl_, std::move(f), group, std::move(h));
+    op->here = here;
+    impl_->start(op);
 }
 
-CONVEYOR_DECL void uring::start_read_small(file_ref f, buffer buf, std::uint64_t group, read_handler h)
+CONVEYOR_DECL void uring::start_read_small(file_ref f, buffer buf, std::uint64_t group, read_handler h, bool here)
 {
-    impl_->start(new impl::small_read_op(*impl_, std::move(f), std::move(buf), group, std::move(h)));
+    auto* op = new impl::small_read_op(*impl_, std::move(f), std::move(buf), group, std::move(h));
+    op->here = here;
+    impl_->start(op);
 }
 
 CONVEYOR_DECL void uring::start_read_large(file_ref f, buffer buf, std::uint32_t chunk, unsigned parallel,
-                                           std::uint64_t group, read_handler h)
+                                           std::uint64_t group, read_handler h, bool here)
 {
-    impl_->start(new impl::large_read_op(*impl_, std::move(f), std::move(buf), std::max<std::uint32_t>(chunk, 4096),
-                                         std::max(parallel, 1u), group, std::move(h)));
+    auto* op = new impl::large_read_op(*impl_, std::move(f), std::move(buf), std::max<std::uint32_t>(chunk, 4096),
+                                       std::max(parallel, 1u), group, std::move(h));
+    op->here = here;
+    impl_->start(op);
 }
 
 CONVEYOR_DECL void uring::start_read_at(std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset,
-                                        std::uint64_t group, read_handler h)
+                                        std::uint64_t group, read_handler h, bool here)
 {
     if (buf.empty()) { // nothing to read: no SQE (a 0-byte read would look like end of file)
         auto ex = asio::get_associated_executor(h, impl_->ctx_.get_executor());
@@ -844,7 +863,9 @@ CONVEYOR_DECL void uring::start_read_at(std::shared_ptr<const open_file> f, buff
         }));
         return;
     }
-    impl_->start(new impl::read_at_op(*impl_, std::move(f), std::move(buf), offset, group, std::move(h)));
+    auto* op = new impl::read_at_op(*impl_, std::move(f), std::move(buf), offset, group, std::move(h));
+    op->here = here;
+    impl_->start(op);
 }
 
 CONVEYOR_DECL uring& uring_service::get(asio::io_context& ctx, const uring_options& opts)
