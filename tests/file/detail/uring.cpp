@@ -8,6 +8,8 @@
 #include <conveyor/file/detail/uring.hpp>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/bind_executor.hpp>
 
@@ -195,6 +197,42 @@ TEST_CASE("uring completes each read through its handler's executor: the ring's 
     CHECK(elsewhere.n == 500);
     CHECK(elsewhere.on_other);
     CHECK_FALSE(elsewhere.on_io);
+}
+
+TEST_CASE("uring: a cancellation through a handler's slot abandons that read alone, in flight or waiting for a file slot; once it has completed, nothing")
+{
+    REQUIRE_KERNEL_URING();
+    temp_dir d;
+    const auto text = ftest::content(5, 1000);
+    write_file(d / "f", text);
+    const auto f = (d / "f").string();
+
+    asio::io_context io;
+    cfd::uring ring(io, {.entries = 8, .max_files = 1});
+    REQUIRE_MESSAGE(ring.available(), ring.unavailable_reason());
+    asio::cancellation_signal sig_flight, sig_waiting, sig_late;
+    result flight, waiting, late, plain;
+    ring.async_read_small(at(f), bytes(1001), 1, asio::bind_cancellation_slot(sig_flight.slot(), into(flight))); // the one slot
+    ring.async_read_small(at(f), bytes(1001), 1, asio::bind_cancellation_slot(sig_waiting.slot(), into(waiting)));
+    ring.async_read_small(at(f), bytes(1001), 1, asio::bind_cancellation_slot(sig_late.slot(), into(late)));
+    ring.async_read_small(at(f), bytes(1001), 1, into(plain));
+    CHECK(ring.in_flight() == 4); // one in the slot, three waiting for it
+    sig_flight.emit(asio::cancellation_type::terminal);
+    sig_waiting.emit(asio::cancellation_type::terminal);
+    REQUIRE(drive(io, [&] { return flight.calls && waiting.calls && late.calls && plain.calls && ring.in_flight() == 0; }));
+    CHECK(flight.ec == std::errc::operation_canceled);
+    CHECK(waiting.ec == std::errc::operation_canceled);
+    for (const result* r : {&late, &plain}) {
+        CHECK_FALSE(r->ec);
+        CHECK(r->data == text);
+    }
+    // Completed: a cancellation now reaches nobody (and nothing that is gone).
+    sig_late.emit(asio::cancellation_type::terminal);
+    sig_flight.emit(asio::cancellation_type::terminal);
+    io.restart();
+    io.poll();
+    for (const result* r : {&flight, &waiting, &late, &plain}) CHECK(r->calls == 1);
+    CHECK(ring.in_flight() == 0);
 }
 
 TEST_CASE("uring gives back the file slot of a failed open")

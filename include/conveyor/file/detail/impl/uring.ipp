@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -277,6 +278,16 @@ public:
         op->deliver_error(ec, true);
     }
 
+    // Abandons `op` if it is still one of this ring's operations (in flight or waiting for a
+    // slot) with serial number `id`, as a cancellation of its handler asks; else nothing.
+    // A linear search: cancelling single operations is rare, and the ring holds a few hundred.
+    void abandon_serial(base_op* op, std::uint64_t id)
+    {
+        bool held = std::find(backlog_.begin(), backlog_.end(), static_cast<uring_op*>(op)) != backlog_.end();
+        for (uring_op* o = head_; o && !held; o = o->next) held = o == op;
+        if (held && op->serial == id) abandon(op, std::make_error_code(std::errc::operation_canceled));
+    }
+
     // ---- file slots -------------------------------------------------------------------------
 
     int take_slot()
@@ -346,10 +357,6 @@ public:
        executor): an abandoned operation still receives its CQEs but calls nobody. */
     struct base_op : uring_op {
         base_op(impl& r, file_ref f, std::uint64_t g) : ring(r), file(std::move(f)) { group = g; }
-        ~base_op() override
-        {
-            if (alive) *alive = nullptr;
-        }
         /// Prepares the SQEs; false if it must wait for a file slot.
         virtual bool prepare() = 0;
         /// Asks the kernel to cancel what is in flight; `why` is the error it ends with.
@@ -360,17 +367,30 @@ public:
         virtual asio::cancellation_slot slot() = 0;
 
         // Asio per-operation cancellation: a cancellation delivered to the handler's slot
-        // abandons this operation. The slot's handler holds `alive`, not the op itself, so
-        // that it never reaches an op that is gone.
+        // abandons this operation. The slot's handler names the op by its address and
+        // serial number and the ring looks it up among the ops it holds (`abandon_serial`),
+        // so that it never reaches an op that is gone. An op that dies with its handler
+        // never called (at shutdown) clears the slot first (`forget_slot`): the handler
+        // would otherwise name a ring that may be gone too.
         void listen_for_cancellation()
         {
+            if (serial) return; // already listening (an op started again from the backlog)
             auto s = slot();
-            if (!s.is_connected() || alive) return;
-            alive = std::make_shared<base_op*>(this);
-            s.assign([cell = alive, r = &ring](asio::cancellation_type_t type) {
-                if (type == asio::cancellation_type::none || !*cell) return;
-                r->abandon(*cell, std::make_error_code(std::errc::operation_canceled));
+            if (!s.is_connected()) return;
+            serial = ++ring.next_serial_;
+            s.assign([r = &ring, op = this, id = serial](asio::cancellation_type_t type) {
+                if (type != asio::cancellation_type::none) r->abandon_serial(op, id);
             });
+        }
+
+        // Clears the handler's slot if this op listens there and its handler was never
+        // called nor handed on. Called by each op's destructor, while the handler still exists.
+        template <class Handler>
+        void forget_slot(Handler& h) noexcept
+        {
+            if (!serial || delivered || !h) return;
+            auto s = h.get_cancellation_slot();
+            if (s.is_connected()) s.clear();
         }
 
         // Calls `h(ec, args...)` on its executor: inline when already there (normal
@@ -407,7 +427,7 @@ public:
         file_ref file;
         bool delivered = false;
         bool here = false; // the handler completes on the ring's context (uring::completes_here)
-        std::shared_ptr<base_op*> alive; // see listen_for_cancellation
+        std::uint64_t serial = 0; // nonzero once listening on the handler's slot
     };
 
     struct read_op : base_op {
@@ -415,6 +435,7 @@ public:
             : base_op(r, std::move(f), g), buf(std::move(b)), handler(std::move(h))
         {
         }
+        ~read_op() override { forget_slot(handler); }
         void deliver_error(std::error_code ec, bool post) override { deliver(handler, post, ec, buffer{}); }
         void complete(std::error_code ec, std::uint64_t n)
         {
@@ -460,6 +481,7 @@ public:
 
     struct stat_op final : base_op {
         stat_op(impl& r, file_ref f, std::uint64_t g, size_handler h) : base_op(r, std::move(f), g), handler(std::move(h)) {}
+        ~stat_op() override { forget_slot(handler); }
         bool prepare() override
         {
             io_uring_sqe* sqe = ring.get_sqe(1);
@@ -790,6 +812,7 @@ public:
     bool flush_scheduled_ = false;
     bool stopping_ = false;
     std::shared_ptr<int> alive_ = std::make_shared<int>(0); // see schedule_flush
+    std::uint64_t next_serial_ = 0;                          // see base_op::listen_for_cancellation
     std::vector<int> free_slots_;
     struct reaped {
         std::uint64_t user_data;
