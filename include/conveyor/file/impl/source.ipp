@@ -179,62 +179,102 @@ struct pread_call {
     file_read operator()() { return pread_file(pool, f, lp->entries[i], lp->full_path(i), i); }
 };
 
+/// The failed read of file `i` of `l`, as stage `stage` reports it.
+CONVEYOR_DECL read_outcome<blob> read_failure(std::string_view stage, const listing& l, std::size_t i, std::error_code ec,
+                                              std::string detail = {})
+{
+    return read_outcome<blob>(read_error(stage, ec, l, i, std::move(detail)));
+}
+
 /// What a read of file `i` of `l` gives the stage `stage`: the blob, or the error naming the file.
 CONVEYOR_DECL read_outcome<blob> outcome_of(std::string_view stage, const listing& l, std::size_t i, file_read r)
 {
-    if (r.ec) return read_outcome<blob>(read_error(stage, r.ec, l, i, std::move(r.detail)));
+    if (r.ec) return read_failure(stage, l, i, r.ec, std::move(r.detail));
     return read_outcome<blob>(std::move(r.b));
+}
+
+/// `read_file_now` with the pread backend: `pread_file` on the blocking pool.
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_with_pread(const read_env& env, std::shared_ptr<const listing> lp,
+                                                                  std::size_t i, std::string_view stage)
+{
+    if (env.root && env.root->error())
+        co_return read_failure(stage, *lp, i, env.root->error(), "cannot open the dataset root " + lp->root.string());
+    // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
+    pread_call call{env.rt->buffers(), file_of(env, *lp, i), lp, i};
+    auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
+                                                                        asio::as_tuple(asio::use_awaitable));
+    if (!ep) co_return outcome_of(stage, *lp, i, std::move(r));
+    try {
+        std::rethrow_exception(ep);
+    } catch (const std::system_error& x) {
+        co_return read_failure(stage, *lp, i, x.code());
+    }
+}
+
+/// The size of `f` by the ring's `statx` (for a listing that does not know it).
+CONVEYOR_DECL asio::awaitable<std::tuple<std::error_code, std::uint64_t>> ring_file_size(const read_env& env, file_ref f)
+{
+    co_return co_await env.ring->async_file_size(std::move(f), env.group, asio::as_tuple(asio::use_awaitable));
+}
+
+/// File `i` of `l`, read whole into `buf`.
+CONVEYOR_DECL read_outcome<blob> read_success(const listing& l, std::size_t i, buffer buf)
+{
+    const entry& e = l.entries[i];
+    return read_outcome<blob>(blob{e.path, std::move(buf), l.full_path(i), e.label, i});
+}
+
+/* `read_file_now` through the lane's ring. One exit for failures, and the outcomes built
+   by plain functions: every local and temporary of a coroutine takes room in its frame,
+   allocated per file, and glibc keeps freed blocks for reuse per thread only up to 1,032
+   bytes (the frame was 1,424 with the pread path and an outcome per failure in it). */
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_with_ring(const read_env& env, std::shared_ptr<const listing> lp,
+                                                                 std::size_t i, std::string_view stage)
+{
+    const listing& l = *lp;
+    std::error_code ec;
+    std::string detail;
+    do {
+        if (env.root && env.root->error()) {
+            ec = env.root->error();
+            detail = "cannot open the dataset root " + l.root.string();
+            break;
+        }
+        file_ref f = file_of(env, l, i);
+        std::uint64_t size = 0;
+        if (const std::int64_t listed = l.entries[i].size; listed >= 0) {
+            size = static_cast<std::uint64_t>(listed);
+        } else {
+            std::tie(ec, size) = co_await ring_file_size(env, f);
+            if (ec) break;
+        }
+        // One byte more than expected is asked for (and room kept for it): a file that
+        // grew since it was listed is detected, not silently truncated.
+        buffer buf = env.rt->buffers().acquire(size + 1);
+        auto tok = asio::as_tuple(asio::use_awaitable);
+        if (size < env.chunk_size) {
+            std::tie(ec, buf) = co_await env.ring->async_read_small(std::move(f), std::move(buf), env.group, tok);
+        } else {
+            std::tie(ec, buf) = co_await env.ring->async_read_large(std::move(f), std::move(buf), env.chunk_size,
+                                                                    env.chunks_in_flight, env.group, tok);
+        }
+        if (ec || (ec = size_check(size, buf.size(), detail))) break;
+        co_return read_success(l, i, std::move(buf));
+    } while (false);
+    co_return read_failure(stage, l, i, ec, std::move(detail));
 }
 
 /** Reads file `i` of `l` whole, as it is: no deadline; failures are errors of stage
     `stage` naming the file. Must run on the thread of `env.ring`'s io_context when
-    `env.ring` is set. Cancelling the awaiting coroutine ends the read at once with
-    `operation_canceled` (what the kernel still holds keeps its memory until it lets go).
-    Completes with the error rather than throwing, so that skipping bad files costs no
-    exception thrown. */
+    `env.ring` is set, else reads with pread on the blocking pool. Cancelling the awaiting
+    coroutine ends the read at once with `operation_canceled` (what the kernel still holds
+    keeps its memory until it lets go). Completes with the error rather than throwing, so
+    that skipping bad files costs no exception thrown. */
 CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_file_now(const read_env& env, std::shared_ptr<const listing> lp,
                                                                 std::size_t i, std::string_view stage)
 {
-    const listing& l = *lp;
-    const entry& e = l.entries[i];
-    if (env.root && env.root->error())
-        co_return outcome_of(stage, l, i, read_failed(env.root->error(), "cannot open the dataset root " + l.root.string()));
-    file_ref f = file_of(env, l, i);
-    if (!env.ring) {
-        // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
-        pread_call call{env.rt->buffers(), std::move(f), lp, i};
-        auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
-                                                                            asio::as_tuple(asio::use_awaitable));
-        if (!ep) co_return outcome_of(stage, l, i, std::move(r));
-        try {
-            std::rethrow_exception(ep);
-        } catch (const std::system_error& x) {
-            co_return outcome_of(stage, l, i, read_failed(x.code()));
-        }
-    }
-    auto tok = asio::as_tuple(asio::use_awaitable);
-    std::uint64_t size;
-    if (e.size >= 0) {
-        size = static_cast<std::uint64_t>(e.size);
-    } else {
-        auto [ec, n] = co_await env.ring->async_file_size(f, env.group, tok);
-        if (ec) co_return outcome_of(stage, l, i, read_failed(ec));
-        size = n;
-    }
-    // One byte more than expected is asked for (and room kept for it): a file that grew
-    // since it was listed is detected, not silently truncated.
-    buffer buf = env.rt->buffers().acquire(size + 1);
-    std::error_code ec;
-    if (size < env.chunk_size) {
-        std::tie(ec, buf) = co_await env.ring->async_read_small(std::move(f), std::move(buf), env.group, tok);
-    } else {
-        std::tie(ec, buf) = co_await env.ring->async_read_large(std::move(f), std::move(buf), env.chunk_size,
-                                                                env.chunks_in_flight, env.group, tok);
-    }
-    std::string detail;
-    if (!ec) ec = size_check(size, buf.size(), detail);
-    if (ec) co_return outcome_of(stage, l, i, read_failed(ec, std::move(detail)));
-    co_return read_outcome<blob>(blob{e.path, std::move(buf), l.full_path(i), e.label, i});
+    if (env.ring) return read_with_ring(env, std::move(lp), i, stage);
+    return read_with_pread(env, std::move(lp), i, stage);
 }
 
 /// `read_file_now` with its outcome in an optional (co_spawn wants a result it can default-construct).
@@ -259,9 +299,8 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_file(const read_env& env,
         if (ep) std::rethrow_exception(ep);
         co_return std::move(*res);
     }
-    co_return outcome_of(stage, *l, i,
-                         read_failed(make_error_code(errc::read_timed_out),
-                                     "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)"));
+    co_return read_failure(stage, *l, i, make_error_code(errc::read_timed_out),
+                           "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)");
 }
 
 /// A read that failed before it began.
