@@ -12,6 +12,9 @@
 #include <conveyor/file/source.hpp>
 #include <conveyor/file/detail/uring.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -1229,6 +1232,39 @@ TEST_CASE("dataset get(i) with a read deadline fails with errc::read_timed_out i
         });
         CHECK(ftest::bytes_of(dset.get(0)) == ds.contents.at("a.bin"));
         ds.mount->release();
+    }
+}
+
+TEST_CASE("cancelling a dataset's async_get ends a stuck read at once, with a read deadline or without one")
+{
+    // The deadline path cancels the read through a signal of its own; the awaiting
+    // coroutine's cancellation must reach the read through it too.
+    for (const auto& bc : ftest::backends())
+    for (const auto deadline : {std::chrono::milliseconds(0), std::chrono::milliseconds(120'000)}) {
+        INFO(std::string(bc.name) << ", read_timeout " << deadline.count() << " ms");
+        stuck_dataset ds(1);
+        if (!ds.mount) return;
+        cv::runtime rt(opts_for(bc));
+        cf::dataset dset(ds.files, rt, {.read_timeout = deadline});
+        asio::io_context caller;
+        auto guard = asio::make_work_guard(caller);
+        std::thread t([&] { caller.run(); });
+        asio::cancellation_signal sig;
+        auto got = asio::co_spawn(caller, dset.async_get(1), asio::bind_cancellation_slot(sig.slot(), asio::use_future));
+        REQUIRE(ftest::eventually([&] { return ds.mount->held() >= 1; }, ftest::generous)); // the read is stuck
+        asio::post(caller, [&] { sig.emit(asio::cancellation_type::terminal); });
+        const bool ended = got.wait_for(ftest::generous) == std::future_status::ready;
+        CHECK_MESSAGE(ended, "the cancelled read did not end");
+        if (ended) {
+            const auto e = ftest::error_from([&] { (void)got.get(); });
+            REQUIRE(e);
+            CHECK(e->code() == std::errc::operation_canceled);
+            CHECK(e->key() == "hang0.bin");
+        }
+        ds.mount->release();
+        guard.reset();
+        t.join();
+        CHECK(ftest::bytes_of(dset.get(0)) == ds.contents.at("a.bin"));
     }
 }
 
