@@ -1235,6 +1235,30 @@ TEST_CASE("dataset get(i) with a read deadline fails with errc::read_timed_out i
     }
 }
 
+TEST_CASE("a listing whose root cannot be opened fails each read naming the file and the root, with either backend")
+{
+    temp_dir d;
+    cf::listing l;
+    l.root = d / "gone";
+    l.entries.push_back({"a.bin", 10, -1});
+    for (const auto& bc : ftest::backends()) {
+        INFO(std::string(bc.name));
+        cv::runtime rt(opts_for(bc));
+        auto p = cf::files(l).on(rt);
+        const auto e = ftest::as_error(ftest::run_all(p, "a run over a missing root").error);
+        REQUIRE(e);
+        CHECK(e->code() == std::errc::no_such_file_or_directory);
+        CHECK(e->key() == "a.bin");
+        CHECK_MESSAGE(std::string(e->what()).find("cannot open the dataset root " + (d / "gone").string()) != std::string::npos,
+                      e->what());
+        cf::dataset ds(l, rt);
+        const auto de = ftest::error_from([&] { (void)ds.get(0); });
+        REQUIRE(de);
+        CHECK(de->code() == std::errc::no_such_file_or_directory);
+        CHECK(de->stage() == "file dataset");
+    }
+}
+
 TEST_CASE("cancelling a dataset's async_get ends a stuck read at once, with a read deadline or without one")
 {
     // The deadline path cancels the read through a signal of its own; the awaiting

@@ -204,8 +204,6 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_with_pread(const read_env
                                                                   asio::cancellation_slot slot)
 {
     if (!slot.is_connected()) slot = (co_await asio::this_coro::cancellation_state).slot();
-    if (env.root && env.root->error())
-        co_return read_failure(stage, *lp, i, env.root->error(), "cannot open the dataset root " + lp->root.string());
     // A named closure, not a temporary in the co_await: GCC 12 destroys such temporaries twice.
     pread_call call{env.rt->buffers(), file_of(env, *lp, i), lp, i};
     auto [ep, r] = co_await conveyor::detail::async_offload_abandonable(env.rt->blocking_executor(), std::move(call),
@@ -239,11 +237,6 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_with_ring(const read_env&
     std::error_code ec;
     std::string detail;
     do {
-        if (env.root && env.root->error()) {
-            ec = env.root->error();
-            detail = "cannot open the dataset root " + l.root.string();
-            break;
-        }
         file_ref f = file_of(env, l, i);
         auto tok = read_token(slot);
         std::uint64_t size = 0;
@@ -268,6 +261,12 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_with_ring(const read_env&
     co_return read_failure(stage, l, i, ec, std::move(detail));
 }
 
+/// A read that ended before it began (it failed): `r`, as an awaitable.
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> ready(read_outcome<blob> r)
+{
+    co_return std::move(r);
+}
+
 /** Reads file `i` of `l` whole, as it is: no deadline; failures are errors of stage
     `stage` naming the file. Must run on the thread of `env.ring`'s io_context when
     `env.ring` is set, else reads with pread on the blocking pool. A cancellation through
@@ -279,6 +278,8 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_file_now(const read_env& 
                                                                 std::size_t i, std::string_view stage,
                                                                 asio::cancellation_slot slot = {})
 {
+    if (env.root && env.root->error())
+        return ready(read_failure(stage, *lp, i, env.root->error(), "cannot open the dataset root " + lp->root.string()));
     if (env.ring) return read_with_ring(env, std::move(lp), i, stage, slot);
     return read_with_pread(env, std::move(lp), i, stage, slot);
 }
@@ -316,12 +317,6 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_file(const read_env& env,
         co_return read_failure(stage, *l, i, make_error_code(errc::read_timed_out),
                                "no answer within " + std::to_string(env.timeout.count()) + " ms (source_options::read_timeout)");
     co_return r;
-}
-
-/// A read that failed before it began.
-CONVEYOR_DECL asio::awaitable<read_outcome<blob>> failed_read(std::exception_ptr e)
-{
-    co_return read_outcome<blob>(std::move(e));
 }
 
 /** Reads the files of one listing, item by item: the reader of a file source's run (one
@@ -389,7 +384,7 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> reader::operator()(std::uint64
             // fails the whole run, whatever the error policy says about single files.
             auto e = std::current_exception();
             if (ctx_) ctx_->fail(e, stage_);
-            return failed_read(e);
+            return ready(read_outcome<blob>(e));
         }
     }
     // Not a coroutine itself: the caller awaits the read's own coroutine (one frame per

@@ -335,6 +335,14 @@ public:
         op->prev = op->next = nullptr;
     }
 
+    // Starts a new operation whose handler does (`here`) or does not complete on this
+    // ring's context (uring::completes_here).
+    void launch(base_op* op, bool here)
+    {
+        op->here = here;
+        start(op);
+    }
+
     void start(base_op* op)
     {
         if (!available_) {
@@ -404,23 +412,25 @@ public:
         {
             if (delivered) return;
             delivered = true;
-            if (!post && here && ring.ctx_.get_executor().running_in_this_thread()) {
-                auto s = h.get_cancellation_slot();
-                if (s.is_connected()) s.clear();
-                auto handler = std::move(h); // the op may be gone once the handler has run
-                std::move(handler)(ec, std::move(args)...);
-                return;
-            }
+            if (!post && here && ring.ctx_.get_executor().running_in_this_thread())
+                return call_now(std::move(h), ec, std::move(args)...); // the op may be gone once it has run
             auto ex = asio::get_associated_executor(h, ring.ctx_.get_executor());
             auto call = [h = std::move(h), ec, ... args = std::move(args)]() mutable {
-                auto s = h.get_cancellation_slot();
-                if (s.is_connected()) s.clear();
-                std::move(h)(ec, std::move(args)...);
+                call_now(std::move(h), ec, std::move(args)...);
             };
             // Posted through the ring's context, then dispatched to the handler's executor (an
             // any_completion_executor offers dispatch only).
             if (post) asio::post(ring.ctx_, asio::bind_executor(ex, std::move(call)));
             else asio::dispatch(ex, std::move(call));
+        }
+
+        // Clears `h`'s slot and calls it.
+        template <class Handler, class... Args>
+        static void call_now(Handler h, std::error_code ec, Args... args)
+        {
+            auto s = h.get_cancellation_slot();
+            if (s.is_connected()) s.clear();
+            std::move(h)(ec, std::move(args)...);
         }
 
         impl& ring;
@@ -570,9 +580,7 @@ public:
                 // abandoned read (its handler already called) just ends.
                 if (delivered) return;
                 file.listed_regular = false;
-                auto* again = new small_read_op(ring, std::move(file), std::move(buf), group, std::move(handler));
-                again->here = here;
-                ring.start(again);
+                ring.launch(new small_read_op(ring, std::move(file), std::move(buf), group, std::move(handler)), here);
                 return;
             }
             if (res[0] < 0) return complete(errno_code(res[0]), 0);
@@ -855,25 +863,20 @@ CONVEYOR_DECL void uring::cancel_group(std::uint64_t group)
 
 CONVEYOR_DECL void uring::start_file_size(file_ref f, std::uint64_t group, size_handler h, bool here)
 {
-    auto* op = new impl::stat_op(*impl_, std::move(f), group, std::move(h));
-    op->here = here;
-    impl_->start(op);
+    impl_->launch(new impl::stat_op(*impl_, std::move(f), group, std::move(h)), here);
 }
 
 CONVEYOR_DECL void uring::start_read_small(file_ref f, buffer buf, std::uint64_t group, read_handler h, bool here)
 {
-    auto* op = new impl::small_read_op(*impl_, std::move(f), std::move(buf), group, std::move(h));
-    op->here = here;
-    impl_->start(op);
+    impl_->launch(new impl::small_read_op(*impl_, std::move(f), std::move(buf), group, std::move(h)), here);
 }
 
 CONVEYOR_DECL void uring::start_read_large(file_ref f, buffer buf, std::uint32_t chunk, unsigned parallel,
                                            std::uint64_t group, read_handler h, bool here)
 {
-    auto* op = new impl::large_read_op(*impl_, std::move(f), std::move(buf), std::max<std::uint32_t>(chunk, 4096),
-                                       std::max(parallel, 1u), group, std::move(h));
-    op->here = here;
-    impl_->start(op);
+    impl_->launch(new impl::large_read_op(*impl_, std::move(f), std::move(buf), std::max<std::uint32_t>(chunk, 4096),
+                                          std::max(parallel, 1u), group, std::move(h)),
+                  here);
 }
 
 CONVEYOR_DECL void uring::start_read_at(std::shared_ptr<const open_file> f, buffer buf, std::uint64_t offset,
@@ -886,9 +889,7 @@ CONVEYOR_DECL void uring::start_read_at(std::shared_ptr<const open_file> f, buff
         }));
         return;
     }
-    auto* op = new impl::read_at_op(*impl_, std::move(f), std::move(buf), offset, group, std::move(h));
-    op->here = here;
-    impl_->start(op);
+    impl_->launch(new impl::read_at_op(*impl_, std::move(f), std::move(buf), offset, group, std::move(h)), here);
 }
 
 CONVEYOR_DECL uring& uring_service::get(asio::io_context& ctx, const uring_options& opts)
