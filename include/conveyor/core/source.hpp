@@ -11,6 +11,7 @@
 #include <conveyor/detail/config.hpp>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -118,6 +120,7 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
 {
     last_worker_closes<T> closer{st->workers_left, *out};
     const auto& s = st->settings;
+    const asio::any_io_executor ex = co_await asio::this_coro::executor;
     for (;;) {
         const std::uint64_t i = st->next.fetch_add(1, std::memory_order_relaxed);
         if (i >= st->count || ctx->stopping()) co_return;
@@ -151,9 +154,16 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
             continue;
         }
         if (s.on_read) s.on_read(r.value(), std::chrono::duration_cast<std::chrono::nanoseconds>(took));
-        const bool listening = s.ordered ? co_await out->send_at(i, std::move(r).value())
-                                         : co_await out->send(std::move(r).value());
-        if (!listening) co_return;
+        if (!s.ordered) {
+            if (!co_await out->send(std::move(r).value())) co_return;
+            continue;
+        }
+        // Placed at once when there is room (no coroutine frame per item); awaited only
+        // when the channel is full.
+        std::optional<T> item(std::move(r).value());
+        std::size_t placed = 0;
+        if (!out->try_send_run_at(i, std::span<std::optional<T>>(&item, 1), placed, ex)) co_return;
+        if (placed == 0 && !co_await out->send_run_at(i, std::span<std::optional<T>>(&item, 1))) co_return;
     }
 }
 

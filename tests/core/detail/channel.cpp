@@ -6,6 +6,7 @@
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -232,6 +233,122 @@ TEST_CASE("a sender cannot get more than capacity items ahead of the receiver")
     CHECK(prod.done);
 }
 
+TEST_CASE("wake_all resumes each executor's waiters in one turn of it, in order, on that executor")
+{
+    using conveyor::detail::wait_handler;
+    asio::io_context a, b;
+    std::vector<asio::strand<asio::io_context::executor_type>> strands;
+    for (int k = 0; k < 6; ++k) strands.push_back(asio::make_strand(b));
+    std::vector<std::string> ran;
+    std::vector<wait_handler> woken;
+    auto on = [&](const asio::any_io_executor& ex, std::string name, bool throws = false) {
+        woken.emplace_back(ex, [&ran, name, throws](boost::system::error_code ec) {
+            CHECK_FALSE(ec);
+            ran.push_back(name);
+            if (throws) throw std::runtime_error("handler " + name + " threw");
+        });
+    };
+    // Interleaved, as a source's workers on two lanes wait for room.
+    for (int k = 0; k < 4; ++k) {
+        on(a.get_executor(), "a" + std::to_string(k));
+        on(b.get_executor(), "b" + std::to_string(k));
+    }
+    conveyor::detail::wake_all(woken);
+    CHECK(woken.empty());
+    CHECK(ran.empty()); // posted, never run inline
+    CHECK(a.poll_one() == 1); // one turn of `a` resumes all four of its waiters
+    CHECK(ran == std::vector<std::string>{"a0", "a1", "a2", "a3"});
+    CHECK(b.poll_one() == 1);
+    CHECK(ran.size() == 8);
+    CHECK(ran.back() == "b3");
+    CHECK(a.poll() == 0);
+    CHECK(b.poll() == 0);
+
+    // Six strands: the first four distinct executors are grouped, the others posted one by
+    // one; each handler runs inside its own strand.
+    ran.clear();
+    for (int k = 0; k < 6; ++k) {
+        auto& st = strands[static_cast<std::size_t>(k)];
+        woken.emplace_back(asio::any_io_executor(st), [&ran, &st, k](boost::system::error_code) {
+            CHECK(st.running_in_this_thread());
+            ran.push_back("s" + std::to_string(k));
+        });
+    }
+    conveyor::detail::wake_all(woken);
+    b.restart(); // stopped when it ran out of work above
+    b.poll();
+    std::sort(ran.begin(), ran.end());
+    CHECK(ran == std::vector<std::string>{"s0", "s1", "s2", "s3", "s4", "s5"});
+
+    // A handler that throws: the exception leaves that turn of the context, and the
+    // waiters after it are still resumed, in order.
+    ran.clear();
+    on(a.get_executor(), "x0");
+    on(a.get_executor(), "x1", true);
+    on(a.get_executor(), "x2");
+    on(a.get_executor(), "x3");
+    conveyor::detail::wake_all(woken);
+    a.restart();
+    CHECK_THROWS_WITH(a.poll(), "handler x1 threw");
+    a.restart();
+    a.poll();
+    CHECK(ran == std::vector<std::string>{"x0", "x1", "x2", "x3"});
+}
+
+TEST_CASE("room made for senders waiting on two I/O contexts resumes them in one turn of each")
+{
+    // The file source's workers on two lanes, blocked on a full ordered channel: the
+    // consumer's take frees room for all of them at once.
+    asio::io_context a, b;
+    channel<int> ch(4);
+    outcome fill;
+    start(a,
+          [](channel<int>& c) -> asio::awaitable<void> {
+              for (int s = 0; s < 4; ++s) {
+                  const bool ok = co_await c.send_at(static_cast<std::uint64_t>(s), s);
+                  CHECK(ok);
+              }
+          }(ch),
+          fill);
+    settle(a);
+    REQUIRE(fill.done);
+    std::vector<outcome> senders(6);
+    for (int s = 4; s < 10; ++s) {
+        auto& io = s % 2 ? b : a;
+        start(io,
+              [](channel<int>& c, std::uint64_t seq) -> asio::awaitable<void> {
+                  const bool ok = co_await c.send_at(seq, static_cast<int>(seq));
+                  CHECK(ok);
+              }(ch, static_cast<std::uint64_t>(s)),
+              senders[static_cast<std::size_t>(s - 4)]);
+    }
+    settle(a);
+    settle(b);
+    for (auto& o : senders) CHECK_FALSE(o.done);
+    std::vector<int> got;
+    REQUIRE(ch.receive_some_blocking(got, 4)); // head 4: room for 4..7
+    CHECK(got == std::vector<int>{0, 1, 2, 3});
+    a.poll_one(); // one turn each resumes both of its senders that fit (4 and 6; 5 and 7)
+    b.poll_one();
+    CHECK(senders[0].done);
+    CHECK(senders[1].done);
+    CHECK(senders[2].done);
+    CHECK(senders[3].done);
+    CHECK_FALSE(senders[4].done); // 8 and 9 still wait for room
+    CHECK_FALSE(senders[5].done);
+    got.clear();
+    REQUIRE(ch.receive_some_blocking(got, 4));
+    CHECK(got == std::vector<int>{4, 5, 6, 7});
+    a.poll_one();
+    b.poll_one();
+    CHECK(senders[4].done);
+    CHECK(senders[5].done);
+    got.clear();
+    REQUIRE(ch.receive_some_blocking(got, 4));
+    CHECK(got == std::vector<int>{8, 9});
+    for (auto& o : senders) CHECK_FALSE(o.error);
+}
+
 TEST_CASE("send_at from several producers in scrambled order is delivered in sequence order")
 {
     SUBCASE("with room for everything")
@@ -289,6 +406,37 @@ TEST_CASE("send_at from several producers in scrambled order is delivered in seq
         std::iota(expected.begin(), expected.end(), 0);
         CHECK(got == expected);
     }
+}
+
+TEST_CASE("try_send_run_at places what fits now, leaves the rest untouched and never waits")
+{
+    asio::io_context io;
+    const asio::any_io_executor ex = io.get_executor();
+    channel<int> ch(4);
+    std::vector<std::optional<int>> run{0, 1, std::nullopt, 3, 4, 5};
+    std::size_t placed = 99;
+    CHECK(ch.try_send_run_at(0, std::span<std::optional<int>>(run), placed, ex));
+    CHECK(placed == 4); // room for sequence numbers 0..3: the hole at 2 takes a place too
+    REQUIRE(run[4].has_value());
+    CHECK(*run[4] == 4); // not moved from
+    std::vector<int> got;
+    REQUIRE(ch.receive_some_blocking(got, 10));
+    CHECK(got == std::vector<int>{0, 1, 3});
+    CHECK(ch.try_send_run_at(4, std::span<std::optional<int>>(run).subspan(4), placed, ex));
+    CHECK(placed == 2);
+    std::optional<int> far = 20;
+    CHECK(ch.try_send_run_at(20, std::span<std::optional<int>>(&far, 1), placed, ex));
+    CHECK(placed == 0); // beyond the room: nothing placed, nothing waits
+    REQUIRE(far.has_value());
+    CHECK(*far == 20);
+    got.clear();
+    REQUIRE(ch.receive_some_blocking(got, 10));
+    CHECK(got == std::vector<int>{4, 5});
+    ch.close_receiver();
+    std::optional<int> late = 6;
+    CHECK_FALSE(ch.try_send_run_at(6, std::span<std::optional<int>>(&late, 1), placed, ex)); // the receiver is gone
+    CHECK(placed == 0);
+    CHECK(io.poll() == 0); // nothing was left to run: no sender waits
 }
 
 TEST_CASE("skip_at leaves holes that the receiver passes over")

@@ -63,6 +63,59 @@ inline void wake(wait_handler w)
     asio::post(w.ex, [h = std::move(w.resume)]() mutable { std::move(h)(boost::system::error_code{}); });
 }
 
+/* Resumes waiting coroutines (`woken`, moved from), each on its own executor: one post per
+   executor for all of its waiters, resumed there in the order given, as separate posts
+   would be. A consumer that frees room for many senders at once (a file source's workers
+   on two lanes) pays two posts, not one per sender: each post is an allocation, a lock of
+   the lane's queue and a type-erased call (profiled: half the consumer's work per file).
+   Waiters are grouped by executor among the first few distinct ones; the rest (strands,
+   say, each its own executor) are posted one by one. */
+inline void wake_all(std::vector<wait_handler>& woken)
+{
+    using resume_handler = asio::any_completion_handler<void(boost::system::error_code)>;
+    // Resumes a batch in order. Should one throw, the rest are still resumed (posted).
+    struct resume_batch {
+        asio::any_io_executor ex;
+        std::vector<resume_handler> handlers;
+        void operator()()
+        {
+            std::size_t i = 0;
+            try {
+                for (; i < handlers.size(); ++i) std::move(handlers[i])(boost::system::error_code{});
+            } catch (...) {
+                for (++i; i < handlers.size(); ++i) wake(wait_handler{ex, std::move(handlers[i])});
+                throw;
+            }
+        }
+    };
+    constexpr std::size_t max_groups = 4;
+    std::size_t groups = 0;
+    std::array<resume_batch, max_groups> batch;
+    for (auto& w : woken) {
+        std::size_t g = 0;
+        while (g < groups && batch[g].ex != w.ex) ++g;
+        if (g == groups) {
+            if (groups == max_groups) {
+                wake(std::move(w));
+                continue;
+            }
+            batch[g].ex = w.ex;
+            ++groups;
+        }
+        batch[g].handlers.push_back(std::move(w.resume));
+    }
+    woken.clear();
+    for (std::size_t g = 0; g < groups; ++g) {
+        auto& b = batch[g];
+        if (b.handlers.size() == 1) {
+            wake(wait_handler{std::move(b.ex), std::move(b.handlers.front())});
+        } else {
+            asio::any_io_executor ex = b.ex;
+            asio::post(ex, std::move(b));
+        }
+    }
+}
+
 /// Suspends the calling coroutine until `reg` wakes or stores the waiter it is given.
 template <class Register>
 asio::awaitable<void> suspend_with(Register reg)
@@ -389,26 +442,8 @@ public:
         timed_wait waiting(*this, side::send);
         std::size_t i = 0;
         while (i < items.size()) {
-            {
-                std::unique_lock lk(mu_);
-                waiting.end_locked();
-                if (receiver_closed_ || cancelled_ || error_) co_return false;
-                bool at_head = false;
-                for (; i < items.size() && seq + i < head_ + room_; ++i) {
-                    const std::uint64_t at = seq + i;
-                    at_head = at_head || at == head_;
-                    if (items[i]) {
-                        count_sent(*items[i]);
-                        slots_[at % slots_n_].emplace(std::move(*items[i]));
-                    } else {
-                        holes_[at % slots_n_] = 1;
-                    }
-                    seq_hi_ = std::max(seq_hi_, at + 1);
-                }
-                // A hole at the head is a change the receiver must see although no item came.
-                if (at_head) notify_receiver(lk, !slots_[head_ % slots_n_].has_value(), &ex);
-                if (i == items.size()) break;
-            }
+            if (!place_run(seq, items, i, ex, &waiting)) co_return false;
+            if (i == items.size()) break;
             const std::uint64_t next = seq + i;
             co_await suspend_with([this, next, &waiting](wait_handler h) {
                 std::unique_lock lk(mu_);
@@ -418,6 +453,17 @@ public:
             });
         }
         co_return true;
+    }
+
+    /** `send_run_at` without waiting: places what fits now of `items` (from the front,
+        moved from), and says in `placed` how many. For a sender on executor `ex` that
+        usually finds room: no coroutine frame when it does, and it awaits `send_run_at`
+        for the rest only when it does not. False if the receiver is gone. */
+    bool try_send_run_at(std::uint64_t seq, std::span<std::optional<T>> items, std::size_t& placed,
+                         const asio::any_io_executor& ex)
+    {
+        placed = 0;
+        return place_run(seq, items, placed, ex, nullptr);
     }
 
     /// True once the receiver has stopped listening or the channel was cancelled or failed.
@@ -458,7 +504,7 @@ public:
         send_waiters_.clear();
         notify_receiver(lk, true);
         if (lk.owns_lock()) lk.unlock();
-        for (auto& h : senders) wake(std::move(h));
+        wake_all(senders);
     }
 
     // ---- consumer side ------------------------------------------------------------------
@@ -613,7 +659,34 @@ private:
             recv_waiters_.pop_back();
         }
         lk.unlock();
-        for (auto& h : woken) wake(std::move(h));
+        wake_all(woken);
+    }
+
+    /* Places `items[i..]` at sequence numbers `seq + i ..` under one lock, as far as they
+       fit, advancing `i`, and tells the receiver when the head became ready (through the
+       sender's executor `ex`). False if the receiver is gone. `waiting`: the sender's
+       timed wait, ended here when it had begun. */
+    bool place_run(std::uint64_t seq, std::span<std::optional<T>> items, std::size_t& i, const asio::any_io_executor& ex,
+                   timed_wait* waiting)
+    {
+        std::unique_lock lk(mu_);
+        if (waiting) waiting->end_locked();
+        if (receiver_closed_ || cancelled_ || error_) return false;
+        bool at_head = false;
+        for (; i < items.size() && seq + i < head_ + room_; ++i) {
+            const std::uint64_t at = seq + i;
+            at_head = at_head || at == head_;
+            if (items[i]) {
+                count_sent(*items[i]);
+                slots_[at % slots_n_].emplace(std::move(*items[i]));
+            } else {
+                holes_[at % slots_n_] = 1;
+            }
+            seq_hi_ = std::max(seq_hi_, at + 1);
+        }
+        // A hole at the head is a change the receiver must see although no item came.
+        if (at_head) notify_receiver(lk, !slots_[head_ % slots_n_].has_value(), &ex);
+        return true;
     }
 
     template <class Container>
@@ -683,7 +756,7 @@ private:
         }
         if (woken.empty()) return;
         lk.unlock();
-        for (auto& h : woken) wake(std::move(h));
+        wake_all(woken);
         lk.lock();
     }
 
@@ -732,7 +805,7 @@ private:
         recv_waiters_.clear();
         cv_.notify_all();
         lk.unlock();
-        for (auto& h : woken) wake(std::move(h));
+        wake_all(woken);
     }
 
     const std::size_t cap_;

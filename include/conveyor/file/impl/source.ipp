@@ -11,6 +11,7 @@
 #include <conveyor/file/detail/uring.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -223,42 +224,112 @@ CONVEYOR_DECL read_outcome<blob> read_success(const listing& l, std::size_t i, b
     return read_outcome<blob>(blob{e.path, std::move(buf), l.full_path(i), e.label, i});
 }
 
-/* `read_file_now` through the lane's ring. One exit for failures, and the outcomes built
-   by plain functions: every local and temporary of a coroutine takes room in its frame,
-   allocated per file, and glibc keeps freed blocks for reuse per thread only up to 1,032
-   bytes (the frame was 1,424 with the pread path and an outcome per failure in it). */
+/* The completion of a ring read of file `i` of `lp` whose size is known: checks the bytes
+   read against it and completes `handler` with the outcome. Whatever is associated with
+   the handler (executor, cancellation slot, allocator) is the read's (the
+   `asio::associator` below). */
+template <class Handler>
+struct ring_read_done {
+    Handler handler;
+    std::shared_ptr<const listing> lp;
+    std::size_t i;
+    std::string_view stage;
+    std::uint64_t size;
+
+    void operator()(std::error_code ec, buffer buf)
+    {
+        std::string detail;
+        if (!ec && !(ec = size_check(size, buf.size(), detail))) return std::move(handler)(read_success(*lp, i, std::move(buf)));
+        std::move(handler)(read_failure(stage, *lp, i, ec, std::move(detail)));
+    }
+};
+
+} // namespace detail
+} // namespace conveyor::file
+
+namespace boost::asio {
+// A ring read's completion has what its handler has associated with it (the same
+// defaults included: a handler with no allocator of its own keeps Asio's recycling one).
+template <template <class, class> class Associator, class Handler, class DefaultCandidate>
+struct associator<Associator, conveyor::file::detail::ring_read_done<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+    static typename Associator<Handler, DefaultCandidate>::type
+    get(const conveyor::file::detail::ring_read_done<Handler>& h) noexcept
+    {
+        return Associator<Handler, DefaultCandidate>::get(h.handler);
+    }
+    static auto get(const conveyor::file::detail::ring_read_done<Handler>& h, const DefaultCandidate& c) noexcept
+        -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c))
+    {
+        return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+    }
+};
+} // namespace boost::asio
+
+namespace conveyor::file {
+namespace detail {
+
+/// Starts a ring read of file `i` of `lp`, `size` bytes, into `buf`: small files as one
+/// linked chain, large ones in chunks.
+struct start_ring_read {
+    const read_env* env;
+    template <class Handler>
+    void operator()(Handler h, file_ref f, buffer buf, std::shared_ptr<const listing> lp, std::size_t i,
+                    std::string_view stage, std::uint64_t size) const
+    {
+        ring_read_done<Handler> done{std::move(h), std::move(lp), i, stage, size};
+        if (size < env->chunk_size) {
+            env->ring->async_read_small(std::move(f), std::move(buf), env->group, std::move(done));
+        } else {
+            env->ring->async_read_large(std::move(f), std::move(buf), env->chunk_size, env->chunks_in_flight, env->group,
+                                        std::move(done));
+        }
+    }
+};
+
+/* `read_file_now` through the lane's ring, for a file whose size is known: one
+   asynchronous operation, not a coroutine around one (a coroutine frame is allocated per
+   file, and its resumption and return cost more than building the outcome in the read's
+   completion). The file reference and the buffer are made here, before the operation
+   starts, so that a failure to make them is thrown to the caller at once. */
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_sized_with_ring(const read_env& env, std::shared_ptr<const listing> lp,
+                                                                       std::size_t i, std::uint64_t size,
+                                                                       std::string_view stage, asio::cancellation_slot slot)
+{
+    using signature = void(read_outcome<blob>);
+    file_ref f = file_of(env, *lp, i);
+    // One byte more than expected is asked for (and room kept for it): a file that grew
+    // since it was listed is detected, not silently truncated.
+    buffer buf = env.rt->buffers().acquire(size + 1);
+    // No slot given: the awaiting coroutine's own, which its handler carries.
+    if (!slot.is_connected())
+        return asio::async_initiate<const asio::use_awaitable_t<>&, signature>(
+            start_ring_read{&env}, asio::use_awaitable, std::move(f), std::move(buf), std::move(lp), i, stage, size);
+    auto token = asio::bind_cancellation_slot(slot, asio::use_awaitable);
+    return asio::async_initiate<decltype(token), signature>(start_ring_read{&env}, token, std::move(f), std::move(buf),
+                                                            std::move(lp), i, stage, size);
+}
+
+/// `read_file_now` through the lane's ring, for a file listed without its size: a `statx`
+/// first (an index file may leave sizes out).
+CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_unsized_with_ring(const read_env& env, std::shared_ptr<const listing> lp,
+                                                                         std::size_t i, std::string_view stage,
+                                                                         asio::cancellation_slot slot)
+{
+    if (!slot.is_connected()) slot = (co_await asio::this_coro::cancellation_state).slot();
+    auto [ec, size] = co_await env.ring->async_file_size(file_of(env, *lp, i), env.group, read_token(slot));
+    if (ec) co_return read_failure(stage, *lp, i, ec);
+    co_return co_await read_sized_with_ring(env, std::move(lp), i, size, stage, slot);
+}
+
+/// `read_file_now` through the lane's ring.
 CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_with_ring(const read_env& env, std::shared_ptr<const listing> lp,
                                                                  std::size_t i, std::string_view stage,
                                                                  asio::cancellation_slot slot)
 {
-    // No slot given: the coroutine's own, which an operation listens to when none is bound.
-    if (!slot.is_connected()) slot = (co_await asio::this_coro::cancellation_state).slot();
-    const listing& l = *lp;
-    std::error_code ec;
-    std::string detail;
-    do {
-        file_ref f = file_of(env, l, i);
-        auto tok = read_token(slot);
-        std::uint64_t size = 0;
-        if (const std::int64_t listed = l.entries[i].size; listed >= 0) {
-            size = static_cast<std::uint64_t>(listed);
-        } else {
-            std::tie(ec, size) = co_await env.ring->async_file_size(f, env.group, tok);
-            if (ec) break;
-        }
-        // One byte more than expected is asked for (and room kept for it): a file that
-        // grew since it was listed is detected, not silently truncated.
-        buffer buf = env.rt->buffers().acquire(size + 1);
-        if (size < env.chunk_size) {
-            std::tie(ec, buf) = co_await env.ring->async_read_small(std::move(f), std::move(buf), env.group, tok);
-        } else {
-            std::tie(ec, buf) = co_await env.ring->async_read_large(std::move(f), std::move(buf), env.chunk_size,
-                                                                    env.chunks_in_flight, env.group, tok);
-        }
-        if (ec || (ec = size_check(size, buf.size(), detail))) break;
-        co_return read_success(l, i, std::move(buf));
-    } while (false);
-    co_return read_failure(stage, l, i, ec, std::move(detail));
+    const std::int64_t listed = lp->entries[i].size;
+    if (listed < 0) return read_unsized_with_ring(env, std::move(lp), i, stage, slot);
+    return read_sized_with_ring(env, std::move(lp), i, static_cast<std::uint64_t>(listed), stage, slot);
 }
 
 /// A read that ended before it began (it failed): `r`, as an awaitable.
