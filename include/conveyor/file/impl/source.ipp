@@ -235,6 +235,14 @@ struct ring_read_done {
     std::size_t i;
     std::string_view stage;
     std::uint64_t size;
+    // Where a cancellation comes from when not the handler's own slot (a read deadline's
+    // signal): a value, not a binder, so that one handler type serves both.
+    asio::cancellation_slot slot;
+
+    asio::cancellation_slot cancellation() const noexcept
+    {
+        return slot.is_connected() ? slot : asio::get_associated_cancellation_slot(handler);
+    }
 
     void operator()(std::error_code ec, buffer buf)
     {
@@ -249,7 +257,8 @@ struct ring_read_done {
 
 namespace boost::asio {
 // A ring read's completion has what its handler has associated with it (the same
-// defaults included: a handler with no allocator of its own keeps Asio's recycling one).
+// defaults included: a handler with no allocator of its own keeps Asio's recycling one),
+// except a cancellation slot of its own when it has one.
 template <template <class, class> class Associator, class Handler, class DefaultCandidate>
 struct associator<Associator, conveyor::file::detail::ring_read_done<Handler>, DefaultCandidate>
     : Associator<Handler, DefaultCandidate> {
@@ -264,6 +273,16 @@ struct associator<Associator, conveyor::file::detail::ring_read_done<Handler>, D
         return Associator<Handler, DefaultCandidate>::get(h.handler, c);
     }
 };
+
+template <class Handler, class DefaultCandidate>
+struct associated_cancellation_slot<conveyor::file::detail::ring_read_done<Handler>, DefaultCandidate> {
+    using type = cancellation_slot;
+    static type get(const conveyor::file::detail::ring_read_done<Handler>& h) noexcept { return h.cancellation(); }
+    static type get(const conveyor::file::detail::ring_read_done<Handler>& h, const DefaultCandidate&) noexcept
+    {
+        return h.cancellation();
+    }
+};
 } // namespace boost::asio
 
 namespace conveyor::file {
@@ -273,11 +292,12 @@ namespace detail {
 /// linked chain, large ones in chunks.
 struct start_ring_read {
     const read_env* env;
+    asio::cancellation_slot slot; // see ring_read_done
     template <class Handler>
     void operator()(Handler h, file_ref f, buffer buf, std::shared_ptr<const listing> lp, std::size_t i,
                     std::string_view stage, std::uint64_t size) const
     {
-        ring_read_done<Handler> done{std::move(h), std::move(lp), i, stage, size};
+        ring_read_done<Handler> done{std::move(h), std::move(lp), i, stage, size, slot};
         if (size < env->chunk_size) {
             env->ring->async_read_small(std::move(f), std::move(buf), env->group, std::move(done));
         } else {
@@ -302,12 +322,8 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_sized_with_ring(const rea
     // since it was listed is detected, not silently truncated.
     buffer buf = env.rt->buffers().acquire(size + 1);
     // No slot given: the awaiting coroutine's own, which its handler carries.
-    if (!slot.is_connected())
-        return asio::async_initiate<const asio::use_awaitable_t<>&, signature>(
-            start_ring_read{&env}, asio::use_awaitable, std::move(f), std::move(buf), std::move(lp), i, stage, size);
-    auto token = asio::bind_cancellation_slot(slot, asio::use_awaitable);
-    return asio::async_initiate<decltype(token), signature>(start_ring_read{&env}, token, std::move(f), std::move(buf),
-                                                            std::move(lp), i, stage, size);
+    return asio::async_initiate<const asio::use_awaitable_t<>&, signature>(
+        start_ring_read{&env, slot}, asio::use_awaitable, std::move(f), std::move(buf), std::move(lp), i, stage, size);
 }
 
 /// `read_file_now` through the lane's ring, for a file listed without its size: a `statx`
