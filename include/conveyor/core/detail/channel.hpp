@@ -72,6 +72,11 @@ inline void wake(wait_handler w)
    say, each its own executor) are posted one by one. */
 inline void wake_all(std::vector<wait_handler>& woken)
 {
+    if (woken.size() == 1) { // the usual case of a receiver woken for an item: nothing to group
+        wake(std::move(woken.front()));
+        woken.clear();
+        return;
+    }
     using resume_handler = asio::any_completion_handler<void(boost::system::error_code)>;
     // Resumes a batch in order. Should one throw, the rest are still resumed (posted).
     struct resume_batch {

@@ -321,7 +321,8 @@ CONVEYOR_DECL asio::awaitable<read_outcome<blob>> read_sized_with_ring(const rea
     // One byte more than expected is asked for (and room kept for it): a file that grew
     // since it was listed is detected, not silently truncated.
     buffer buf = env.rt->buffers().acquire(size + 1);
-    // No slot given: the awaiting coroutine's own, which its handler carries.
+    // The read listens on `slot` when one is given (a deadline's), else on the awaiting
+    // coroutine's own slot, which its handler carries (ring_read_done::cancellation).
     return asio::async_initiate<const asio::use_awaitable_t<>&, signature>(
         start_ring_read{&env, slot}, asio::use_awaitable, std::move(f), std::move(buf), std::move(lp), i, stage, size);
 }
