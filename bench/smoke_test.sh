@@ -20,6 +20,7 @@ trap 'rm -rf "$work"' EXIT
 {
     "$bench" files --dir "$work/files" --engine ifstream --repeat 1
     "$bench" files --dir "$work/files" --engine pread --concurrency 4 --repeat 2
+    "$bench" files --dir "$work/files" --engine pread --concurrency 2 --buffers 5
     "$bench" files --dir "$work/files" --engine uring --concurrency 16 --repeat 2
     "$bench" files --index "$work/index.json" --root "$work/files" --engine uring --concurrency 8 --unordered
     "$bench" files --dir "$work/files" --engine pread --concurrency 2 --cold
@@ -35,7 +36,8 @@ files = [json.loads(l) for l in open(sys.argv[2])]
 rand = [json.loads(l) for l in open(sys.argv[3])]
 assert gen["files"] == 300 and gen["written"] == 300, gen
 full = [r for r in files if r["files"] == 300]
-assert len(full) == 7, f"expected 7 full passes, got {len(full)}"
+assert len(full) == 8, f"expected 8 full passes, got {len(full)}"
+assert [r.get("buffers") for r in full if r["engine"] == "pread"] == [1, 1, 5, 1], full
 sizes = {r["bytes"] for r in full}
 assert sizes == {gen["bytes"]}, f"engines disagree on bytes: {sizes} vs gen-files {gen['bytes']}"
 limited = [r for r in files if r["files"] == 100]
