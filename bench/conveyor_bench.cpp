@@ -654,7 +654,7 @@ int main(int argc, char** argv)
     f->add_flag("--unordered", fa.unordered, "uring: deliver files in completion order");
     f->add_option("--capacity", fa.capacity, "uring: the source's output queue (0: its default)");
     f->add_option("--io-threads", fa.io_threads, "uring: the runtime's I/O threads (0: its default)")->capture_default_str();
-    f->add_option("--buffers", fa.buffers, "pread: buffers each thread reads into in turn (the memory the copies go to)")
+    f->add_option("--buffers", fa.buffers, "pread: buffers each thread reads into in turn (the memory the copies go to); each holds the largest file")
         ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
         ->capture_default_str();
 
