@@ -204,6 +204,18 @@ TEST_CASE("a parallel map's workers take as many items as run in about 50 us")
     CHECK(s.want() >= 4);
 }
 
+TEST_CASE("a parallel map's workers take at most 4 MiB of items whose bytes are known")
+{
+    const auto us = [](double x) { return static_cast<std::int64_t>(x * 1000 / cv::detail::wait_clock::ns_per_tick()); };
+    cv::detail::batch_sizer s;
+    s.record(64, us(6.4), 64 * 100); // cheap, 100 bytes an item: as many as the cap
+    CHECK(s.want() == cv::detail::batch_sizer::max_items);
+    for (int i = 0; i < 40; ++i) s.record(8, us(0.8), 8 * (std::size_t{1} << 20)); // 1 MiB an item: four
+    CHECK(s.want() == 4);
+    for (int i = 0; i < 40; ++i) s.record(1, us(0.1), std::size_t{16} << 20); // larger than the bound: one
+    CHECK(s.want() == 1);
+}
+
 TEST_CASE("a parallel map on the compute pool keeps slow calls spread over all its workers")
 {
     // Cheap calls go in batches; slow ones must not: once the first calls have shown that
@@ -266,7 +278,7 @@ struct first_item_held {
 TEST_CASE("a parallel map's other workers go on past a slow item, a batch each beyond the capacity")
 {
     // The stage's room is its capacity (4) plus the batch each worker takes (from their
-    // measured cost per item: up to 64 for this cheap function, fewer where a sanitizer
+    // measured cost per item: up to 256 for this cheap function, fewer where a sanitizer
     // slows it), so the worker without item 0 places items well past the capacity before
     // it waits. With room for the capacity alone, the queue never spanned more than 4.
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
@@ -278,9 +290,31 @@ TEST_CASE("a parallel map's other workers go on past a slow item, a batch each b
     CHECK(spanned <= 4 + 2 * cv::detail::batch_sizer::max_items);
 }
 
+TEST_CASE("a parallel map asks the stage before it for room for its workers' batches")
+{
+    // A worker takes what waits in its input channel. With only the producer's capacity
+    // (64) there, the first worker emptied it and the others took what trickled in, so a
+    // cheap function on the compute pool went in batches of a few dozen items, a hop to
+    // the pool and back each. Each worker now adds its batch to the input's room: while
+    // item 0 is held, the generator runs on past its capacity.
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
+    first_item_held h(rt, 5000, 2);
+    const auto upstream = [&] {
+        for (const auto& s : h.r.snapshot().stages)
+            if (s.name == "generate") return s.queue_size;
+        return std::size_t{0};
+    };
+    const bool went_on = test::eventually([&] { return upstream() > cv::default_stream_capacity; }, 10s);
+    test::settles([&] { return upstream(); }, 300ms, 10s);
+    const std::size_t waiting = upstream();
+    h.release_and_check(5000);
+    CHECK_MESSAGE(went_on, "while item 0 was held, only " << waiting << " items waited before the map");
+    CHECK(waiting <= cv::default_stream_capacity + 2 * cv::detail::batch_sizer::max_items);
+}
+
 TEST_CASE("a parallel map of many workers has at most 1024 slots for their batches beyond its capacity")
 {
-    // 64 workers of a cheap function would ask for 64 x 64 items of room; the channel is
+    // 64 workers of a cheap function would ask for 64 x 256 items of room; the channel is
     // made with 1024 at most beyond its capacity (64 here: at least one per worker).
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
     first_item_held h(rt, 20000, 64);

@@ -35,24 +35,37 @@ struct awaitable_value<asio::awaitable<U, E>> {
    channel round trip per item, and on the compute pool a hop to a pool thread and back
    (two wake-ups, microseconds); for cheap functions that is most of the time. So a worker
    takes as many items as run in about 50 us by the function's measured cost per item (a
-   moving average), at most 64; a function that takes 50 us or more goes one item at a
-   time, as before, so slow calls (decode) still spread over all workers, and a batch
-   holds back at most about 50 us of work from the other workers. One per worker. */
+   moving average), at most `max_items`, and for items whose bytes are known at most
+   `max_bytes` of them; a function that takes 50 us or more goes one item at a time, so
+   slow calls (decode) still spread over all workers, and a batch holds back at most about
+   50 us of work from the other workers. One per worker.
+
+   Why 256: a hop costs about the same however many items it carries, and on a 2-core KVM
+   guest, `x + 1` on the compute pool with 4 workers cost 190-290 ns per item in batches of
+   64 and 80-120 ns in batches of 256 (with the room for them upstream, see `map_stage`).
+   The byte bound keeps a cheap function over large items (a `blob`'s size) from holding
+   hundreds of files in its workers' batches and in the room they ask upstream. */
 class batch_sizer {
 public:
     std::size_t want() const noexcept { return want_; }
 
-    /// `n` items took `ticks` (`wait_clock`) to run.
-    void record(std::size_t n, std::int64_t ticks) noexcept
+    /// `n` items of `bytes` in all (0: not known) took `ticks` (`wait_clock`) to run.
+    void record(std::size_t n, std::int64_t ticks, std::size_t bytes = 0) noexcept
     {
         if (n == 0) return;
         const double per_item = static_cast<double>(std::max<std::int64_t>(ticks, 1)) / static_cast<double>(n);
         cost_ = cost_ < 0 ? per_item : cost_ + (per_item - cost_) / 4;
-        const double fit = target_ticks() / cost_;
+        double fit = target_ticks() / cost_;
+        if (bytes > 0) {
+            const double item_bytes = static_cast<double>(bytes) / static_cast<double>(n);
+            bytes_ = bytes_ < 0 ? item_bytes : bytes_ + (item_bytes - bytes_) / 4;
+            fit = std::min(fit, static_cast<double>(max_bytes) / bytes_);
+        }
         want_ = fit >= static_cast<double>(max_items) ? max_items : std::max<std::size_t>(1, static_cast<std::size_t>(fit));
     }
 
-    static constexpr std::size_t max_items = 64;
+    static constexpr std::size_t max_items = 256;
+    static constexpr std::size_t max_bytes = std::size_t{4} << 20;
 
 private:
     static double target_ticks() noexcept
@@ -60,7 +73,8 @@ private:
         static const double ticks = 50'000 / wait_clock::ns_per_tick();
         return ticks;
     }
-    double cost_ = -1; // ticks per item; negative until measured
+    double cost_ = -1;  // ticks per item; negative until measured
+    double bytes_ = -1; // bytes per item; negative until measured
     std::size_t want_ = 1;
 };
 } // namespace detail
@@ -84,7 +98,9 @@ struct map_options {
     on_error errors = on_error::fail;
     /// Items waiting between this stage and the next. With `concurrency` > 1 and a
     /// synchronous function, the stage also has room for the batch each worker takes (one
-    /// item for a function that takes 50 us or more, up to 64 for a cheap one).
+    /// item for a function that takes 50 us or more, up to 256 for a cheap one, at most
+    /// 4 MiB of items whose bytes are known), and asks the stage before it for as much
+    /// room, so that a worker finds a whole batch waiting.
     std::size_t capacity = default_stream_capacity;
     /// The stage's name in errors.
     std::string name = "map";
@@ -161,9 +177,15 @@ private:
         // slow function (decode: one item at a time) keeps about `capacity` + workers.
         // At most `max_extra_room` slots more, so that a map of many workers does not
         // allocate slots for tens of thousands of items up front.
+        //
+        // The input channel gets as much more room, asked by each worker for its batch the
+        // same way: a worker takes what is waiting, so with only the producer's capacity
+        // (64) the first worker would empty it and the others take what trickles in,
+        // batches far smaller than `batch_sizer` wants.
         const std::size_t base = std::max(o_.capacity, o_.concurrency);
         const std::size_t extra = std::min(o_.concurrency * detail::batch_sizer::max_items, max_extra_room);
         auto out = ctx->make_channel<U>(base, IsCoro ? 0 : base + extra);
+        if constexpr (!IsCoro) in.channel()->add_slots(extra);
         ctx->register_stage(o_.name, out, o_.concurrency);
         auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
         for (std::size_t w = 0; w < o_.concurrency; ++w)
@@ -211,12 +233,14 @@ private:
         std::vector<fault> faults;
         std::vector<U> unordered;
         detail::batch_sizer sizer;
-        std::size_t room_for = 0; // the batch this worker has added room for in the channel
-        // The channel's room is its capacity plus the batch each worker takes now: each
-        // worker adds the change of its own batch size.
+        std::size_t room_for = 0; // the batch this worker has added room for in the channels
+        // Each channel's room is its capacity plus the batch each worker takes now: each
+        // worker adds the change of its own batch size, to its output and to its input.
         const auto window = [&](std::size_t batch) {
             if (batch == room_for) return;
-            out->add_room(static_cast<std::ptrdiff_t>(batch) - static_cast<std::ptrdiff_t>(room_for));
+            const auto by = static_cast<std::ptrdiff_t>(batch) - static_cast<std::ptrdiff_t>(room_for);
+            out->add_room(by);
+            in.channel()->add_room(by);
             room_for = batch;
         };
         std::uint64_t index = 0;
@@ -235,14 +259,20 @@ private:
                 } catch (...) {
                     faults.push_back({0, std::current_exception()});
                 }
-            } else if (o.where == run_on::compute) {
-                const auto ticks = co_await detail::offload(ctx->rt().compute_executor(), [&] {
-                    return apply<T, U>(*f, got, results, keys, faults, stop_at_first);
-                });
-                sizer.record(results.size(), ticks);
-                window(sizer.want());
             } else {
-                sizer.record(results.size(), apply<T, U>(*f, got, results, keys, faults, stop_at_first));
+                // The batch's bytes, counted before the function takes the items.
+                std::size_t bytes = 0;
+                if constexpr (detail::has_byte_size<T>())
+                    for (const auto& x : got) bytes += detail::item_bytes(x);
+                std::int64_t ticks = 0;
+                if (o.where == run_on::compute) {
+                    ticks = co_await detail::offload(ctx->rt().compute_executor(), [&] {
+                        return apply<T, U>(*f, got, results, keys, faults, stop_at_first);
+                    });
+                } else {
+                    ticks = apply<T, U>(*f, got, results, keys, faults, stop_at_first);
+                }
+                sizer.record(results.size(), ticks, bytes);
                 window(sizer.want());
             }
             got.clear();
@@ -284,7 +314,7 @@ private:
     With `concurrency` N, up to N calls are in flight; `ordered` keeps input order.
     Synchronous functions run inline on the I/O thread unless `where = run_on::compute`.
     With `concurrency` > 1, each worker of a synchronous function takes several items at
-    once when the function is cheap (as many as it runs in about 50 us, at most 64), so
+    once when the function is cheap (as many as it runs in about 50 us, at most 256), so
     the hand-offs between threads are paid per batch, not per item.
 
     @code

@@ -547,6 +547,41 @@ TEST_CASE("add_room lets senders further ahead, within the room the channel was 
     CHECK(drain_after(io, ch, prod) == want);
 }
 
+TEST_CASE("add_slots grows the ring under items and holes already placed, which keep their order")
+{
+    asio::io_context io;
+    channel<int> ch(4); // four slots: no room beyond the capacity
+    // Eight sequence numbers; 1 and 5 are holes. Only 0..3 fit.
+    std::vector<std::optional<int>> run;
+    for (int i = 0; i < 8; ++i) run.push_back(i == 1 || i == 5 ? std::nullopt : std::optional<int>(i));
+    outcome prod;
+    start(io, send_run_and_close(ch, run), prod);
+    settle(io);
+    CHECK(ch.counters().items == 3);
+    // Take one, so that the head is not at slot 0 when the ring grows.
+    std::vector<int> first;
+    outcome took;
+    start(io,
+          [](channel<int>& c, std::vector<int>& out) -> asio::awaitable<void> {
+              const bool ok_ = co_await c.receive_some(out, 1);
+              CHECK(ok_);
+          }(ch, first),
+          took);
+    settle(io);
+    REQUIRE(first == std::vector<int>{0});
+    // Without more slots, asking for room changes nothing.
+    ch.add_room(6);
+    CHECK(ch.room() == 4);
+    settle(io);
+    CHECK_FALSE(prod.done);
+    // Six more slots: the six asked for become room, and the sender places the rest.
+    ch.add_slots(6);
+    CHECK(ch.room() == 10);
+    settle(io);
+    CHECK(prod.done);
+    CHECK(drain_after(io, ch, prod) == std::vector<int>{2, 3, 4, 6, 7});
+}
+
 TEST_CASE("holes make room for senders like items do")
 {
     asio::io_context io;

@@ -332,21 +332,42 @@ public:
 
     /** Changes how far ahead of the receiver items may be placed (the room) by `by` items
         (negative: less), starting from the capacity; the room is what was asked for in all,
-        kept between the capacity and the `max_room` given at construction. Senders that now
-        fit are woken. A parallel map's workers each add the batch they take, so that a
-        worker ahead in the order places its batch at once instead of waiting, a stretch at
-        a time, for the worker behind it; a map whose workers take one item at a time keeps
-        the room near the capacity. */
+        kept between the capacity and the slots (`max_room` given at construction, more
+        with `add_slots`). Senders that now fit are woken. A parallel map's workers each add
+        the batch they take, so that a worker ahead in the order places its batch at once
+        instead of waiting, a stretch at a time, for the worker behind it; a map whose
+        workers take one item at a time keeps the room near the capacity. */
     void add_room(std::ptrdiff_t by)
     {
         std::unique_lock lk(mu_);
         asked_ += by;
-        const auto room = static_cast<std::size_t>(
-            std::clamp(asked_, static_cast<std::ptrdiff_t>(cap_), static_cast<std::ptrdiff_t>(slots_n_)));
-        if (room == room_) return;
-        const bool grew = room > room_;
-        room_ = room;
-        if (grew) wake_senders(lk);
+        apply_room(lk);
+    }
+
+    /** Adds `extra` slots to the ring, so that `add_room` can later give that much more
+        room: for a stage that asks its *input* channel for room (a parallel map whose
+        workers take batches larger than the producer's capacity), after the producer made
+        the channel. Items already in it keep their places in the stream; room already
+        asked for beyond the old slots is given now. */
+    void add_slots(std::size_t extra)
+    {
+        if (extra == 0) return;
+        std::unique_lock lk(mu_);
+        const std::size_t n = slots_n_ + extra;
+        std::vector<std::optional<T>> slots(n);
+        std::vector<char> holes(n, 0);
+        // Everything placed lies in [head_, head_ + room_), room_ <= slots_n_: each sequence
+        // number has one slot in the old ring and one in the new.
+        const std::uint64_t hi = std::max(tail_, seq_hi_);
+        for (std::uint64_t s = head_; s < hi; ++s) {
+            auto& from = slots_[s % slots_n_];
+            if (from) slots[s % n].emplace(std::move(*from));
+            holes[s % n] = holes_[s % slots_n_];
+        }
+        slots_ = std::move(slots);
+        holes_ = std::move(holes);
+        slots_n_ = n;
+        apply_room(lk);
     }
 
     /// The room now (see `add_room`).
@@ -743,6 +764,18 @@ private:
         return n > 0;
     }
 
+    // Sets the room to what was asked for, clamped between the capacity and the slots, and
+    // wakes the senders that fit if it grew. May unlock and relock `lk`.
+    void apply_room(std::unique_lock<std::mutex>& lk)
+    {
+        const auto room = static_cast<std::size_t>(
+            std::clamp(asked_, static_cast<std::ptrdiff_t>(cap_), static_cast<std::ptrdiff_t>(slots_n_)));
+        if (room == room_) return;
+        const bool grew = room > room_;
+        room_ = room;
+        if (grew) wake_senders(lk);
+    }
+
     // Wakes the senders that now fit: ordered ones whose slot opened, and as many unordered
     // ones as there are free slots. Unlocks and relocks `lk`.
     void wake_senders(std::unique_lock<std::mutex>& lk)
@@ -814,7 +847,7 @@ private:
     }
 
     const std::size_t cap_;
-    const std::size_t slots_n_; // slots in the ring: the most room there can be
+    std::size_t slots_n_;       // slots in the ring: the most room there can be (`add_slots`)
     std::size_t room_;          // how far ahead of head_ items may be placed (cap_ .. slots_n_)
     std::ptrdiff_t asked_ = static_cast<std::ptrdiff_t>(cap_); // the room asked for, before clamping
     std::vector<std::optional<T>> slots_;
