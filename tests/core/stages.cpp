@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <thread>
 
@@ -187,10 +188,13 @@ TEST_CASE("an unordered map with synchronous functions on the compute pool deliv
     CHECK(got == expected);
 }
 
+namespace {
+// wait_clock ticks for `x` microseconds.
+std::int64_t us(double x) { return static_cast<std::int64_t>(x * 1000 / cv::detail::wait_clock::ns_per_tick()); }
+} // namespace
+
 TEST_CASE("a parallel map's workers take as many items as run in about 50 us")
 {
-    // wait_clock ticks for `us` microseconds.
-    const auto us = [](double x) { return static_cast<std::int64_t>(x * 1000 / cv::detail::wait_clock::ns_per_tick()); };
     cv::detail::batch_sizer s;
     CHECK(s.want() == 1); // the cost is not known yet
     s.record(64, us(6.4)); // 100 ns an item
@@ -206,7 +210,6 @@ TEST_CASE("a parallel map's workers take as many items as run in about 50 us")
 
 TEST_CASE("a parallel map's workers take at most 4 MiB of items whose bytes are known")
 {
-    const auto us = [](double x) { return static_cast<std::int64_t>(x * 1000 / cv::detail::wait_clock::ns_per_tick()); };
     cv::detail::batch_sizer s;
     s.record(64, us(6.4), 64 * 100); // cheap, 100 bytes an item: as many as the cap
     CHECK(s.want() == cv::detail::batch_sizer::max_items);
@@ -255,13 +258,15 @@ struct first_item_held {
                 .run())
     {
     }
-    // The queue's span, from the held item 0 to the furthest item placed.
-    std::size_t span() const
+    // The items in the queue after `stage` now (after "map": from the held item 0 to the
+    // furthest item placed).
+    std::size_t queue_after(std::string_view stage) const
     {
         for (const auto& s : r.snapshot().stages)
-            if (s.name == "map") return s.queue_size;
+            if (s.name == stage) return s.queue_size;
         return 0;
     }
+    std::size_t span() const { return queue_after("map"); }
     // Lets item 0 go and checks that all `count` items come, in order.
     void release_and_check(int count)
     {
@@ -299,11 +304,7 @@ TEST_CASE("a parallel map asks the stage before it for room for its workers' bat
     // item 0 is held, the generator runs on past its capacity.
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
     first_item_held h(rt, 5000, 2);
-    const auto upstream = [&] {
-        for (const auto& s : h.r.snapshot().stages)
-            if (s.name == "generate") return s.queue_size;
-        return std::size_t{0};
-    };
+    const auto upstream = [&] { return h.queue_after("generate"); };
     const bool went_on = test::eventually([&] { return upstream() > cv::default_stream_capacity; }, 10s);
     test::settles([&] { return upstream(); }, 300ms, 10s);
     const std::size_t waiting = upstream();
