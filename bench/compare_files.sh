@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # compare_files.sh DIR — the file-reading engines side by side, warm and cold page cache:
-# ifstream (sequential baseline), pread with 2, 4, 8, 16, 32 and 64 threads, and
-# conveyor's io_uring file source at concurrency 64. Prints every JSON line that
+# ifstream (sequential baseline), pread with 2, 4, 8, 16, 32 and 64 threads, conveyor's
+# io_uring file source at concurrency 64, and a bare io_uring loop without conveyor (`ring`,
+# two threads and a consumer: what the file source could reach on this machine). Prints every JSON line that
 # `conveyor-bench files` writes (stdout), then a table of medians (stderr), and fails if the
 # engines disagree on the bytes they read.
 #
@@ -44,6 +45,7 @@ for cold in "" --cold; do
     run ifstream 1 $cold
     for t in $pread_threads; do run pread "$t" $cold; done
     run uring "$uring_concurrency" $cold
+    run ring "$uring_concurrency" $cold
 done
 
 python3 - "$lines" <<'PY' >&2

@@ -5,7 +5,9 @@
 //                  conveyor::bench::synthetic_files, the same set the examples use)
 //   drop-cache     drop a file set from the page cache (posix_fadvise DONTNEED per file)
 //   files          read every file once per repeat with one engine: uring (conveyor's
-//                  file source), pread (a thread pool) or ifstream (the naive baseline)
+//                  file source), pread (a thread pool), ring (a bare io_uring loop without
+//                  conveyor: the ceiling for uring on this machine) or ifstream (the naive
+//                  baseline)
 //   random-access  random dataset::get(i) calls at 1, 4, 16 and 64 in flight
 //   s3-get, s3-put S3 GETs through conveyor's S3 source, uploads through its sink
 //                  (in s3_bench.cpp)
@@ -43,15 +45,18 @@
 #include <boost/asio/co_spawn.hpp>
 
 #include <fcntl.h>
+#include <liburing.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -61,6 +66,7 @@
 #include <latch>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -288,6 +294,8 @@ struct files_args {
     std::size_t io_threads = 0;
     std::size_t capacity = 0; // 0: the source's default
     std::size_t buffers = 1;  // pread: buffers each thread reads into in turn
+    std::size_t ring_buffers = 0; // ring: buffers in all (0: twice the reads in flight)
+    bool no_consumer = false;     // ring: the reader threads put their buffers back themselves
 };
 
 /// What one pass over the file set measured.
@@ -406,6 +414,227 @@ pass_result read_pread(const file_set& s, std::size_t threads, std::size_t buffe
     return r;
 }
 
+// The ring engine's reader threads (`--io-threads`, 2 by default), files per batch (the
+// reads in flight shared among them) and buffers in all.
+std::size_t ring_threads(const files_args& a) { return a.io_threads ? a.io_threads : 2; }
+std::size_t ring_batch(const files_args& a) { return std::max<std::size_t>(a.concurrency / ring_threads(a), 1); }
+std::size_t ring_buffers_used(const files_args& a)
+{
+    const std::size_t in_flight = ring_batch(a) * ring_threads(a);
+    return std::max(a.ring_buffers ? a.ring_buffers : 2 * in_flight, in_flight);
+}
+
+/* The ring engine: what io_uring itself allows on this machine, without conveyor, for the
+   uring engine to be measured against. `threads` reader threads, each with its own ring,
+   take the next `batch` files from a shared counter and submit them as linked chains —
+   `openat` of its path into a registered file slot, `read` of the whole file, `close` of the slot,
+   the chains conveyor's file source submits — in one `io_uring_enter`, waiting for all of
+   them. The buffers (page-aligned, from a `buffer_pool`, each holding the largest file,
+   written before the clock starts) sit on one shared LIFO stack. With a consumer (the
+   default, as the uring engine has one: the range-for), each batch is handed to a consumer
+   thread (a mutex and condition variable, one wake-up per batch), which checks each file's
+   size and puts the buffers back; without one, the readers put their buffers back
+   themselves, as `pread` does. Latency is a batch's time, from submission to its last
+   completion, counted for each of its files. */
+pass_result read_ring(const file_set& s, const files_args& a)
+{
+    const std::size_t threads = ring_threads(a), batch = ring_batch(a), total_buffers = ring_buffers_used(a);
+    const bool consumer = !a.no_consumer;
+    const std::size_t largest = s.sizes.empty() ? 0 : static_cast<std::size_t>(*std::max_element(s.sizes.begin(), s.sizes.end()));
+    // One read per file, into buffers that each hold the largest file: meant for small files.
+    constexpr std::size_t most_per_file = std::size_t{1} << 30, most_in_all = std::size_t{8} << 30;
+    if (largest > most_per_file)
+        fail("ring: reads each file with one read, so files up to 1 GiB; the largest here has " + std::to_string(largest) +
+             " bytes");
+    if (largest * total_buffers > most_in_all)
+        fail("ring: " + std::to_string(total_buffers) + " buffers of " + std::to_string(largest) +
+             " bytes (the largest file) would take more than 8 GiB; lower --concurrency or --ring-buffers");
+
+    cv::buffer_pool memory;
+    std::vector<cv::buffer> owned;
+    owned.reserve(total_buffers);
+    for (std::size_t b = 0; b < total_buffers; ++b) {
+        owned.push_back(memory.acquire(std::max<std::size_t>(largest, 1)));
+        std::memset(owned.back().data(), 0, owned.back().size());
+    }
+
+    struct done_file {
+        std::size_t index; // into the file set
+        std::size_t buf;   // into `owned`
+        std::int64_t got;  // bytes read
+    };
+    std::mutex mu;
+    std::condition_variable room_cv, work_cv; // buffers came back; a batch came for the consumer
+    std::vector<std::size_t> free_bufs(total_buffers);
+    for (std::size_t b = 0; b < total_buffers; ++b) free_bufs[b] = total_buffers - 1 - b;
+    std::vector<done_file> handed; // batches waiting for the consumer
+    std::size_t readers_left = threads;
+    std::string error;
+    std::atomic<std::size_t> next{0};
+    std::atomic<bool> stop{false};
+    std::vector<cb::latency_histogram> lat(threads);
+
+    auto say_error = [&](std::string what) {
+        std::lock_guard lk(mu);
+        if (error.empty()) error = std::move(what);
+        stop = true;
+        room_cv.notify_all();
+        work_cv.notify_all();
+    };
+    auto give_back = [&](std::span<const done_file> files) { // with `mu` held
+        for (const auto& f : files) free_bufs.push_back(f.buf);
+        room_cv.notify_all();
+    };
+    // The checks the uring engine's consumer makes: every byte of every file.
+    std::uint64_t files = 0, bytes = 0; // counted with `mu` held
+    auto check = [&](std::span<const done_file> done) -> bool {
+        for (const auto& f : done) {
+            if (f.got != s.sizes[f.index]) {
+                say_error("ring: " + s.paths[f.index] + ": read " + std::to_string(f.got) + " bytes, expected " +
+                          std::to_string(s.sizes[f.index]));
+                return false;
+            }
+        }
+        return true;
+    };
+
+    const auto before = cb::usage_now();
+    cb::stopwatch clock;
+    {
+        std::jthread consumer_thread;
+        if (consumer) {
+            consumer_thread = std::jthread([&] {
+                std::vector<done_file> got;
+                for (;;) {
+                    {
+                        std::unique_lock lk(mu);
+                        work_cv.wait(lk, [&] { return !handed.empty() || readers_left == 0 || stop; });
+                        if (handed.empty()) return;
+                        got.swap(handed);
+                    }
+                    const bool ok = check(got);
+                    std::uint64_t got_bytes = 0;
+                    for (const auto& f : got) got_bytes += static_cast<std::uint64_t>(f.got);
+                    std::lock_guard lk(mu);
+                    if (ok) {
+                        files += got.size();
+                        bytes += got_bytes;
+                    }
+                    give_back(got);
+                    got.clear();
+                }
+            });
+        }
+        std::vector<std::jthread> readers;
+        for (std::size_t t = 0; t < threads; ++t) {
+            readers.emplace_back([&, t] {
+                struct reader_done {
+                    std::mutex& mu;
+                    std::size_t& left;
+                    std::condition_variable& cv;
+                    ~reader_done()
+                    {
+                        std::lock_guard lk(mu);
+                        --left;
+                        cv.notify_all();
+                    }
+                } leaving{mu, readers_left, work_cv};
+                io_uring ring{};
+                const unsigned entries = std::bit_ceil(static_cast<unsigned>(3 * batch));
+                if (int e = io_uring_queue_init(entries, &ring, 0); e < 0)
+                    return say_error("ring: io_uring_queue_init: " + std::string(std::strerror(-e)));
+                struct ring_guard {
+                    io_uring* r;
+                    ~ring_guard() { io_uring_queue_exit(r); }
+                } ring_closer{&ring};
+                if (int e = io_uring_register_files_sparse(&ring, static_cast<unsigned>(batch)); e < 0)
+                    return say_error("ring: io_uring_register_files_sparse: " + std::string(std::strerror(-e)));
+                std::vector<done_file> done(batch);
+                std::vector<int> open_res(batch), close_res(batch);
+                auto& h = lat[t];
+                while (!stop) {
+                    const std::size_t first = next.fetch_add(batch, std::memory_order_relaxed);
+                    if (first >= s.paths.size()) break;
+                    const std::size_t m = std::min(batch, s.paths.size() - first);
+                    {
+                        std::unique_lock lk(mu);
+                        room_cv.wait(lk, [&] { return free_bufs.size() >= m || stop; });
+                        if (stop) break;
+                        for (std::size_t j = 0; j < m; ++j) {
+                            done[j] = {first + j, free_bufs.back(), -1};
+                            free_bufs.pop_back();
+                        }
+                    }
+                    cb::stopwatch timer;
+                    for (std::size_t j = 0; j < m; ++j) {
+                        const auto slot = static_cast<unsigned>(j);
+                        io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+                        io_uring_prep_openat_direct(sqe, AT_FDCWD, s.paths[done[j].index].c_str(), O_RDONLY, 0, slot);
+                        sqe->flags |= IOSQE_IO_LINK;
+                        sqe->user_data = j * 3;
+                        sqe = io_uring_get_sqe(&ring);
+                        io_uring_prep_read(sqe, static_cast<int>(slot), owned[done[j].buf].data(),
+                                           static_cast<unsigned>(s.sizes[done[j].index]), 0);
+                        sqe->flags |= IOSQE_FIXED_FILE | IOSQE_IO_LINK;
+                        sqe->user_data = j * 3 + 1;
+                        sqe = io_uring_get_sqe(&ring);
+                        io_uring_prep_close_direct(sqe, slot);
+                        sqe->user_data = j * 3 + 2;
+                    }
+                    if (int e = io_uring_submit_and_wait(&ring, static_cast<unsigned>(3 * m)); e < 0)
+                        return say_error("ring: io_uring_submit_and_wait: " + std::string(std::strerror(-e)));
+                    std::size_t seen = 0;
+                    while (seen < 3 * m) {
+                        io_uring_cqe* cqe = nullptr;
+                        if (int e = io_uring_wait_cqe(&ring, &cqe); e < 0)
+                            return say_error("ring: io_uring_wait_cqe: " + std::string(std::strerror(-e)));
+                        const std::size_t j = cqe->user_data / 3;
+                        switch (cqe->user_data % 3) {
+                        case 0: open_res[j] = cqe->res; break;
+                        case 1: done[j].got = cqe->res; break;
+                        default: close_res[j] = cqe->res; break;
+                        }
+                        io_uring_cqe_seen(&ring, cqe);
+                        ++seen;
+                    }
+                    const auto took = timer.elapsed();
+                    for (std::size_t j = 0; j < m; ++j) {
+                        const std::string& path = s.paths[done[j].index];
+                        if (open_res[j] < 0) return say_error(errno_text("ring: cannot open", path, -open_res[j]));
+                        if (done[j].got < 0) return say_error(errno_text("ring: cannot read", path, static_cast<int>(-done[j].got)));
+                        if (close_res[j] < 0) return say_error(errno_text("ring: cannot close", path, -close_res[j]));
+                        h.record(took);
+                    }
+                    const std::span<const done_file> batch_done(done.data(), m);
+                    if (consumer) {
+                        std::lock_guard lk(mu);
+                        handed.insert(handed.end(), batch_done.begin(), batch_done.end());
+                        work_cv.notify_one();
+                    } else {
+                        const bool ok = check(batch_done);
+                        std::uint64_t got_bytes = 0;
+                        for (const auto& f : batch_done) got_bytes += static_cast<std::uint64_t>(f.got);
+                        std::lock_guard lk(mu);
+                        if (ok) {
+                            files += m;
+                            bytes += got_bytes;
+                        }
+                        give_back(batch_done);
+                    }
+                }
+            });
+        }
+    }
+    pass_result r;
+    r.seconds = clock.seconds();
+    r.usage = cb::usage_now() - before;
+    if (!error.empty()) fail(error);
+    r.files = files;
+    r.bytes = bytes;
+    for (auto& h : lat) r.latency.merge(h);
+    return r;
+}
+
 /// conveyor's file source: `files(listing, {.concurrency = N})` drained by range-for.
 class uring_reader {
 public:
@@ -467,6 +696,7 @@ int cmd_files(const files_args& a)
         const double cached = a.cold ? drop_cache_and_say(s.paths) : 1.0;
         pass_result r = a.engine == "ifstream" ? read_ifstream(s)
                         : a.engine == "pread"  ? read_pread(s, a.concurrency, a.buffers)
+                        : a.engine == "ring"   ? read_ring(s, a)
                                                : uring->pass();
         if (r.files != s.paths.size() || r.bytes != s.total_bytes)
             fail(a.engine + ": read " + std::to_string(r.files) + " files, " + std::to_string(r.bytes) + " bytes; expected " +
@@ -483,6 +713,8 @@ int cmd_files(const files_args& a)
             .add("cold", a.cold);
         if (a.cold) line.add("cached_after_drop", cached, 3);
         if (a.engine == "pread") line.add("buffers", a.buffers);
+        if (a.engine == "ring")
+            line.add("io_threads", ring_threads(a)).add("consumer", !a.no_consumer).add("buffers", ring_buffers_used(a));
         if (uring) line.add("backend", uring->backend()).add("ordered", !a.unordered).add("io_threads", uring->io_lanes());
         line.add("repeat", rep)
             .add("files", r.files)
@@ -645,15 +877,21 @@ int main(int argc, char** argv)
     files_args fa;
     auto* f = app.add_subcommand("files", "read every file once per repeat with one engine");
     fa.src.add_to(*f);
-    f->add_option("--engine", fa.engine, "uring (conveyor's file source), pread (thread pool) or ifstream (sequential)")
-        ->check(CLI::IsMember({"uring", "pread", "ifstream"}))
+    f->add_option("--engine", fa.engine,
+                  "uring (conveyor's file source), pread (thread pool), ring (a bare io_uring loop without conveyor) or "
+                  "ifstream (sequential)")
+        ->check(CLI::IsMember({"uring", "pread", "ring", "ifstream"}))
         ->capture_default_str();
-    f->add_option("--concurrency", fa.concurrency, "reads in flight (uring) or threads (pread)")->capture_default_str();
+    f->add_option("--concurrency", fa.concurrency, "reads in flight (uring, ring) or threads (pread)")->capture_default_str();
     f->add_option("--repeat", fa.repeat, "passes over the file set")->capture_default_str();
     f->add_flag("--cold", fa.cold, "drop the files from the page cache before each pass");
     f->add_flag("--unordered", fa.unordered, "uring: deliver files in completion order");
     f->add_option("--capacity", fa.capacity, "uring: the source's output queue (0: its default)");
-    f->add_option("--io-threads", fa.io_threads, "uring: the runtime's I/O threads (0: its default)")->capture_default_str();
+    f->add_option("--io-threads", fa.io_threads, "uring: the runtime's I/O threads (0: its default); ring: reader threads (0: 2)")
+        ->capture_default_str();
+    f->add_option("--ring-buffers", fa.ring_buffers, "ring: buffers in all, at least the reads in flight (0: twice them)")
+        ->capture_default_str();
+    f->add_flag("--no-consumer", fa.no_consumer, "ring: no consumer thread; the readers check and put back their own buffers");
     f->add_option("--buffers", fa.buffers, "pread: buffers each thread reads into in turn (the memory the copies go to); each holds the largest file")
         ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
         ->capture_default_str();

@@ -25,6 +25,8 @@ trap 'rm -rf "$work"' EXIT
     "$bench" files --index "$work/index.json" --root "$work/files" --engine uring --concurrency 8 --unordered
     "$bench" files --dir "$work/files" --engine pread --concurrency 2 --cold
     "$bench" files --dir "$work/files" --engine uring --concurrency 64 --limit 100
+    "$bench" files --dir "$work/files" --engine ring --concurrency 16 --repeat 2
+    "$bench" files --dir "$work/files" --engine ring --concurrency 7 --io-threads 3 --no-consumer
 } >"$work/files.json"
 "$bench" random-access --dir "$work/files" --count 200 --inflight 1 --inflight 8 >"$work/random.json"
 "$bench" drop-cache --dir "$work/files"
@@ -36,8 +38,11 @@ files = [json.loads(l) for l in open(sys.argv[2])]
 rand = [json.loads(l) for l in open(sys.argv[3])]
 assert gen["files"] == 300 and gen["written"] == 300, gen
 full = [r for r in files if r["files"] == 300]
-assert len(full) == 8, f"expected 8 full passes, got {len(full)}"
+assert len(full) == 11, f"expected 11 full passes, got {len(full)}"
 assert [r.get("buffers") for r in full if r["engine"] == "pread"] == [1, 1, 5, 1], full
+# ring: 16 in flight over 2 threads, twice as many buffers; 7 over 3 threads is 2 each.
+ring = [(r["io_threads"], r["consumer"], r["buffers"]) for r in full if r["engine"] == "ring"]
+assert ring == [(2, True, 32), (2, True, 32), (3, False, 12)], ring
 sizes = {r["bytes"] for r in full}
 assert sizes == {gen["bytes"]}, f"engines disagree on bytes: {sizes} vs gen-files {gen['bytes']}"
 limited = [r for r in files if r["files"] == 100]
