@@ -331,6 +331,21 @@ pass_result read_ifstream(const file_set& s)
     return r;
 }
 
+/// The pass of a threaded engine (`pread`, `ring`) that began at `before` on `clock`, now
+/// that its threads are done: `error`, their first failure, fails the run.
+pass_result ended_pass(const cb::stopwatch& clock, const cb::resource_usage& before, const std::string& error,
+                       std::uint64_t files, std::uint64_t bytes, const std::vector<cb::latency_histogram>& lat)
+{
+    pass_result r;
+    r.seconds = clock.seconds();
+    r.usage = cb::usage_now() - before;
+    if (!error.empty()) fail(error);
+    r.files = files;
+    r.bytes = bytes;
+    for (const auto& h : lat) r.latency.merge(h);
+    return r;
+}
+
 /// N threads, each taking the next file from a shared counter: open, fstat, pread until
 /// full, close, into the thread's own reused buffer (or `buffers` of them in turn: with as
 /// many buffers in use as the uring engine has reads in flight and blobs queued, the
@@ -344,7 +359,6 @@ pass_result read_ifstream(const file_set& s)
 /// wherever malloc put it later, so that pass ran at a third of the rate of the next.
 pass_result read_pread(const file_set& s, std::size_t threads, std::size_t buffers)
 {
-    pass_result r;
     std::atomic<std::size_t> next{0};
     std::atomic<std::uint64_t> files{0}, bytes{0};
     std::mutex mu;
@@ -405,13 +419,7 @@ pass_result read_pread(const file_set& s, std::size_t threads, std::size_t buffe
             });
         }
     }
-    r.seconds = clock.seconds();
-    r.usage = cb::usage_now() - before;
-    if (!error.empty()) fail(error);
-    r.files = files;
-    r.bytes = bytes;
-    for (auto& h : lat) r.latency.merge(h);
-    return r;
+    return ended_pass(clock, before, error, files, bytes, lat);
 }
 
 // The ring engine's reader threads (`--io-threads`, 2 by default), files per batch (the
@@ -625,14 +633,7 @@ pass_result read_ring(const file_set& s, const files_args& a)
             });
         }
     }
-    pass_result r;
-    r.seconds = clock.seconds();
-    r.usage = cb::usage_now() - before;
-    if (!error.empty()) fail(error);
-    r.files = files;
-    r.bytes = bytes;
-    for (auto& h : lat) r.latency.merge(h);
-    return r;
+    return ended_pass(clock, before, error, files, bytes, lat);
 }
 
 /// conveyor's file source: `files(listing, {.concurrency = N})` drained by range-for.
