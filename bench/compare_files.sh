@@ -2,9 +2,10 @@
 # compare_files.sh DIR — the file-reading engines side by side, warm and cold page cache:
 # ifstream (sequential baseline), pread with 2, 4, 8, 16, 32 and 64 threads, conveyor's
 # io_uring file source at concurrency 64, and a bare io_uring loop without conveyor (`ring`,
-# two threads and a consumer: what the file source could reach on this machine). Prints every JSON line that
-# `conveyor-bench files` writes (stdout), then a table of medians (stderr), and fails if the
-# engines disagree on the bytes they read.
+# two threads and a consumer: what the file source could reach on this machine). Prints
+# every JSON line that `conveyor-bench files` writes (stdout), then a table of medians and
+# the ratios uring/ring, ring/pread x2 and uring/pread x2 (stderr), and fails if the engines
+# disagree on the bytes they read.
 #
 # Environment: CONVEYOR_BENCH (the conveyor-bench binary; default: the usual build
 # folders), WARM_REPEAT (default 3), COLD_REPEAT (default 2), PREAD_THREADS (default
@@ -60,6 +61,24 @@ for (cold, engine, conc), rs in groups.items():
     med = lambda k: statistics.median(r[k] for r in rs)
     print(f"{'cold' if cold else 'warm':5} {engine:8} {conc:>4} {med('files_per_s'):>9.0f} {med('MB_per_s'):>8.0f} "
           f"{med('p50_us'):>8.0f} {med('p99_us'):>8.0f} {med('cpu_s_per_GB'):>8.2f} {max(r['max_rss_MB'] for r in rs):>7.0f}")
+# The ratios that say how close conveyor is to what io_uring allows here (ring), and how
+# close that is to the usual baseline (pread with 2 threads), by median files/s.
+def median_fps(cold, engine, conc):
+    rs = groups.get((cold, engine, conc))
+    return statistics.median(r["files_per_s"] for r in rs) if rs else None
+uring_conc = next((k[2] for k in groups if k[1] == "uring"), None)
+for cold in (False, True):
+    uring, ring, pread2 = (median_fps(cold, "uring", uring_conc), median_fps(cold, "ring", uring_conc),
+                           median_fps(cold, "pread", 2))
+    said = []
+    if uring and ring:
+        said.append(f"uring x{uring_conc} is {uring / ring:.2f}x of ring x{uring_conc} (a bare io_uring loop)")
+    if ring and pread2:
+        said.append(f"ring is {ring / pread2:.2f}x of pread x2")
+    if uring and pread2:
+        said.append(f"uring is {uring / pread2:.2f}x of pread x2")
+    if said:
+        print(f"{'cold' if cold else 'warm'}: " + "; ".join(said))
 sizes = {r["bytes"] for r in rows}
 if len(sizes) != 1:
     print(f"error: the engines read different byte counts: {sorted(sizes)}")
