@@ -489,21 +489,27 @@ pass_result read_ring(const file_set& s, const files_args& a)
         room_cv.notify_all();
         work_cv.notify_all();
     };
-    auto give_back = [&](std::span<const done_file> files) { // with `mu` held
-        for (const auto& f : files) free_bufs.push_back(f.buf);
-        room_cv.notify_all();
-    };
-    // The checks the uring engine's consumer makes: every byte of every file.
+    // What the uring engine's consumer does with a batch: checks every file's size, counts
+    // the files and bytes (when all are right), and puts the buffers back.
     std::uint64_t files = 0, bytes = 0; // counted with `mu` held
-    auto check = [&](std::span<const done_file> done) -> bool {
+    auto consume = [&](std::span<const done_file> done) {
+        std::uint64_t got_bytes = 0;
         for (const auto& f : done) {
             if (f.got != s.sizes[f.index]) {
                 say_error("ring: " + s.paths[f.index] + ": read " + std::to_string(f.got) + " bytes, expected " +
                           std::to_string(s.sizes[f.index]));
-                return false;
+                got_bytes = 0;
+                break;
             }
+            got_bytes += static_cast<std::uint64_t>(f.got);
         }
-        return true;
+        std::lock_guard lk(mu);
+        if (!stop) {
+            files += done.size();
+            bytes += got_bytes;
+        }
+        for (const auto& f : done) free_bufs.push_back(f.buf);
+        room_cv.notify_all();
     };
 
     const auto before = cb::usage_now();
@@ -520,15 +526,7 @@ pass_result read_ring(const file_set& s, const files_args& a)
                         if (handed.empty()) return;
                         got.swap(handed);
                     }
-                    const bool ok = check(got);
-                    std::uint64_t got_bytes = 0;
-                    for (const auto& f : got) got_bytes += static_cast<std::uint64_t>(f.got);
-                    std::lock_guard lk(mu);
-                    if (ok) {
-                        files += got.size();
-                        bytes += got_bytes;
-                    }
-                    give_back(got);
+                    consume(got);
                     got.clear();
                 }
             });
@@ -623,15 +621,7 @@ pass_result read_ring(const file_set& s, const files_args& a)
                         handed.insert(handed.end(), batch_done.begin(), batch_done.end());
                         work_cv.notify_one();
                     } else {
-                        const bool ok = check(batch_done);
-                        std::uint64_t got_bytes = 0;
-                        for (const auto& f : batch_done) got_bytes += static_cast<std::uint64_t>(f.got);
-                        std::lock_guard lk(mu);
-                        if (ok) {
-                            files += m;
-                            bytes += got_bytes;
-                        }
-                        give_back(batch_done);
+                        consume(batch_done);
                     }
                 }
             });
