@@ -43,7 +43,8 @@ namespace conveyor_test {
 /** The most bytes the kernel may hold on a loopback TCP connection whose reader stopped:
     the largest receive buffer plus the largest send buffer that autotuning may reach (the
     third fields of /proc/sys/net/ipv4/tcp_rmem and tcp_wmem; 64 MiB each where they cannot
-    be read). On the dev VM tcp_rmem's maximum is 32 MiB. */
+    be read). Common defaults put tcp_rmem's maximum at 6 MiB and tuned hosts at 32 MiB or
+    more, so no fixed figure fits every machine. */
 inline std::size_t loopback_buffer_max()
 {
     auto max_of = [](const char* path) {

@@ -53,9 +53,8 @@ inline std::size_t class_for(std::size_t n) noexcept
 
 // Buffers of this size or more are mapped directly, in 2 MiB huge pages where the kernel
 // gives them (MADV_HUGEPAGE). Filling fresh memory costs one page fault per page, and
-// faults are dear (in VMs most of all): with 4 KiB pages, writing a fresh 1 GiB object took
-// 3.8 s of CPU per GiB, three quarters of it in faults, against 1.2 s for curl writing the
-// same bytes to /dev/null; huge pages take 512 times fewer faults.
+// faults are dear (in VMs most of all), dearer than the copy of the bytes themselves;
+// huge pages take 512 times fewer faults. See docs/perf/fresh-memory.md.
 inline constexpr std::size_t huge_threshold = std::size_t{2} << 20;
 inline constexpr std::size_t huge_page = std::size_t{2} << 20;
 
@@ -68,14 +67,13 @@ CONVEYOR_DECL void* allocate_bytes(std::size_t n);
 CONVEYOR_DECL void deallocate_bytes(void* p, std::size_t n) noexcept;
 
 /* Buffers of a class up to this size are cut from 2 MiB slabs of huge pages (`pool_state::
-   carve`) rather than allocated one by one: a fresh 112 KiB buffer takes 28 page faults
-   the first time it is written, a slab one fault per 2 MiB. Measured on the 2-core KVM
-   guest, filling 360 fresh 112 KiB buffers (40 MB): 120-160 ms one by one, 3.5 ms cut from
-   slabs; the first pass of `conveyor-bench files` (20,000 files of 110 KB, 64 in flight)
-   spent about 150 ms of its 600 ms of CPU in those faults. Pieces go up to 1 MiB: with
-   256 KiB, the 4% of those files above it still took 2,177 faults in a first pass, 158
-   with 1 MiB (first pass 66k -> 72k files/s). A piece that does not fit in what is left
-   of a slab starts a new one, so a slab may lose up to half its size at its end. */
+   carve`) rather than allocated one by one: a fresh buffer takes one page fault per 4 KiB
+   the first time it is written, a slab one fault per 2 MiB, so a reader's first pass
+   over fresh memory does not pay a fault per page of every file. Pieces go up to 1 MiB,
+   half a slab, so that ImageNet-sized files and the larger ones among them (a lognormal
+   tail) all come from slabs (docs/perf/fresh-memory.md). A piece that does not fit in
+   what is left of a slab starts a new one, so a slab may lose up to half its size at its
+   end. */
 inline constexpr std::size_t max_slab_piece = huge_page / 2;
 
 /// How many classes up a request may take an idle buffer from (see `pool_state::take`).
@@ -192,8 +190,9 @@ private:
 
 /** A cache of page-aligned buffers in size classes.
 
-    Reusing memory matters for I/O: a freshly allocated 110 KB buffer costs ~27 page faults
-    when the kernel first writes to it, more than the read itself when data is cached.
+    Reusing memory matters for I/O: a freshly allocated buffer costs a page fault per
+    4 KiB when the kernel first writes to it, more than the read itself when data is
+    cached.
     The pool keeps at most `max_cached_bytes` of idle memory; beyond that, returned buffers
     are freed. Buffers of up to 1 MiB are cut from 2 MiB slabs of huge pages (where the
     kernel gives them), which take one page fault each instead of one per 4 KiB; slabs

@@ -48,10 +48,10 @@ inline std::int64_t now_ns() noexcept
 }
 
 /** A cheaper clock for timing a channel's waits, which come up to twice per batch handed
-    over: the CPU's invariant time-stamp counter on x86-64 (about 11 ns a read on a KVM
-    guest where the steady clock takes 30; timing waits with the steady clock cost 12-17%
-    on the one-lane channel micro-benchmark), otherwise the steady clock itself. Its ticks
-    are converted to nanoseconds when the waits are read (`ns_per_tick`). */
+    over: the CPU's invariant time-stamp counter on x86-64, which reads in a fraction of
+    the steady clock's time (the steady clock goes through the vDSO, and on a VM often
+    through a paravirtual clock), otherwise the steady clock itself. Its ticks are
+    converted to nanoseconds when the waits are read (`ns_per_tick`). */
 struct wait_clock {
     /// True where ticks are time-stamp counter cycles (else nanoseconds).
     static bool uses_tsc() noexcept

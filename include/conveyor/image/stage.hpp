@@ -140,7 +140,7 @@ private:
     key), so each epoch augments differently and every run of an epoch alike.
 
     @code
-    auto pipe = conveyor::shard::shards(urls)
+    auto pipe = conveyor::shard::shards("/data/shard-{000000..000146}.tar")
               | conveyor::image::decode_image({.decode = {.size = {224, 224},
                                                            .crop = conveyor::image::crop_mode::random_resized,
                                                            .flip = 0.5, .seed = 7},

@@ -47,10 +47,10 @@ CONVEYOR_DECL std::error_code make_error_code(errc e) noexcept;
 
 /** An S3 error reply: the HTTP status and what the XML body said.
 
-    @code
+    @verbatim
     <Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message>
            <Resource>/bucket/key</Resource><RequestId>4442587FB7D0A2F9</RequestId></Error>
-    @endcode
+    @endverbatim
 */
 struct reply_error {
     unsigned status = 0;

@@ -170,7 +170,8 @@ struct client_state : std::enable_shared_from_this<client_state> {
     CONVEYOR_DECL asio::awaitable<std::vector<object_info>> list_all(std::string_view bucket, std::string_view prefix,
                                                                      listing_tally* tally = nullptr);
 
-    // SHA-256 of a payload: on the compute pool when it is large (it is ~2 ms per MiB).
+    // SHA-256 of a payload: on the compute pool when it is large, so that hashing an
+    // upload's parts never holds up the I/O thread's other requests.
     inline asio::awaitable<std::string> payload_hash(std::span<const std::byte> data);
 
     CONVEYOR_DECL asio::awaitable<std::string> put_one(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
