@@ -5,7 +5,9 @@
 # two threads and a consumer: what the file source could reach on this machine). Prints
 # every JSON line that `conveyor-bench files` writes (stdout), then a table of medians and
 # the ratios uring/ring, ring/pread x2 and uring/pread x2 (stderr), and fails if the engines
-# disagree on the bytes they read.
+# disagree on the bytes they read. How to read them: warm, the file source is judged as a
+# fraction of ring (the ceiling for a reader that hands files to a consumer; two pread
+# threads that reuse one buffer each are not a target there); cold, against pread x2.
 #
 # Environment: CONVEYOR_BENCH (the conveyor-bench binary; default: the usual build
 # folders), WARM_REPEAT (default 3), COLD_REPEAT (default 2), PREAD_THREADS (default

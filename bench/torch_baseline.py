@@ -168,7 +168,7 @@ class CollateFloat:
             self.stack = torch.empty((n, *shape), dtype=torch.uint8)
         images = torch.stack([s[0] for s in samples], out=self.stack[:n])
         out = shared_empty(images.shape, torch.float32)
-        out.copy_(images)  # a plain cast, then two in-place passes: 5x faster than a mixed-type mul
+        out.copy_(images)  # a plain cast, then two in-place passes: far cheaper than one mixed-type multiply
         out.mul_(self.scale).add_(self.shift)
         labels = torch.tensor([s[1] for s in samples], dtype=torch.int64)
         return out, labels, sum(s[2] for s in samples)

@@ -1,6 +1,6 @@
 // make_index: writes the index (a JSON array of paths relative to the root, or of object
 // keys relative to the bucket) and, for an ImageFolder layout, the classes file, for a
-// directory of samples or an S3 prefix: the seeds' index-then-train workflow.
+// directory of samples or an S3 prefix: index once, then train many times from the index.
 //
 //   make_index --root /data/imagenet/train --ext .JPEG --index train.json --classes classes.json
 //   make_index --root s3://imagenet/train/ --endpoint http://127.0.0.1:9000 --ext .JPEG \

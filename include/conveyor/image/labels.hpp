@@ -125,7 +125,7 @@ enum class label_lookup {
 /** Labels from a validation map (`decode_image_options::label_map`).
 
     @code
-    // ImageNet validation shards with keys ILSVRC2012_val_00000001..., the seeds' map:
+    // ImageNet validation shards with keys ILSVRC2012_val_00000001..., labels from a map file:
     image::decode_image({.label_map = {.map = image::load_label_map("val_map.json"), .first_number = 1}});
     @endcode
 */
