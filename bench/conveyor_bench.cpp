@@ -33,8 +33,8 @@
 #include "decode_bench.hpp"
 #include "tensor_bench.hpp"
 
-#include <conveyor/bench/bench.hpp>
-#include <conveyor/bench/synthetic.hpp>
+#include "support/bench.hpp"
+#include "support/synthetic.hpp"
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/source.hpp>

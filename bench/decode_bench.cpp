@@ -9,7 +9,7 @@
 // runs every mode once, in a rotated order, and the summary gives medians.
 #include "decode_bench.hpp"
 
-#include <conveyor/bench/bench.hpp>
+#include "support/bench.hpp"
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/image/decode.hpp>

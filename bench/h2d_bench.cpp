@@ -3,8 +3,8 @@
 // pinned and from pageable memory, in one process: the seeds' random_to_gpu case.
 #include "h2d_bench.hpp"
 
-#include <conveyor/bench/json_line.hpp>
-#include <conveyor/bench/timer.hpp>
+#include "support/json_line.hpp"
+#include "support/timer.hpp"
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>

@@ -18,7 +18,7 @@
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
-#include <conveyor/bench/timer.hpp>
+#include "support/timer.hpp"
 
 #include <benchmark/benchmark.h>
 

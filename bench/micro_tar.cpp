@@ -14,7 +14,7 @@
 //
 //   conveyor-micro-tar [samples (default 2000)] [repeats (default 7)]
 // prints one JSON line per measurement, then a summary.
-#include <conveyor/bench/json_line.hpp>
+#include "support/json_line.hpp"
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/detail/tar.hpp>

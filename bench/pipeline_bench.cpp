@@ -9,7 +9,7 @@
 // fields match bench/torch_baseline.py's, so the two compare line by line.
 #include "pipeline_bench.hpp"
 
-#include <conveyor/bench/bench.hpp>
+#include "support/bench.hpp"
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>

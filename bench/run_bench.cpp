@@ -3,8 +3,8 @@
 // the summary tables. The HTML report is built in run_report.cpp.
 #include "run_bench.hpp"
 
-#include <conveyor/bench/json_line.hpp>
-#include <conveyor/bench/timer.hpp>
+#include "support/json_line.hpp"
+#include "support/timer.hpp"
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>

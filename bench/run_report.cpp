@@ -2,7 +2,7 @@
 // metrics turned into the report module's plots and tables.
 #include "run_bench.hpp"
 
-#include <conveyor/bench/report.hpp>
+#include "support/report.hpp"
 
 #include <boost/json/serialize.hpp>
 

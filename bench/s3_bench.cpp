@@ -8,7 +8,7 @@
 
 #include "s3_bench.hpp"
 
-#include <conveyor/bench/bench.hpp>
+#include "support/bench.hpp"
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>

@@ -3,7 +3,7 @@
 // with read(2) into one reused buffer) over the same files.
 #include "shard_bench.hpp"
 
-#include <conveyor/bench/bench.hpp>
+#include "support/bench.hpp"
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/list.hpp>

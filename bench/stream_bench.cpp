@@ -11,8 +11,8 @@
 // One mode per process, so that its peak RSS (getrusage's ru_maxrss) is its own: compare
 // modes by running the program once per mode, alternating (bench/README.md). One JSON
 // object per run on standard output; a summary on standard error.
-#include <conveyor/bench/json_line.hpp>
-#include <conveyor/bench/timer.hpp>
+#include "support/json_line.hpp"
+#include "support/timer.hpp"
 #include <conveyor/core/chunks.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/chunks.hpp>

@@ -15,9 +15,9 @@
 // case on stdout; a summary table on stderr.
 #include "tensor_bench.hpp"
 
-#include <conveyor/bench/histogram.hpp>
-#include <conveyor/bench/json_line.hpp>
-#include <conveyor/bench/timer.hpp>
+#include "support/histogram.hpp"
+#include "support/json_line.hpp"
+#include "support/timer.hpp"
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>

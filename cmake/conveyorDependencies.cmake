@@ -26,10 +26,9 @@ endif()
 if(NOT DEFINED CONVEYOR_WITH_CUDA)
   set(CONVEYOR_WITH_CUDA AUTO)
 endif()
+# AUTO: on when FindCUDAToolkit finds the toolkit (nvcc on PATH, CUDAToolkit_ROOT, CUDA_PATH,
+# or the /usr/local/cuda link); ON: required; OFF: not looked for.
 if(NOT CONVEYOR_WITH_CUDA STREQUAL "OFF")
-  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc AND NOT CUDAToolkit_ROOT)
-    set(CUDAToolkit_ROOT /usr/local/cuda)
-  endif()
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND)
     target_link_libraries(conveyor::deps INTERFACE CUDA::cudart)

@@ -11,7 +11,7 @@
 // listed, an output that cannot be written); 2 bad usage; 3 nothing matched (no object or
 // file under the root, none with a wanted ending, or none in a class directory), nothing
 // written.
-#include <conveyor/bench/progress.hpp>
+#include "support/progress.hpp"
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/s3/client.hpp>

@@ -18,7 +18,7 @@
 // are planned first from the sizes alone, so the output is the same bytes for a given input
 // and seed whatever --workers is. Memory: the index (a key and four numbers a sample),
 // plus the samples in flight.
-#include <conveyor/bench/progress.hpp>
+#include "support/progress.hpp"
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/chunks.hpp>

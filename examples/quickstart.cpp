@@ -16,7 +16,7 @@
 //
 // Point it at your own data instead with --folder DIR (an ImageFolder of JPEG/PNG files),
 // or --shards SPEC (shard paths, brace ranges, s3:// URLs, or a dataset index .json).
-#include <conveyor/bench/progress.hpp>
+#include "support/progress.hpp"
 #include <conveyor/conveyor.hpp>
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/image/batch.hpp>

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Compile-time budget: how long a user's translation unit takes to compile with conveyor.
 
-Compiles, in both forms of the library (header-only, and CONVEYOR_SEPARATE_COMPILATION):
+Compiles, in both forms of the library, as a user of each CMake target would:
+  header-only  conveyor::header-only: every definition inline in the headers;
+  compiled     conveyor::conveyor (the default): CONVEYOR_SEPARATE_COMPILATION, headers
+               declare only and the static library holds the definitions;
+the translation units:
   empty     a TU that includes <conveyor/conveyor.hpp> and has an empty main;
   pipeline  a TU with a small pipeline (files -> map -> batch, iterated);
 and, for comparison, `deps`: a TU that includes only the dependency headers that
@@ -44,7 +48,8 @@ int main(int argc, char** argv)
 }
 """
 
-FORMS = {"header-only": [], "separate": ["-DCONVEYOR_SEPARATE_COMPILATION"]}
+# The compile flags each CMake target gives its users (both add C++20 and BOOST_ASIO_NO_DEPRECATED).
+FORMS = {"header-only": [], "compiled": ["-DCONVEYOR_SEPARATE_COMPILATION"]}
 
 
 def flags(args, form):

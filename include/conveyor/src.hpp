@@ -1,9 +1,10 @@
 // conveyor/src.hpp — compiles conveyor's non-template code once (separate compilation).
 //
 // Include this in exactly one translation unit of a program whose translation units are
-// all compiled with CONVEYOR_SEPARATE_COMPILATION defined; the CMake option
-// CONVEYOR_SEPARATE_COMPILATION does both (its static library behind conveyor::conveyor
-// compiles the same files, one translation unit per module: src/*.cpp).
+// all compiled with CONVEYOR_SEPARATE_COMPILATION defined, when building conveyor without
+// its CMake targets. The CMake target conveyor::conveyor does both: its static library
+// compiles the same files, one translation unit per module (src/*.cpp), and everything
+// linking it gets the definition.
 #ifndef CONVEYOR_SRC_HPP
 #define CONVEYOR_SRC_HPP
 
@@ -20,6 +21,5 @@
 #include <conveyor/shard/impl/src.hpp>
 #include <conveyor/image/impl/src.hpp>
 #include <conveyor/cuda/impl/src.hpp>
-#include <conveyor/bench/impl/src.hpp>
 
 #endif

@@ -1,7 +1,7 @@
 // Tests of conveyor/bench/report.hpp: escaping, tick choice and labels, where the line
 // plot puts data, gaps and edge cases, the share bars, the machine's facts, and the page.
 // report_html_check.py checks the page's well-formedness on a sample (report_sample.cpp).
-#include <conveyor/bench/report.hpp>
+#include "support/report.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Validates an HTML report of conveyor::bench::html_report.
 
     report_html_check.py --sample EXE --ids a,b,c   # EXE FILE writes a report; check it

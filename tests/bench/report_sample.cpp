@@ -1,7 +1,7 @@
 // Writes a sample report with every kind of block, ordinary data and awkward data (gaps,
 // NaN, an empty plot, a single point, equal values, markup in names), for
 // report_html_check.py to validate. Usage: conveyor-bench-report-sample FILE
-#include <conveyor/bench/report.hpp>
+#include "support/report.hpp"
 
 #include <cmath>
 #include <cstdio>

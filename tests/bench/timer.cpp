@@ -1,6 +1,6 @@
 // tests/bench/timer.cpp — the benchmarks' process-wide resource counters.
 
-#include <conveyor/bench/timer.hpp>
+#include "support/timer.hpp"
 
 #include <doctest/doctest.h>
 

@@ -3,10 +3,10 @@
 #   cmake -DMODE=add_subdirectory|fetchcontent|find_package
 #         -DCONVEYOR_SOURCE_DIR=<conveyor's source tree> -DWORK_DIR=<scratch dir, wiped first>
 #         [-DGENERATOR=Ninja] [-DMAKE_PROGRAM=...] [-DCXX_COMPILER=...] [-DCXX_LAUNCHER=...]
-#         [-DEXPECTED_VERSION=...] [-DSEPARATE=ON|OFF] -P run_consumer.cmake
+#         [-DEXPECTED_VERSION=...] -P run_consumer.cmake
 #
-# SEPARATE=ON consumes conveyor built with CONVEYOR_SEPARATE_COMPILATION (a static library
-# behind conveyor::conveyor); OFF (the default) consumes it header-only.
+# The consumer builds and runs two programs from the same sources: one linking
+# conveyor::conveyor (the static library), one linking conveyor::header-only.
 #
 # Any failing step stops the script with an error, which fails the ctest test.
 cmake_minimum_required(VERSION 3.25)
@@ -18,9 +18,6 @@ foreach(required MODE CONVEYOR_SOURCE_DIR WORK_DIR)
 endforeach()
 if(NOT MODE MATCHES "^(add_subdirectory|fetchcontent|find_package)$")
   message(FATAL_ERROR "run_consumer.cmake: MODE='${MODE}': expected add_subdirectory, fetchcontent or find_package")
-endif()
-if(NOT SEPARATE)
-  set(SEPARATE OFF)
 endif()
 if(NOT GENERATOR)
   set(GENERATOR Ninja)
@@ -58,7 +55,6 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 set(consumer_args
   -S "${consumer_src}" -B "${consumer_build}" ${common_args}
   "-DCONVEYOR_CONSUME=${MODE}"
-  "-DCONVEYOR_SEPARATE_COMPILATION=${SEPARATE}"
   "-DCONVEYOR_SOURCE_DIR=${CONVEYOR_SOURCE_DIR}")
 
 if(MODE STREQUAL "find_package")
@@ -68,18 +64,12 @@ if(MODE STREQUAL "find_package")
   run("configure conveyor" "${CMAKE_COMMAND}"
       -S "${CONVEYOR_SOURCE_DIR}" -B "${conveyor_build}" ${common_args}
       -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_EXAMPLES=OFF -DCONVEYOR_BUILD_BENCH=OFF -DCONVEYOR_BUILD_PYTHON=OFF
-      -DCONVEYOR_INSTALL=ON "-DCONVEYOR_SEPARATE_COMPILATION=${SEPARATE}"
+      -DCONVEYOR_INSTALL=ON
       "-DCMAKE_INSTALL_PREFIX=${prefix}" -DCMAKE_INSTALL_LIBDIR=lib)
   run("build conveyor" "${CMAKE_COMMAND}" --build "${conveyor_build}")
   run("install conveyor" "${CMAKE_COMMAND}" --install "${conveyor_build}" --prefix "${prefix}")
-  if(SEPARATE)
-    set(cmakedir lib/cmake/conveyor)
-    set(extra lib/libconveyor.a)
-  else()
-    set(cmakedir share/cmake/conveyor)
-    set(extra "")
-  endif()
-  foreach(f include/conveyor/conveyor.hpp include/conveyor/src.hpp ${extra}
+  set(cmakedir lib/cmake/conveyor)
+  foreach(f include/conveyor/conveyor.hpp include/conveyor/src.hpp lib/libconveyor.a
             ${cmakedir}/conveyorConfig.cmake
             ${cmakedir}/conveyorConfigVersion.cmake
             ${cmakedir}/conveyorTargets.cmake
@@ -88,6 +78,10 @@ if(MODE STREQUAL "find_package")
       message(FATAL_ERROR "[${MODE}] the install lacks ${f}")
     endif()
   endforeach()
+  # The bench support library is the bench tool's, not conveyor's: never installed.
+  if(EXISTS "${prefix}/include/conveyor/bench")
+    message(FATAL_ERROR "[${MODE}] the install carries include/conveyor/bench")
+  endif()
   list(APPEND consumer_args "-DCMAKE_PREFIX_PATH=${prefix}")
   if(EXPECTED_VERSION)
     list(APPEND consumer_args "-DCONVEYOR_EXPECTED_VERSION=${EXPECTED_VERSION}")
@@ -96,5 +90,6 @@ endif()
 
 run("configure consumer" "${CMAKE_COMMAND}" ${consumer_args})
 run("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}")
-run("run consumer" "${consumer_build}/consumer")
-message(STATUS "[${MODE}, separate compilation ${SEPARATE}] ok")
+run("run consumer (conveyor::conveyor)" "${consumer_build}/consumer")
+run("run consumer (conveyor::header-only)" "${consumer_build}/consumer-header-only")
+message(STATUS "[${MODE}] ok: conveyor::conveyor and conveyor::header-only")

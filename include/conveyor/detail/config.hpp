@@ -1,12 +1,13 @@
 // conveyor/detail/config.hpp — how conveyor's non-template code is compiled.
 //
-// Header-only (the default): every non-template definition lives in an `impl/*.ipp` file
-// that its header includes, each marked `inline` through CONVEYOR_DECL, so any number of
-// translation units may include conveyor.
+// Header-only (CMake target conveyor::header-only): every non-template definition lives in
+// an `impl/*.ipp` file that its header includes, each marked `inline` through CONVEYOR_DECL,
+// so any number of translation units may include conveyor.
 //
-// Separate compilation: define CONVEYOR_SEPARATE_COMPILATION in every translation unit
-// (the CMake option of the same name does it for everything that links
-// conveyor::conveyor) and compile `conveyor/src.hpp` in exactly one. Headers then carry
+// Separate compilation (CMake target conveyor::conveyor, the default): define
+// CONVEYOR_SEPARATE_COMPILATION in every translation unit (conveyor::conveyor does it for
+// everything that links it) and compile `conveyor/src.hpp` in exactly one (its static
+// library does, one translation unit per module). Headers then carry
 // declarations only and leave the heavy dependencies (Beast, OpenSSL, liburing, Boost.JSON)
 // to that one translation unit. This is Asio's ASIO_SEPARATE_COMPILATION and Beast's
 // BOOST_BEAST_SEPARATE_COMPILATION.

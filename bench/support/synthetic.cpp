@@ -1,8 +1,5 @@
-// conveyor/bench/impl/synthetic.ipp — synthetic file sets (see synthetic.hpp).
-#ifndef CONVEYOR_BENCH_IMPL_SYNTHETIC_IPP
-#define CONVEYOR_BENCH_IMPL_SYNTHETIC_IPP
-
-#include <conveyor/bench/synthetic.hpp>
+// bench/support/synthetic.cpp — synthetic file sets (see synthetic.hpp).
+#include "support/synthetic.hpp"
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/stages.hpp> // detail::splitmix64
@@ -20,14 +17,14 @@
 
 namespace conveyor::bench {
 
-CONVEYOR_DECL conveyor::detail::splitmix64 synthetic_files::rng(std::uint64_t i, std::uint64_t salt) const
+conveyor::detail::splitmix64 synthetic_files::rng(std::uint64_t i, std::uint64_t salt) const
 {
     conveyor::detail::splitmix64 r((seed ^ salt) ^ (i * 0xd1342543de82ef95ULL));
     r();
     return r;
 }
 
-CONVEYOR_DECL std::uint64_t synthetic_files::size(std::uint64_t i) const
+std::uint64_t synthetic_files::size(std::uint64_t i) const
 {
     auto r = rng(i);
     const double u1 = r.unit(), u2 = r.unit();
@@ -36,7 +33,7 @@ CONVEYOR_DECL std::uint64_t synthetic_files::size(std::uint64_t i) const
     return static_cast<std::uint64_t>(std::clamp(std::exp(mu + sigma * normal), 1024.0, 4194304.0));
 }
 
-CONVEYOR_DECL std::string synthetic_files::name(std::uint64_t i) const
+std::string synthetic_files::name(std::uint64_t i) const
 {
     char buf[64];
     std::snprintf(buf, sizeof buf, "n%08llu/img_%08llu.JPEG", static_cast<unsigned long long>((i - 1) % classes),
@@ -44,7 +41,7 @@ CONVEYOR_DECL std::string synthetic_files::name(std::uint64_t i) const
     return buf;
 }
 
-CONVEYOR_DECL generate_report generate(const synthetic_files& set,
+generate_report generate(const synthetic_files& set,
                                        const std::function<void(std::uint64_t, std::uint64_t)>& progress)
 {
     namespace fs = std::filesystem;
@@ -88,5 +85,3 @@ CONVEYOR_DECL generate_report generate(const synthetic_files& set,
 }
 
 } // namespace conveyor::bench
-
-#endif

@@ -1,8 +1,6 @@
-// conveyor/bench/timer.hpp — wall-clock stopwatch, CPU time and peak memory of the process.
-#ifndef CONVEYOR_BENCH_TIMER_HPP
-#define CONVEYOR_BENCH_TIMER_HPP
-
-#include <conveyor/detail/config.hpp>
+// bench/support/timer.hpp — wall-clock stopwatch, CPU time and peak memory of the process.
+#ifndef CONVEYOR_BENCH_SUPPORT_TIMER_HPP
+#define CONVEYOR_BENCH_SUPPORT_TIMER_HPP
 
 #include <chrono>
 #include <cstdint>
@@ -63,20 +61,16 @@ struct resource_usage {
     double max_rss_mb() const noexcept { return static_cast<double>(max_rss_bytes) / 1e6; }
 
     /// The CPU time and faults between `before` and `after`; the peak memory of `after`.
-    CONVEYOR_DECL friend resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept;
+    friend resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept;
 };
 
 /// The process's resource usage now (all zeros if `getrusage` fails, which it does not
 /// on Linux for `RUSAGE_SELF`).
-CONVEYOR_DECL resource_usage usage_now() noexcept;
+resource_usage usage_now() noexcept;
 
 /// The resident set size now, in bytes (from /proc/self/statm; 0 if unreadable).
-CONVEYOR_DECL std::int64_t current_rss_bytes() noexcept;
+std::int64_t current_rss_bytes() noexcept;
 
 } // namespace conveyor::bench
-
-#if CONVEYOR_HEADER_ONLY
-#include <conveyor/bench/impl/timer.ipp>
-#endif
 
 #endif

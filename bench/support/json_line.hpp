@@ -1,8 +1,6 @@
-// conveyor/bench/json_line.hpp — one flat JSON object per line, for benchmark results.
-#ifndef CONVEYOR_BENCH_JSON_LINE_HPP
-#define CONVEYOR_BENCH_JSON_LINE_HPP
-
-#include <conveyor/detail/config.hpp>
+// bench/support/json_line.hpp — one flat JSON object per line, for benchmark results.
+#ifndef CONVEYOR_BENCH_SUPPORT_JSON_LINE_HPP
+#define CONVEYOR_BENCH_SUPPORT_JSON_LINE_HPP
 
 #include <charconv>
 #include <concepts>
@@ -35,12 +33,12 @@ public:
     static constexpr int default_precision = 6;
 
     /// Adds a string field.
-    CONVEYOR_DECL json_line& add(std::string_view key, std::string_view value);
-    CONVEYOR_DECL json_line& add(std::string_view key, const char* value);
-    CONVEYOR_DECL json_line& add(std::string_view key, const std::string& value);
+    json_line& add(std::string_view key, std::string_view value);
+    json_line& add(std::string_view key, const char* value);
+    json_line& add(std::string_view key, const std::string& value);
 
     /// Adds a boolean field.
-    CONVEYOR_DECL json_line& add(std::string_view key, bool value);
+    json_line& add(std::string_view key, bool value);
 
     /// Adds an integer field.
     template <std::integral I>
@@ -55,27 +53,23 @@ public:
     }
 
     /// Adds a number with `precision` significant digits (`null` if not finite).
-    CONVEYOR_DECL json_line& add(std::string_view key, double value, int precision = default_precision);
-    CONVEYOR_DECL json_line& add(std::string_view key, float value, int precision = default_precision);
+    json_line& add(std::string_view key, double value, int precision = default_precision);
+    json_line& add(std::string_view key, float value, int precision = default_precision);
 
     /// The object as text, without a newline.
-    CONVEYOR_DECL std::string str() const;
+    std::string str() const;
 
     /// Writes the object and a newline to `out` (standard output by default) and flushes.
-    CONVEYOR_DECL void print(std::FILE* out = stdout) const;
+    void print(std::FILE* out = stdout) const;
 
 private:
-    CONVEYOR_DECL void field(std::string_view key);
+    void field(std::string_view key);
 
-    CONVEYOR_DECL void quote(std::string_view v);
+    void quote(std::string_view v);
 
     std::string s_;
 };
 
 } // namespace conveyor::bench
-
-#if CONVEYOR_HEADER_ONLY
-#include <conveyor/bench/impl/json_line.ipp>
-#endif
 
 #endif

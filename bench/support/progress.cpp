@@ -1,8 +1,5 @@
-// conveyor/bench/impl/progress.ipp — the progress line (see progress.hpp).
-#ifndef CONVEYOR_BENCH_IMPL_PROGRESS_IPP
-#define CONVEYOR_BENCH_IMPL_PROGRESS_IPP
-
-#include <conveyor/bench/progress.hpp>
+// bench/support/progress.cpp — the progress line (see progress.hpp).
+#include "support/progress.hpp"
 
 #include <unistd.h>
 
@@ -10,18 +7,18 @@
 
 namespace conveyor::bench {
 
-CONVEYOR_DECL progress::progress(std::string label, std::uint64_t total, std::FILE* out)
+progress::progress(std::string label, std::uint64_t total, std::FILE* out)
     : label_(std::move(label)), total_(total), out_(out), tty_(out && ::isatty(::fileno(out)) == 1),
       interval_(tty_ ? std::chrono::milliseconds(250) : std::chrono::milliseconds(5000)), next_(interval_)
 {
 }
 
-CONVEYOR_DECL progress::~progress()
+progress::~progress()
 {
     finish();
 }
 
-CONVEYOR_DECL void progress::update(std::uint64_t done, std::uint64_t bytes)
+void progress::update(std::uint64_t done, std::uint64_t bytes)
 {
     done_ = done;
     bytes_ = bytes;
@@ -32,14 +29,14 @@ CONVEYOR_DECL void progress::update(std::uint64_t done, std::uint64_t bytes)
     print(false);
 }
 
-CONVEYOR_DECL void progress::finish()
+void progress::finish()
 {
     if (finished_) return;
     finished_ = true;
     if (printed_) print(true);
 }
 
-CONVEYOR_DECL void progress::print(bool last)
+void progress::print(bool last)
 {
     const double secs = clock_.seconds();
     const double rate = secs > 0 ? static_cast<double>(done_) / secs : 0.0;
@@ -61,5 +58,3 @@ CONVEYOR_DECL void progress::print(bool last)
 }
 
 } // namespace conveyor::bench
-
-#endif

@@ -1,10 +1,8 @@
-// conveyor/bench/progress.hpp — a rate-limited progress line for long runs.
-#ifndef CONVEYOR_BENCH_PROGRESS_HPP
-#define CONVEYOR_BENCH_PROGRESS_HPP
+// bench/support/progress.hpp — a rate-limited progress line for long runs.
+#ifndef CONVEYOR_BENCH_SUPPORT_PROGRESS_HPP
+#define CONVEYOR_BENCH_SUPPORT_PROGRESS_HPP
 
-#include <conveyor/detail/config.hpp>
-
-#include <conveyor/bench/timer.hpp>
+#include "support/timer.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -31,22 +29,22 @@ class progress {
 public:
     /** `label` starts the line; `total` is the item count expected (0: unknown, no
         percentage or ETA). */
-    CONVEYOR_DECL explicit progress(std::string label, std::uint64_t total = 0, std::FILE* out = stderr);
+    explicit progress(std::string label, std::uint64_t total = 0, std::FILE* out = stderr);
     progress(const progress&) = delete;
     progress& operator=(const progress&) = delete;
-    CONVEYOR_DECL ~progress();
+    ~progress();
 
     /// Reports that `done` items and `bytes` bytes are done so far (both running totals).
-    CONVEYOR_DECL void update(std::uint64_t done, std::uint64_t bytes = 0);
+    void update(std::uint64_t done, std::uint64_t bytes = 0);
 
     /// Ends the progress line (prints the final state if anything was printed before).
-    CONVEYOR_DECL void finish();
+    void finish();
 
     /// Seconds since the progress line was made.
     double seconds() const noexcept { return clock_.seconds(); }
 
 private:
-    CONVEYOR_DECL void print(bool last);
+    void print(bool last);
 
     std::string label_;
     std::uint64_t total_;
@@ -62,9 +60,5 @@ private:
 };
 
 } // namespace conveyor::bench
-
-#if CONVEYOR_HEADER_ONLY
-#include <conveyor/bench/impl/progress.ipp>
-#endif
 
 #endif

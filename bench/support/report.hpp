@@ -1,8 +1,10 @@
-// conveyor/bench/report.hpp — a self-contained HTML report with plain SVG plots.
-#ifndef CONVEYOR_BENCH_REPORT_HPP
-#define CONVEYOR_BENCH_REPORT_HPP
-
-#include <conveyor/detail/config.hpp>
+// bench/support/report.hpp — a self-contained HTML report with plain SVG plots.
+//
+// Implemented one job per file: text.cpp (escaping, SI numbers), ticks.cpp (axis ticks),
+// svg.cpp (drawing primitives shared by the plots), line_plot.cpp, share_plot.cpp,
+// machine_facts.cpp and html_report.cpp (the page).
+#ifndef CONVEYOR_BENCH_SUPPORT_REPORT_HPP
+#define CONVEYOR_BENCH_SUPPORT_REPORT_HPP
 
 #include <cmath>
 #include <filesystem>
@@ -66,12 +68,12 @@ struct share_plot {
 /** `text` made safe for HTML and XML text and attribute values: `&` `<` `>` `"` `'` become
     entities; control characters that XML forbids and bytes that are not valid UTF-8 become
     U+FFFD, so that any string may go into an SVG. */
-CONVEYOR_DECL std::string html_escape(std::string_view text);
+std::string html_escape(std::string_view text);
 
 /** "Nice" tick values for a linear axis covering [lo, hi]: about `target` steps of 1, 2 or
     5 times a power of ten, the first tick at or below `lo`, the last at or above `hi`
     (lo == hi is widened around the value). Empty when `lo` or `hi` is not finite. */
-CONVEYOR_DECL std::vector<double> nice_ticks(double lo, double hi, int target = 5);
+std::vector<double> nice_ticks(double lo, double hi, int target = 5);
 
 /// A tick of a log axis: its value, and whether it carries a label.
 struct axis_tick {
@@ -86,21 +88,21 @@ struct axis_tick {
     they fit (every tick of an axis of one decade, given room for 10), or every second
     (third...) power when even the powers do not fit. Empty when `lo` or `hi` is not
     finite and positive. */
-CONVEYOR_DECL std::vector<axis_tick> log_ticks(double lo, double hi, int max_labels = 10);
+std::vector<axis_tick> log_ticks(double lo, double hi, int max_labels = 10);
 
 /** `value` with an SI prefix: 1.5k, 3.4M, 12G; below 1000 plain (0.05, 250). With
     `resolution` > 0 (a tick step), enough decimals to tell values that far apart apart;
     otherwise up to `digits` significant digits. Never "nan" or "inf": those print as "n/a". */
-CONVEYOR_DECL std::string si_format(double value, double resolution = 0, int digits = 3);
+std::string si_format(double value, double resolution = 0, int digits = 3);
 
 /** A line plot as one standalone `<svg>` element (width 100%, sized by its viewBox), with
     its title, axes, grid, legend and marks. A plot without a single drawable point says
     "no data". */
-CONVEYOR_DECL std::string svg_line_plot(const line_plot& p);
+std::string svg_line_plot(const line_plot& p);
 
 /** Stacked horizontal bars (busy, starved, blocked), one per row, as one `<svg>` element;
     the bottleneck's name is bold and marked. No rows: "no data". */
-CONVEYOR_DECL std::string svg_share_plot(const share_plot& p);
+std::string svg_share_plot(const share_plot& p);
 
 /** Facts about this machine, in this order, each left out when it cannot be found (never
     made up): ("CPU", model name), ("cores", number online), ("usable cores", CPUs this
@@ -109,7 +111,7 @@ CONVEYOR_DECL std::string svg_share_plot(const share_plot& p);
     ("storage <path>", "<fstype> on <mount point> (<device or source>)") from
     /proc/self/mountinfo, the mount with the longest mount point containing the path
     (resolved first: symbolic links followed). */
-CONVEYOR_DECL std::vector<std::pair<std::string, std::string>> machine_facts(const std::vector<std::string>& paths = {});
+std::vector<std::pair<std::string, std::string>> machine_facts(const std::vector<std::string>& paths = {});
 
 /** A self-contained HTML page: inline CSS and SVG, no scripts, nothing fetched from the
     network, so it opens from a results folder, an email or a CI artifact as it is.
@@ -129,34 +131,34 @@ CONVEYOR_DECL std::vector<std::pair<std::string, std::string>> machine_facts(con
 */
 class html_report {
 public:
-    CONVEYOR_DECL explicit html_report(std::string title);
+    explicit html_report(std::string title);
 
     /// An `<h2>` section heading.
-    CONVEYOR_DECL void add_heading(std::string_view text);
+    void add_heading(std::string_view text);
 
     /// A `<p>` of text.
-    CONVEYOR_DECL void add_paragraph(std::string_view text);
+    void add_paragraph(std::string_view text);
 
     /// `<figure id="id">`: the plot's SVG and a `<figcaption>` of its title.
-    CONVEYOR_DECL void add_plot(std::string_view id, const line_plot& p);
-    CONVEYOR_DECL void add_plot(std::string_view id, const share_plot& p);
+    void add_plot(std::string_view id, const line_plot& p);
+    void add_plot(std::string_view id, const share_plot& p);
 
     /// `<table id="id">` with a header row; rows shorter than the header are padded.
-    CONVEYOR_DECL void add_table(std::string_view id, const std::vector<std::string>& header,
+    void add_table(std::string_view id, const std::vector<std::string>& header,
                                  const std::vector<std::vector<std::string>>& rows);
 
     /// A two-column `<table id="id">`: the fact's name, its value.
-    CONVEYOR_DECL void add_facts(std::string_view id, const std::vector<std::pair<std::string, std::string>>& facts);
+    void add_facts(std::string_view id, const std::vector<std::pair<std::string, std::string>>& facts);
 
     /// `<pre id="id">` of `text` as it is (e.g. the run's configuration as JSON).
-    CONVEYOR_DECL void add_code(std::string_view id, std::string_view text);
+    void add_code(std::string_view id, std::string_view text);
 
     /// The whole document.
-    CONVEYOR_DECL std::string str() const;
+    std::string str() const;
 
     /** Writes the document to `file`, creating its parent folders. Throws
         `std::runtime_error` naming the path and the system's reason when it cannot. */
-    CONVEYOR_DECL void write(const std::filesystem::path& file) const;
+    void write(const std::filesystem::path& file) const;
 
 private:
     std::string title_;
@@ -164,9 +166,5 @@ private:
 };
 
 } // namespace conveyor::bench
-
-#if CONVEYOR_HEADER_ONLY
-#include <conveyor/bench/impl/report.ipp>
-#endif
 
 #endif

@@ -1,8 +1,5 @@
-// conveyor/bench/impl/timer.ipp — CPU time and memory of the process (see timer.hpp).
-#ifndef CONVEYOR_BENCH_IMPL_TIMER_IPP
-#define CONVEYOR_BENCH_IMPL_TIMER_IPP
-
-#include <conveyor/bench/timer.hpp>
+// bench/support/timer.cpp — CPU time and memory of the process (see timer.hpp).
+#include "support/timer.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -11,14 +8,14 @@
 
 namespace conveyor::bench {
 
-CONVEYOR_DECL resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept
+resource_usage operator-(const resource_usage& after, const resource_usage& before) noexcept
 {
     return {after.user_s - before.user_s, after.system_s - before.system_s, after.max_rss_bytes,
             after.minor_faults - before.minor_faults, after.major_faults - before.major_faults,
             after.voluntary_switches - before.voluntary_switches, after.involuntary_switches - before.involuntary_switches};
 }
 
-CONVEYOR_DECL resource_usage usage_now() noexcept
+resource_usage usage_now() noexcept
 {
     ::rusage ru{};
     if (::getrusage(RUSAGE_SELF, &ru) != 0) return {};
@@ -29,7 +26,7 @@ CONVEYOR_DECL resource_usage usage_now() noexcept
             static_cast<std::int64_t>(ru.ru_nvcsw), static_cast<std::int64_t>(ru.ru_nivcsw)};
 }
 
-CONVEYOR_DECL std::int64_t current_rss_bytes() noexcept
+std::int64_t current_rss_bytes() noexcept
 {
     std::FILE* f = std::fopen("/proc/self/statm", "r");
     if (!f) return 0;
@@ -40,5 +37,3 @@ CONVEYOR_DECL std::int64_t current_rss_bytes() noexcept
 }
 
 } // namespace conveyor::bench
-
-#endif

@@ -1,39 +1,36 @@
-// conveyor/bench/impl/json_line.ipp — JSON lines (see json_line.hpp).
-#ifndef CONVEYOR_BENCH_IMPL_JSON_LINE_IPP
-#define CONVEYOR_BENCH_IMPL_JSON_LINE_IPP
-
-#include <conveyor/bench/json_line.hpp>
+// bench/support/json_line.cpp — JSON lines (see json_line.hpp).
+#include "support/json_line.hpp"
 
 #include <cmath>
 #include <system_error>
 
 namespace conveyor::bench {
 
-CONVEYOR_DECL json_line& json_line::add(std::string_view key, std::string_view value)
+json_line& json_line::add(std::string_view key, std::string_view value)
 {
     field(key);
     quote(value);
     return *this;
 }
 
-CONVEYOR_DECL json_line& json_line::add(std::string_view key, const char* value)
+json_line& json_line::add(std::string_view key, const char* value)
 {
     return add(key, std::string_view(value));
 }
 
-CONVEYOR_DECL json_line& json_line::add(std::string_view key, const std::string& value)
+json_line& json_line::add(std::string_view key, const std::string& value)
 {
     return add(key, std::string_view(value));
 }
 
-CONVEYOR_DECL json_line& json_line::add(std::string_view key, bool value)
+json_line& json_line::add(std::string_view key, bool value)
 {
     field(key);
     s_ += value ? "true" : "false";
     return *this;
 }
 
-CONVEYOR_DECL json_line& json_line::add(std::string_view key, double value, int precision)
+json_line& json_line::add(std::string_view key, double value, int precision)
 {
     field(key);
     if (!std::isfinite(value)) {
@@ -50,31 +47,31 @@ CONVEYOR_DECL json_line& json_line::add(std::string_view key, double value, int 
     return *this;
 }
 
-CONVEYOR_DECL json_line& json_line::add(std::string_view key, float value, int precision)
+json_line& json_line::add(std::string_view key, float value, int precision)
 {
     return add(key, static_cast<double>(value), precision);
 }
 
-CONVEYOR_DECL std::string json_line::str() const
+std::string json_line::str() const
 {
     return s_.empty() ? std::string("{}") : s_ + "}";
 }
 
-CONVEYOR_DECL void json_line::print(std::FILE* out) const
+void json_line::print(std::FILE* out) const
 {
     const std::string line = str() + "\n";
     std::fwrite(line.data(), 1, line.size(), out);
     std::fflush(out);
 }
 
-CONVEYOR_DECL void json_line::field(std::string_view key)
+void json_line::field(std::string_view key)
 {
     s_ += s_.empty() ? "{" : ",";
     quote(key);
     s_ += ':';
 }
 
-CONVEYOR_DECL void json_line::quote(std::string_view v)
+void json_line::quote(std::string_view v)
 {
     s_ += '"';
     for (const char c : v) {
@@ -100,5 +97,3 @@ CONVEYOR_DECL void json_line::quote(std::string_view v)
 }
 
 } // namespace conveyor::bench
-
-#endif

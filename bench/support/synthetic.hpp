@@ -1,8 +1,6 @@
-// conveyor/bench/synthetic.hpp — deterministic ImageNet-like file sets for demos and benchmarks.
-#ifndef CONVEYOR_BENCH_SYNTHETIC_HPP
-#define CONVEYOR_BENCH_SYNTHETIC_HPP
-
-#include <conveyor/detail/config.hpp>
+// bench/support/synthetic.hpp — deterministic ImageNet-like file sets for demos and benchmarks.
+#ifndef CONVEYOR_BENCH_SUPPORT_SYNTHETIC_HPP
+#define CONVEYOR_BENCH_SUPPORT_SYNTHETIC_HPP
 
 #include <cstdint>
 #include <filesystem>
@@ -29,13 +27,13 @@ struct synthetic_files {
     double sigma = 0.6;
 
     /// The generator of file `i` (1-based) for a stream `salt` (sizes and contents differ).
-    CONVEYOR_DECL conveyor::detail::splitmix64 rng(std::uint64_t i, std::uint64_t salt = 0) const;
+    conveyor::detail::splitmix64 rng(std::uint64_t i, std::uint64_t salt = 0) const;
 
     /// Size of file `i`: lognormal with mu = ln(mean) - sigma^2 / 2, so the mean is `mean_bytes`.
-    CONVEYOR_DECL std::uint64_t size(std::uint64_t i) const;
+    std::uint64_t size(std::uint64_t i) const;
 
     /// Path of file `i` relative to `dir`: classes in turn.
-    CONVEYOR_DECL std::string name(std::uint64_t i) const;
+    std::string name(std::uint64_t i) const;
 };
 
 /// What `generate` did.
@@ -49,13 +47,9 @@ struct generate_report {
 /** Creates the files of `set` that are missing or have the wrong size (so re-running is
     cheap). `progress(done, bytes)` is called after each file. Throws `conveyor::error`
     naming the path on failure. */
-CONVEYOR_DECL generate_report generate(const synthetic_files& set,
+generate_report generate(const synthetic_files& set,
                                        const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
 } // namespace conveyor::bench
-
-#if CONVEYOR_HEADER_ONLY
-#include <conveyor/bench/impl/synthetic.ipp>
-#endif
 
 #endif

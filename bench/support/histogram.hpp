@@ -1,8 +1,6 @@
-// conveyor/bench/histogram.hpp — latency histograms with percentiles, and a thread-safe one.
-#ifndef CONVEYOR_BENCH_HISTOGRAM_HPP
-#define CONVEYOR_BENCH_HISTOGRAM_HPP
-
-#include <conveyor/detail/config.hpp>
+// bench/support/histogram.hpp — latency histograms with percentiles, and a thread-safe one.
+#ifndef CONVEYOR_BENCH_SUPPORT_HISTOGRAM_HPP
+#define CONVEYOR_BENCH_SUPPORT_HISTOGRAM_HPP
 
 #include <array>
 #include <bit>
@@ -38,15 +36,15 @@ public:
     /// Buckets in all: the exact ones below `sub_count` and 64 per octave above.
     static constexpr std::size_t bucket_count = (64 - sub_bits + 1) * sub_count;
 
-    CONVEYOR_DECL latency_histogram();
+    latency_histogram();
 
-    CONVEYOR_DECL latency_histogram(const latency_histogram& o);
-    CONVEYOR_DECL latency_histogram& operator=(const latency_histogram& o);
+    latency_histogram(const latency_histogram& o);
+    latency_histogram& operator=(const latency_histogram& o);
     latency_histogram(latency_histogram&&) noexcept = default;
     latency_histogram& operator=(latency_histogram&&) noexcept = default;
 
     /// Records one duration of `ns` nanoseconds.
-    CONVEYOR_DECL void record(std::uint64_t ns) noexcept;
+    void record(std::uint64_t ns) noexcept;
 
     /// Records one duration (negative durations count as zero).
     template <class Rep, class Period>
@@ -57,10 +55,10 @@ public:
     }
 
     /// Adds all of `o`'s recordings to this one.
-    CONVEYOR_DECL void merge(const latency_histogram& o) noexcept;
+    void merge(const latency_histogram& o) noexcept;
 
     /// Forgets all recordings.
-    CONVEYOR_DECL void reset() noexcept;
+    void reset() noexcept;
 
     /// How many durations were recorded.
     std::uint64_t count() const noexcept { return count_; }
@@ -74,7 +72,7 @@ public:
     /** The duration in nanoseconds below or at which `p` percent of the recordings lie
         (`p` in [0, 100]; 50 is the median). Returns the middle of the bucket that holds
         that rank, clamped to the exact minimum and maximum; 0 when empty. */
-    CONVEYOR_DECL double percentile(double p) const noexcept;
+    double percentile(double p) const noexcept;
 
     /// `percentile(p)` in microseconds.
     double percentile_us(double p) const noexcept { return percentile(p) / 1e3; }
@@ -128,10 +126,10 @@ private:
 class concurrent_histogram {
 public:
     /// `shards` shards (at least one); more than the recording threads buys nothing.
-    CONVEYOR_DECL explicit concurrent_histogram(std::size_t shards = 16);
+    explicit concurrent_histogram(std::size_t shards = 16);
 
     /// Records one duration of `ns` nanoseconds.
-    CONVEYOR_DECL void record(std::uint64_t ns);
+    void record(std::uint64_t ns);
 
     /// Records one duration (negative durations count as zero).
     template <class Rep, class Period>
@@ -142,10 +140,10 @@ public:
     }
 
     /// The sum of all shards, as of now.
-    CONVEYOR_DECL latency_histogram merged() const;
+    latency_histogram merged() const;
 
     /// Forgets all recordings.
-    CONVEYOR_DECL void reset();
+    void reset();
 
 private:
     struct alignas(64) shard {
@@ -153,19 +151,15 @@ private:
         latency_histogram h;
     };
 
-    CONVEYOR_DECL static std::size_t my_shard() noexcept;
+    static std::size_t my_shard() noexcept;
 
     std::vector<shard> shards_;
 };
 
 /** The median of `v` (the mean of the middle two for an even count); 0 when empty.
     Takes `v` by value because it reorders it. */
-CONVEYOR_DECL double median(std::vector<double> v);
+double median(std::vector<double> v);
 
 } // namespace conveyor::bench
-
-#if CONVEYOR_HEADER_ONLY
-#include <conveyor/bench/impl/histogram.ipp>
-#endif
 
 #endif

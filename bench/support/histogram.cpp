@@ -1,8 +1,5 @@
-// conveyor/bench/impl/histogram.ipp — latency histograms (see histogram.hpp).
-#ifndef CONVEYOR_BENCH_IMPL_HISTOGRAM_IPP
-#define CONVEYOR_BENCH_IMPL_HISTOGRAM_IPP
-
-#include <conveyor/bench/histogram.hpp>
+// bench/support/histogram.cpp — latency histograms (see histogram.hpp).
+#include "support/histogram.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -10,18 +7,18 @@
 
 namespace conveyor::bench {
 
-CONVEYOR_DECL latency_histogram::latency_histogram() : counts_(std::make_unique<std::array<std::uint64_t, bucket_count>>())
+latency_histogram::latency_histogram() : counts_(std::make_unique<std::array<std::uint64_t, bucket_count>>())
 {
     counts_->fill(0);
 }
 
-CONVEYOR_DECL latency_histogram::latency_histogram(const latency_histogram& o)
+latency_histogram::latency_histogram(const latency_histogram& o)
     : counts_(std::make_unique<std::array<std::uint64_t, bucket_count>>(*o.counts_)), count_(o.count_),
       min_(o.min_), max_(o.max_), sum_(o.sum_)
 {
 }
 
-CONVEYOR_DECL latency_histogram& latency_histogram::operator=(const latency_histogram& o)
+latency_histogram& latency_histogram::operator=(const latency_histogram& o)
 {
     if (this != &o) {
         *counts_ = *o.counts_;
@@ -33,7 +30,7 @@ CONVEYOR_DECL latency_histogram& latency_histogram::operator=(const latency_hist
     return *this;
 }
 
-CONVEYOR_DECL void latency_histogram::record(std::uint64_t ns) noexcept
+void latency_histogram::record(std::uint64_t ns) noexcept
 {
     ++(*counts_)[bucket_of(ns)];
     ++count_;
@@ -42,7 +39,7 @@ CONVEYOR_DECL void latency_histogram::record(std::uint64_t ns) noexcept
     sum_ += static_cast<double>(ns);
 }
 
-CONVEYOR_DECL void latency_histogram::merge(const latency_histogram& o) noexcept
+void latency_histogram::merge(const latency_histogram& o) noexcept
 {
     for (std::size_t i = 0; i < bucket_count; ++i) (*counts_)[i] += (*o.counts_)[i];
     count_ += o.count_;
@@ -51,7 +48,7 @@ CONVEYOR_DECL void latency_histogram::merge(const latency_histogram& o) noexcept
     sum_ += o.sum_;
 }
 
-CONVEYOR_DECL void latency_histogram::reset() noexcept
+void latency_histogram::reset() noexcept
 {
     counts_->fill(0);
     count_ = 0;
@@ -60,7 +57,7 @@ CONVEYOR_DECL void latency_histogram::reset() noexcept
     sum_ = 0;
 }
 
-CONVEYOR_DECL double latency_histogram::percentile(double p) const noexcept
+double latency_histogram::percentile(double p) const noexcept
 {
     if (count_ == 0) return 0.0;
     p = std::clamp(p, 0.0, 100.0);
@@ -78,16 +75,16 @@ CONVEYOR_DECL double latency_histogram::percentile(double p) const noexcept
     return static_cast<double>(max_);
 }
 
-CONVEYOR_DECL concurrent_histogram::concurrent_histogram(std::size_t shards) : shards_(std::max<std::size_t>(shards, 1)) {}
+concurrent_histogram::concurrent_histogram(std::size_t shards) : shards_(std::max<std::size_t>(shards, 1)) {}
 
-CONVEYOR_DECL void concurrent_histogram::record(std::uint64_t ns)
+void concurrent_histogram::record(std::uint64_t ns)
 {
     auto& s = shards_[my_shard() % shards_.size()];
     std::lock_guard lk(s.mu);
     s.h.record(ns);
 }
 
-CONVEYOR_DECL latency_histogram concurrent_histogram::merged() const
+latency_histogram concurrent_histogram::merged() const
 {
     latency_histogram all;
     for (auto& s : shards_) {
@@ -97,7 +94,7 @@ CONVEYOR_DECL latency_histogram concurrent_histogram::merged() const
     return all;
 }
 
-CONVEYOR_DECL void concurrent_histogram::reset()
+void concurrent_histogram::reset()
 {
     for (auto& s : shards_) {
         std::lock_guard lk(s.mu);
@@ -105,14 +102,14 @@ CONVEYOR_DECL void concurrent_histogram::reset()
     }
 }
 
-CONVEYOR_DECL std::size_t concurrent_histogram::my_shard() noexcept
+std::size_t concurrent_histogram::my_shard() noexcept
 {
     static std::atomic<std::size_t> next{0};
     thread_local const std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
     return mine;
 }
 
-CONVEYOR_DECL double median(std::vector<double> v)
+double median(std::vector<double> v)
 {
     if (v.empty()) return 0.0;
     const std::size_t mid = v.size() / 2;
@@ -124,5 +121,3 @@ CONVEYOR_DECL double median(std::vector<double> v)
 }
 
 } // namespace conveyor::bench
-
-#endif

@@ -1,2 +1,0 @@
-// conveyor's static library, bench support module (CONVEYOR_SEPARATE_COMPILATION).
-#include <conveyor/bench/impl/src.hpp>
