@@ -352,11 +352,10 @@ pass_result ended_pass(const cb::stopwatch& clock, const cb::resource_usage& bef
 /// kernel copies into memory that has left the CPU's caches, as it does there).
 ///
 /// The buffers are page-aligned, from a `buffer_pool` like the uring engine's, and written
-/// once before the clock starts. Where the kernel's copy lands matters: on an AMD EPYC
-/// guest, `pread` into a destination 8 or 16 bytes past a 64-byte boundary took 3x the
-/// CPU of one at 0 or 32 (77-85 against 23-26 µs per 110 KB file). A `std::vector<char>`
-/// grown in the pass sat 16 bytes into a fresh mapping in a process's first pass and
-/// wherever malloc put it later, so that pass ran at a third of the rate of the next.
+/// once before the clock starts. Where the kernel's copy lands matters: a destination a few
+/// bytes past a cache-line boundary can cost the copy several times the CPU of an aligned
+/// one, and a buffer grown inside the pass lands wherever malloc puts it (see
+/// docs/perf/page-cache-copy.md).
 pass_result read_pread(const file_set& s, std::size_t threads, std::size_t buffers)
 {
     std::atomic<std::size_t> next{0};

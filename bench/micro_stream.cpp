@@ -215,8 +215,7 @@ BENCHMARK(channel_send_all_receive_some)->Args({items, 0})->Args({items, 1})->Un
 
 // Last: its ticker's timer is the first I/O object on lane 0's io_context, which gives that
 // context a reactor for the rest of the process, and from then on Asio's scheduler calls
-// epoll_wait (timeout 0) between handlers: measured on a KVM guest, generate_on_lane went
-// from 16 to 65 ns per item after it. Real pipelines (sockets, timers) have the reactor;
+// epoll_wait (timeout 0) between handlers, which makes every later case slower per item. Real pipelines (sockets, timers) have the reactor;
 // the cases above measure the channel machinery without it, as they always have.
 BENCHMARK(generate_map4_stats_1ms)->Arg(items)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -1,4 +1,4 @@
-// stream_bench.cpp — one large object read three ways, for issue 11's streamed bodies:
+// stream_bench.cpp — one large object read three ways, to compare streamed bodies:
 //
 //   stream  s3::read_chunks: one GET streamed into pooled chunks (dropped as they come)
 //   whole   s3::client::async_get: the object whole in one buffer (ranged parts in parallel)
