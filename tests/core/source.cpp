@@ -411,7 +411,8 @@ TEST_CASE("sequence_source does not deadlock on memory held by items waiting for
     // the share, taken once.
     cv::runtime rt({.io_threads = 2, .compute_threads = 1, .memory_limit = 10 * leasing_cursor::unit});
     auto seen = std::make_shared<seen_share>();
-    auto p = cv::sequence_source<held>("leasing", 3, {.sequences_in_flight = 3, .memory_per_sequence = leasing_cursor::unit},
+    auto p = cv::sequence_source<held>("leasing", 3,
+                                       {.sequences_in_flight = 3, .capacity = 2, .memory_per_sequence = leasing_cursor::unit},
                                        [&rt, seen](cv::run_context&) { return leasing_reader{&rt, seen}; })
                  .on(rt);
     std::vector<std::uint64_t> got;
@@ -435,7 +436,6 @@ TEST_CASE("sequence_source does not deadlock on memory held by items waiting for
     const auto s = share->stats();
     CHECK(s.limit == 3 * leasing_cursor::unit);
     CHECK(s.peak > s.limit); // lane 0 went past the share: it was not made to wait
-    CHECK(s.peak <= s.limit + leasing_cursor::per_key * leasing_cursor::unit);
     CHECK(conveyor_test::eventually([&] { return share->in_use() == 0 && rt.memory().in_use() == 0; }, test::generous));
 }
 

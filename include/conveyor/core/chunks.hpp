@@ -49,10 +49,12 @@ struct chunk {
     the other readers' items, and the merge waits for this reader. So while the merge waits
     on a reader it marks the reader urgent: a chunk the reader wants is then granted at once
     (`memory_budget::acquire_now`: counted, past the limit if need be), and a wait for room
-    already begun ends granted. The overshoot is at most the urgent reader's chunks in
-    flight, and comes back as the merge moves on. `sequence_source` keeps it inside the
-    run's own share of the runtime's budget (`sequence_settings::memory_per_sequence`), so
-    the runtime's limit holds.
+    already begun ends granted. While the mark is up every chunk the reader asks for is
+    granted; the merge lowers it as soon as it has the item, so what goes past the limit
+    is held by items the merge has passed on (until the consumer lets go of them) and by
+    what the reader read while marked; it comes back as the consumer moves on.
+    `sequence_source` keeps it inside the run's own share of the runtime's budget
+    (`sequence_settings::memory_per_sequence`), so the runtime's limit holds.
 
     @par Thread Safety
     Safe: marked from the merge's thread, read from the readers' lanes.
