@@ -7,6 +7,7 @@
 #include <conveyor/shard/dataset.hpp>
 
 #include "tar_support.hpp"
+#include "../support/common.hpp"
 #include "../support/http_server.hpp"
 
 #include <doctest/doctest.h>
@@ -100,6 +101,51 @@ TEST_CASE("a shard list reads as samples with their bytes, keys and places")
         CHECK(seen.size() == 60);
         CHECK(std::all_of(seen.begin(), seen.end(), [](const auto& kv) { return kv.second == 1; }));
     }
+}
+
+TEST_CASE("samples carry their shard's URL as the list gives it and their place in the epoch's work list")
+{
+    temp_dir d;
+    auto t = make_shards(d.path, 4, 5);
+    for (auto& ref : t.list) ref.url = "file://" + ref.url; // the chunk reader reads the path; samples keep the URL
+    auto o = options();
+    o.order.shuffle = false;
+    std::map<std::uint64_t, std::uint64_t> work_of_shard;
+    std::size_t n = 0;
+    for (auto& s : shard::shards(t.list, o)) {
+        ++n;
+        CHECK(s.url == t.list[s.shard].url);
+        CHECK(s.url.starts_with("file://"));
+        const auto [it, fresh] = work_of_shard.emplace(s.shard, s.work);
+        CHECK(it->second == s.work); // one work piece per shard in an unpadded epoch
+    }
+    CHECK(n == 20);
+    REQUIRE(work_of_shard.size() == 4);
+    std::set<std::uint64_t> works;
+    for (const auto& kv : work_of_shard) works.insert(kv.second);
+    CHECK(works == std::set<std::uint64_t>{0, 1, 2, 3});
+}
+
+TEST_CASE("a run's chunks are taken from its share of the memory budget, and all come back")
+{
+    temp_dir d;
+    const auto t = make_shards(d.path, 6, 9);
+    // A share of 3 shards x 3 chunks of 4 KiB; a consumer that holds samples for a while
+    // (a batch) keeps chunks of the share: the lane the merge waits on goes past it rather
+    // than waiting for ever.
+    conveyor::runtime rt(conveyor::runtime_options{.io_threads = 1, .compute_threads = 1, .memory_limit = 1 << 20});
+    auto p = shard::shards(t.list, options()).on(rt) | conveyor::batch(20);
+    std::size_t samples = 0;
+    const bool done = conveyor_test::finishes_within(std::chrono::seconds(60), "a shard run whose consumer holds chunks", [&] {
+        for (auto& b : p) {
+            samples += b.size();
+            CHECK(rt.memory().in_use() <= 36 << 10); // the runtime's budget sees the share only
+        }
+    });
+    CHECK(done);
+    CHECK(samples == 54);
+    CHECK(rt.memory().stats().peak == 36 << 10);
+    CHECK(conveyor_test::eventually([&] { return rt.memory().in_use() == 0; }, std::chrono::seconds(30)));
 }
 
 // Regression test, fixed bug: sample fields are views of the chunk they were read in, and a

@@ -131,6 +131,11 @@ public:
     /// A lease of `bytes` now if they fit and nobody waits; nullopt otherwise.
     CONVEYOR_DECL std::optional<memory_lease> try_acquire(std::size_t bytes);
 
+    /** A lease of `bytes` now, whether they fit or not: counted like any other (`in_use`
+        may pass the limit until it is given back). Only for a reader that must not wait
+        because what it waits on cannot free room until it gets on (see `read_priority`). */
+    CONVEYOR_DECL memory_lease acquire_now(std::size_t bytes);
+
     CONVEYOR_DECL std::size_t limit() const noexcept;
     CONVEYOR_DECL std::size_t in_use() const noexcept;
     CONVEYOR_DECL std::size_t peak() const noexcept;

@@ -33,9 +33,8 @@ struct source_options {
     /** Blobs waiting between the source and the next stage (at least `concurrency`).
         0: twice `concurrency`, so that a whole round of reads can complete and wait while
         the consumer still takes the round before (delivered in order, reads complete in
-        batches per I/O thread). With room for only `concurrency`, I/O threads sat idle
-        waiting for room: on 20,000 warm 110 KB files (2 cores, 64 in flight) 59-72k
-        files/s against 73-85k with 128. */
+        batches per I/O thread); with room for only `concurrency`, I/O threads sit idle
+        waiting for room. */
     std::size_t capacity = 0;
     /// Files larger than this are read in chunks of this size, several in flight.
     std::uint32_t chunk_size = 8u << 20;

@@ -36,10 +36,10 @@ struct source_options {
     /// Shards read at once. Their samples are interleaved one by one, in a fixed order (the
     /// first open shard's next sample, then the second's, ...), so for a given seed and
     /// epoch the stream's order does not depend on timing. 0: `default_shards_in_flight`
-    /// of the list: 4 when every shard is local; 12 when any is on S3 or a web server, where
-    /// one connection alone streams far below the link (over loopback with 20 ms to the first
-    /// byte: 2.7-3.0 GB/s with 4 at once, 3.3-3.7 GB/s with 9). Each costs its read-ahead
-    /// (`chunks.chunks_in_flight` x `chunks.chunk_size`) of memory.
+    /// of the list: more when any shard is on S3 or a web server, where one connection
+    /// alone streams far below the link. Each costs its read-ahead
+    /// (`chunks.chunks_in_flight` x `chunks.chunk_size`) of memory, taken chunk by chunk
+    /// from the runtime's memory budget.
     unsigned shards_in_flight = 0;
     /// How each shard is read: chunk size and chunks requested ahead (prefetch).
     chunk_options chunks{};

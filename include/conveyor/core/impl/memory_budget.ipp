@@ -175,6 +175,13 @@ CONVEYOR_DECL std::optional<memory_lease> memory_budget::try_acquire(std::size_t
     return memory_lease(state_, bytes);
 }
 
+CONVEYOR_DECL memory_lease memory_budget::acquire_now(std::size_t bytes)
+{
+    std::lock_guard lk(state_->mu);
+    state_->take(bytes);
+    return memory_lease(state_, bytes);
+}
+
 CONVEYOR_DECL void memory_budget::start_acquire(std::size_t bytes, asio::any_io_executor ex, acquire_handler h)
 {
     std::vector<detail::budget_state::outcome> done;

@@ -83,16 +83,8 @@ struct pread_at_call {
 
     std::pair<std::error_code, buffer> operator()()
     {
-        std::size_t got = 0;
-        while (got < buf.size()) {
-            const ssize_t n = ::pread(file->fd(), buf.data() + got, buf.size() - got, static_cast<off_t>(offset + got));
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                return {std::error_code(errno, std::system_category()), buffer{}};
-            }
-            if (n == 0) break; // end of file
-            got += static_cast<std::size_t>(n);
-        }
+        const auto [ec, got] = pread_fully(file->fd(), buf.data(), buf.size(), offset);
+        if (ec) return {ec, buffer{}};
         buf.resize(got);
         return {std::error_code{}, std::move(buf)};
     }
@@ -189,17 +181,13 @@ struct chunk_stream : std::enable_shared_from_this<chunk_stream> {
             s->length = static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, end - next));
             next += s->length;
             slots.push_back(s);
-            if (!o.use_memory_budget) {
-                read(s);
-                continue;
-            }
-            if (auto lease = rt.memory().try_acquire(s->length)) {
+            if (auto lease = conveyor::detail::chunk_memory_now(rt.memory(), s->length, o)) {
                 s->lease = std::move(*lease);
                 read(s);
                 continue;
             }
-            rt.memory().async_acquire(
-                s->length, asio::bind_cancellation_slot(
+            conveyor::detail::async_wait_chunk_memory(
+                rt.memory(), s->length, o, asio::bind_cancellation_slot(
                                s->cancel.slot(), asio::bind_executor(lane, [self = shared_from_this(), s](std::error_code ec, memory_lease l) {
                                    if (self->closed) return;
                                    if (ec) return self->finished(*s, ec);

@@ -131,6 +131,24 @@ CONVEYOR_DECL int open_for_read(const file_ref& f)
     return fd < 0 ? -errno : static_cast<int>(fd);
 }
 
+/** The one `pread` loop: reads up to `n` bytes of `fd` at `offset` into `p`, retrying after
+    signals and short reads, until `n` or the end of the file. Returns the error, or the
+    bytes read (fewer than `n` only at the end of the file). Blocks: the blocking pool's. */
+CONVEYOR_DECL std::pair<std::error_code, std::size_t> pread_fully(int fd, std::byte* p, std::size_t n, std::uint64_t offset)
+{
+    std::size_t got = 0;
+    while (got < n) {
+        const ssize_t r = ::pread(fd, p + got, n - got, static_cast<off_t>(offset + got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return {std::error_code(errno, std::system_category()), got};
+        }
+        if (r == 0) break; // end of file
+        got += static_cast<std::size_t>(r);
+    }
+    return {std::error_code{}, got};
+}
+
 /// Reads entry `e` (file `f`, full path `origin`) with `pread`; runs on the blocking pool.
 CONVEYOR_DECL file_read pread_file(buffer_pool pool, const file_ref& f, const entry& e, std::string origin, std::size_t i)
 {
@@ -151,17 +169,8 @@ CONVEYOR_DECL file_read pread_file(buffer_pool pool, const file_ref& f, const en
     if (!S_ISREG(st.st_mode)) return read_failed(make_error_code(errc::not_a_regular_file));
     const std::uint64_t size = e.size >= 0 ? static_cast<std::uint64_t>(e.size) : static_cast<std::uint64_t>(st.st_size);
     buffer buf = pool.acquire(size + 1); // room for one more byte: did it grow?
-    const std::uint64_t want = size + 1;
-    std::uint64_t got = 0;
-    while (got < want) {
-        const ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(got));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return read_failed(std::error_code(errno, std::system_category()));
-        }
-        if (n == 0) break;
-        got += static_cast<std::uint64_t>(n);
-    }
+    const auto [ec, got] = pread_fully(fd, buf.data(), static_cast<std::size_t>(size + 1), 0);
+    if (ec) return read_failed(ec);
     std::string detail;
     if (auto ec = size_check(size, got, detail)) return read_failed(ec, std::move(detail));
     buf.resize(got);

@@ -151,13 +151,11 @@ struct chunk_stream : resumable_sink {
             const std::size_t len =
                 end == unknown ? o.chunk_size
                                : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, std::max<std::uint64_t>(end - next, 1)));
-            auto& budget = rt.memory();
-            if (!o.use_memory_budget) {
-                cur_lease = memory_lease{};
-            } else if (auto l = budget.try_acquire(len)) {
+            auto& budget = rt.memory(); // or the source's share of it (chunk_options::budget)
+            if (auto l = conveyor::detail::chunk_memory_now(budget, len, o)) {
                 cur_lease = std::move(*l);
             } else {
-                auto [ec, l2] = co_await budget.async_acquire(len, asio::as_tuple(asio::use_awaitable));
+                auto [ec, l2] = co_await conveyor::detail::async_wait_chunk_memory(budget, len, o, asio::as_tuple(asio::use_awaitable));
                 if (ec || closed) co_return std::span<std::byte>{};
                 cur_lease = std::move(l2);
             }

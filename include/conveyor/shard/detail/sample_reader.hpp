@@ -43,8 +43,11 @@ struct grouping_counts {
     seen twice in one sample is an error (`errc::duplicate_field`). */
 class sample_grouper {
 public:
-    /// Samples are numbered (`sample::index`) from `first_index`: where a resumed read left off.
-    CONVEYOR_DECL sample_grouper(std::string url, std::uint64_t shard, bool lowercase_fields, std::uint64_t first_index = 0);
+    /// Samples are numbered (`sample::index`) from `first_index`: where a resumed read left
+    /// off; each is told `url` (its `sample::url`; null: `name`), `shard` and `work`. Errors
+    /// name the shard `name` (where its bytes come from).
+    CONVEYOR_DECL sample_grouper(std::string name, std::uint64_t shard, bool lowercase_fields, std::uint64_t first_index = 0,
+                                 std::uint64_t work = 0, std::shared_ptr<const std::string> url = nullptr);
 
     /// Adds the next member; returns the sample it completes, if it starts a new one.
     CONVEYOR_DECL std::optional<sample> add(tar_member m);
@@ -54,8 +57,10 @@ public:
     const grouping_counts& counts() const noexcept { return counts_; }
 
 private:
-    std::string url_;
+    std::string name_;
+    std::shared_ptr<const std::string> url_;
     std::uint64_t shard_;
+    std::uint64_t work_;
     bool lowercase_;
     std::uint64_t next_index_;
     std::optional<sample> current_;
@@ -74,6 +79,15 @@ struct sample_reader_options {
     std::size_t inflate_chunk_size = std::size_t{8} << 20;
     /// Inflated chunks made per step on the compute pool (bounds the memory a step takes).
     std::size_t inflate_chunks_per_step = 2;
+    /// Written into each sample's `work` (the shard's place in the epoch's work list).
+    std::uint64_t work = 0;
+    /// Written into each sample's `url` (the shard's URL as its list gives it, shared by the
+    /// samples' makers); null: the name the bytes came with.
+    std::shared_ptr<const std::string> url;
+    /// `sample_reader` passes over the samples whose `index` is below this (a compressed
+    /// shard resumed: it is read from its start) or is in `skip` (sorted).
+    std::uint64_t deliver_from = 0;
+    std::vector<std::uint64_t> skip;
 };
 
 /** The push form of the whole path: shard bytes (compressed or not: gzip is recognised by
@@ -162,7 +176,8 @@ public:
     /// `rt` supplies the compute pool and buffers; null: inflate inline, the library's pool.
     CONVEYOR_DECL sample_reader(std::unique_ptr<chunk_reader> in, sample_reader_options o = {}, runtime* rt = nullptr);
 
-    /** The next sample, or nullopt at the end of the shard.
+    /** The next sample (built whole: its URL, shard, work piece and place as the options
+        say), or nullopt at the end of the shard.
         Throws `conveyor::error`: the chunk reader's errors, and the shard's (`shard::errc`).
         @par Completion Signature
         `std::optional<shard::sample>` */
@@ -176,6 +191,9 @@ private:
     std::string url_;
     runtime* rt_;
     sample_parser parser_;
+    std::uint64_t deliver_from_;
+    std::vector<std::uint64_t> skip_;
+    std::size_t skip_at_ = 0;
     bool eof_ = false;
     bool first_ = true;
 };

@@ -1,5 +1,5 @@
-// conveyor/shard/impl/source.ipp — the shard source: work pieces of an epoch read by a few
-// lanes at once, their samples merged in a fixed round-robin order.
+// conveyor/shard/impl/source.ipp — the shard source: the work pieces of an epoch read by the
+// source core (`sequence_source`), a few at once, their samples merged in a fixed order.
 #ifndef CONVEYOR_SHARD_IMPL_SOURCE_IPP
 #define CONVEYOR_SHARD_IMPL_SOURCE_IPP
 
@@ -12,11 +12,10 @@
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/source.hpp>
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/use_awaitable.hpp>
-
 #include <algorithm>
-#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
 
 namespace conveyor::shard {
 namespace detail {
@@ -24,111 +23,62 @@ namespace detail {
 /// What one run of the shard source reads.
 struct shards_run {
     std::shared_ptr<const std::vector<shard_ref>> list;
+    std::shared_ptr<const std::vector<std::shared_ptr<const std::string>>> urls; // the list's, shared by the samples' makers
     source_options o;
     split share;
     std::uint64_t epoch = 0;
     std::vector<work_piece> pieces; // this slot's share, in order (not used when resampled)
 };
 
-/// Reads one piece of work into `out`; false when nobody listens any more.
-inline asio::awaitable<bool> read_piece(std::shared_ptr<run_context> ctx, std::shared_ptr<const shards_run> st, work_piece piece,
-                                        std::shared_ptr<conveyor::detail::channel<sample>> out)
-{
-    const shard_ref& ref = (*st->list)[piece.shard];
-    // A gzip-compressed shard cannot be entered at an offset: it is read from its start
-    // and the samples before the resume point are passed over.
-    const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
-    chunk_options co = st->o.chunks;
-    co.offset = from_start ? 0 : piece.offset;
-    sample_reader reader(open_chunks(ctx->rt(), ref.url, co, st->o.s3),
-                         {.tar = st->o.tar, .shard = piece.shard, .first_index = from_start ? 0 : piece.first}, &ctx->rt());
-    auto skip = piece.skip.begin();
-    while (auto s = co_await reader.async_next()) {
-        const std::uint64_t i = s->index;
-        if (i < piece.first) continue;
-        while (skip != piece.skip.end() && *skip < i) ++skip;
-        if (skip != piece.skip.end() && *skip == i) continue;
-        s->work = piece.work;
-        s->url = ref.url;
-        if (!co_await out->send(std::move(*s))) co_return false;
-    }
-    co_return true;
-}
+/** The reader of a run, as `sequence_source` calls it: key `k` is piece `k` of this slot's
+    share (or, resampled, the `k`-th draw), read into samples by a `sample_reader` that is
+    told everything a sample carries. A named type, not a closure: it ends up in coroutine
+    frames of functions compiled once. */
+struct shard_reader {
+    runtime* rt;
+    std::shared_ptr<const shards_run> st;
 
-/// One lane: pieces `lane`, `lane + lanes`, … of this slot's share (or, resampled, draws
-/// `lane`, `lane + lanes`, … forever), each read to its end in turn.
-inline asio::awaitable<void> read_lane(std::shared_ptr<run_context> ctx, std::shared_ptr<const shards_run> st, std::size_t lane,
-                                       std::size_t lanes, std::shared_ptr<conveyor::detail::channel<sample>> out)
-{
-    const auto n = static_cast<std::uint64_t>(st->list->size());
-    for (std::uint64_t k = lane;; k += lanes) {
+    work_piece piece_of(std::uint64_t k) const
+    {
+        if (!st->o.resampled) return st->pieces[static_cast<std::size_t>(k)];
         work_piece piece;
-        if (st->o.resampled) {
-            piece.work = k;
-            piece.shard = resampled_draw(n, st->o.order.seed, st->epoch, st->share.slot(), k);
-        } else {
-            if (k >= st->pieces.size()) break;
-            piece = st->pieces[k];
-        }
-        const std::string url = (*st->list)[piece.shard].url;
-        std::exception_ptr failed;
-        try {
-            if (!co_await read_piece(ctx, st, std::move(piece), out)) break;
-        } catch (...) {
-            failed = std::current_exception();
-        }
-        if (!failed) continue;
-        if (ctx->stopping()) break;
-        if (st->o.errors == on_error::fail) std::rethrow_exception(failed);
-        std::string why = conveyor::detail::what_of(failed);
-        if (why.starts_with("conveyor: ")) why.erase(0, 10);
-        ctx->note_skip("shard " + conveyor::detail::printable(url) + ": " + why + "; the rest of this shard is skipped");
+        piece.work = k;
+        piece.shard = resampled_draw(static_cast<std::uint64_t>(st->list->size()), st->o.order.seed, st->epoch, st->share.slot(), k);
+        return piece;
     }
-    out->close();
-}
 
-/// Merges the lanes' samples one from each in turn, so the order does not depend on timing.
-inline asio::awaitable<void> merge_lanes(std::shared_ptr<run_context> ctx, std::shared_ptr<const shards_run> st, std::size_t count,
-                                         conveyor::detail::channel<sample>& out)
-{
-    // The run's whole read-ahead (every open shard's chunks in flight) is taken from the
-    // memory budget in one piece before any read, and given back when the run ends: the
-    // lanes' readers then take nothing chunk by chunk (chunk_options::use_memory_budget).
-    // Taken chunk by chunk, a lane waiting for room could wait for ever on chunks that
-    // other lanes hold until this merge, which waits for that lane, takes their samples.
-    runtime& rt = ctx->rt();
-    const std::size_t want = count * std::max<std::size_t>(1, st->o.chunks.chunks_in_flight) * st->o.chunks.chunk_size;
-    auto [ec, lease] = co_await rt.memory().async_acquire(want, asio::as_tuple(asio::use_awaitable));
-    if (ec) co_return;
-    std::vector<std::shared_ptr<conveyor::detail::channel<sample>>> lanes;
-    for (std::size_t j = 0; j < count; ++j) {
-        lanes.push_back(ctx->make_channel<sample>(16));
-        ctx->spawn(rt.io_executor(j % rt.io_lanes()), read_lane(ctx, st, j, count, lanes.back()), "shards");
+    sample_reader operator()(std::uint64_t k, const sequence_lane& lane) const
+    {
+        work_piece piece = piece_of(k);
+        const shard_ref& ref = (*st->list)[piece.shard];
+        // A gzip-compressed shard cannot be entered at an offset: it is read from its start
+        // and the samples before the resume point are passed over.
+        const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
+        chunk_options co = lane.chunks(st->o.chunks);
+        co.offset = from_start ? 0 : piece.offset;
+        return sample_reader(open_chunks(*rt, ref.url, co, st->o.s3),
+                             {.tar = st->o.tar,
+                              .shard = piece.shard,
+                              .first_index = from_start ? 0 : piece.first,
+                              .work = piece.work,
+                              .url = (*st->urls)[piece.shard],
+                              .deliver_from = piece.first,
+                              .skip = std::move(piece.skip)},
+                             rt);
     }
-    // However this ends (the consumer or a `take` stopped listening, or a failure), the
-    // lanes are told nobody listens, so that none waits for room forever.
-    struct close_lanes {
-        std::vector<std::shared_ptr<conveyor::detail::channel<sample>>>& lanes;
-        ~close_lanes()
-        {
-            for (auto& l : lanes) l->close_receiver();
-        }
-    } closer{lanes};
-    std::vector<bool> ended(lanes.size(), false);
-    std::size_t alive = lanes.size();
-    while (alive > 0) {
-        for (std::size_t j = 0; j < lanes.size(); ++j) {
-            if (ended[j]) continue;
-            auto s = co_await lanes[j]->receive();
-            if (!s) {
-                ended[j] = true;
-                --alive;
-                continue;
-            }
-            if (!co_await out.send(std::move(*s))) co_return;
-        }
+
+    std::string skip_note(std::uint64_t k, std::string_view why) const
+    {
+        const shard_ref& ref = (*st->list)[piece_of(k).shard];
+        return "shard " + conveyor::detail::printable(ref.url) + ": " + std::string(why) + "; the rest of this shard is skipped";
     }
-}
+};
+
+/// Makes each run's reader.
+struct open_shard_reader {
+    std::shared_ptr<const shards_run> st;
+    shard_reader operator()(run_context& ctx) const { return {&ctx.rt(), st}; }
+};
 
 } // namespace detail
 
@@ -169,7 +119,11 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
                     {.stage = "shards", .detail = "rank " + std::to_string(share.rank) + " of " + std::to_string(share.world_size) + ", worker " +
                                                   std::to_string(share.worker) + " of " + std::to_string(share.workers) + " is not a valid share"});
     if (o.shards_in_flight == 0) o.shards_in_flight = default_shards_in_flight(*shared);
-    return pipeline<sample>([shared, o, share](const std::shared_ptr<run_context>& ctx) {
+    auto names = std::make_shared<std::vector<std::shared_ptr<const std::string>>>();
+    names->reserve(shared->size());
+    for (const auto& ref : *shared) names->push_back(std::make_shared<const std::string>(ref.url));
+    std::shared_ptr<const std::vector<std::shared_ptr<const std::string>>> urls = std::move(names);
+    return pipeline<sample>([shared, urls, o, share](const std::shared_ptr<run_context>& ctx) {
         auto st = std::make_shared<detail::shards_run>();
         st->list = shared;
         st->o = o;
@@ -190,10 +144,16 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
             ch->close();
             return stream<sample>(ctx, ch);
         }
-        st->o.chunks.use_memory_budget = false; // the run takes its read-ahead at once (merge_lanes)
-        return make_stream<sample>(ctx, "shards", o.capacity, [ctx, st, lanes](conveyor::detail::channel<sample>& out) {
-            return detail::merge_lanes(ctx, st, lanes, out);
-        });
+        st->urls = urls;
+        const std::uint64_t count = o.resampled ? endless : static_cast<std::uint64_t>(st->pieces.size());
+        // Each open shard's read-ahead is its chunks in flight: the run takes that many from
+        // the runtime's budget for all its lanes at once, and its readers take each chunk
+        // from the share (the source core's rule).
+        sequence_settings ss{.sequences_in_flight = lanes,
+                             .errors = o.errors,
+                             .capacity = o.capacity,
+                             .memory_per_sequence = std::max<std::size_t>(1, o.chunks.chunks_in_flight) * o.chunks.chunk_size};
+        return sequence_source<sample>("shards", count, ss, detail::open_shard_reader{st}).build(ctx);
     });
 }
 

@@ -22,8 +22,10 @@ CONVEYOR_DECL bool is_meta_member(std::string_view name) noexcept
     return first.size() >= 4 && first.starts_with("__") && first.ends_with("__");
 }
 
-CONVEYOR_DECL sample_grouper::sample_grouper(std::string url, std::uint64_t shard, bool lowercase_fields, std::uint64_t first_index)
-    : url_(std::move(url)), shard_(shard), lowercase_(lowercase_fields), next_index_(first_index)
+CONVEYOR_DECL sample_grouper::sample_grouper(std::string name, std::uint64_t shard, bool lowercase_fields, std::uint64_t first_index,
+                                             std::uint64_t work, std::shared_ptr<const std::string> url)
+    : name_(std::move(name)), url_(url ? std::move(url) : std::make_shared<const std::string>(name_)), shard_(shard), work_(work),
+      lowercase_(lowercase_fields), next_index_(first_index)
 {
 }
 
@@ -46,13 +48,14 @@ CONVEYOR_DECL std::optional<sample> sample_grouper::add(tar_member m)
         done = std::move(current_);
         current_.emplace();
         current_->key = std::string(split->key);
-        current_->url = url_;
+        current_->url = *url_;
         current_->offset = m.header_offset;
         current_->shard = shard_;
+        current_->work = work_;
         current_->index = next_index_++;
         ++counts_.samples;
     } else if (current_->find(field_name)) {
-        throw shard_error(errc::duplicate_field, url_, m.header_offset,
+        throw shard_error(errc::duplicate_field, name_, m.header_offset,
                           "sample '" + current_->key + "' has field '" + field_name + "' twice (member '" + m.name +
                               "' at byte " + std::to_string(m.header_offset) + ")");
     }
@@ -67,7 +70,8 @@ CONVEYOR_DECL std::optional<sample> sample_grouper::finish()
 }
 
 CONVEYOR_DECL sample_parser::sample_parser(std::string url, sample_reader_options o)
-    : o_(o), tar_(url, o.tar), group_(url, o.shard, o.tar.lowercase_fields, o.first_index)
+    : o_(o), tar_(url, o.tar),
+      group_(url, o.shard, o.tar.lowercase_fields, o.first_index, o.work, o.url)
 {
     if (!o_.tar.pool) o_.tar.pool = &default_shard_pool();
 }
@@ -248,15 +252,27 @@ inline sample_reader_options with_runtime_pool(sample_reader_options o, runtime*
 }
 
 CONVEYOR_DECL sample_reader::sample_reader(std::unique_ptr<chunk_reader> in, sample_reader_options o, runtime* rt)
-    : in_(std::move(in)), url_(in_->url()), rt_(rt), parser_(url_, with_runtime_pool(o, rt))
+    : in_(std::move(in)), url_(in_->url()), rt_(rt), parser_(url_, with_runtime_pool(o, rt)), deliver_from_(o.deliver_from),
+      skip_(std::move(o.skip))
 {
+}
+
+/// True when sample index `i` is one the reader was told to pass over.
+inline bool passed_over(std::uint64_t i, std::uint64_t from, const std::vector<std::uint64_t>& skip, std::size_t& at) noexcept
+{
+    if (i < from) return true;
+    while (at < skip.size() && skip[at] < i) ++at;
+    return at < skip.size() && skip[at] == i;
 }
 
 CONVEYOR_DECL asio::awaitable<std::optional<sample>> sample_reader::async_next()
 {
     const bool offload = rt_ != nullptr;
     for (;;) {
-        if (auto s = parser_.next(!offload)) co_return s;
+        if (auto s = parser_.next(!offload)) {
+            if (passed_over(s->index, deliver_from_, skip_, skip_at_)) continue;
+            co_return s;
+        }
         if (parser_.done()) co_return std::nullopt;
         if (offload && parser_.has_inflate_work()) {
             co_await conveyor::detail::offload(rt_->compute_executor(), inflate_step{&parser_});
