@@ -6,11 +6,10 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/runtime.hpp>
-#include <conveyor/file/chunks.hpp>
-#include <conveyor/http/chunks.hpp>
-#include <conveyor/s3/chunks.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/source.hpp>
+#include <conveyor/store/open.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -40,7 +39,7 @@ inline asio::awaitable<bool> read_piece(std::shared_ptr<run_context> ctx, std::s
     const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
     chunk_options co = st->o.chunks;
     co.offset = from_start ? 0 : piece.offset;
-    sample_reader reader(open_chunks(ctx->rt(), ref.url, co, st->o.s3),
+    sample_reader reader(store::open_chunks(ctx->rt(), location(ref.url), co, {.s3 = st->o.s3, .s3_setting = "source_options::s3"}),
                          {.tar = st->o.tar, .shard = piece.shard, .first_index = from_start ? 0 : piece.first}, &ctx->rt());
     auto skip = piece.skip.begin();
     while (auto s = co_await reader.async_next()) {
@@ -132,30 +131,10 @@ inline asio::awaitable<void> merge_lanes(std::shared_ptr<run_context> ctx, std::
 
 } // namespace detail
 
-CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::string& url, const chunk_options& o,
-                                                        const std::optional<s3::client>& s3)
-{
-    switch (location_of(url)) {
-    case location::local:
-        return file::read_chunks(rt, local_path(url), o);
-    case location::s3: {
-        if (!s3)
-            throw error(make_error_code(conveyor::errc::invalid_argument),
-                        {.stage = "shards", .where = url, .detail = "reading s3:// shards needs an S3 client (source_options::s3)"});
-        auto [bucket, key] = split_s3_url(url);
-        return s3::read_chunks(*s3, std::move(bucket), std::move(key), o);
-    }
-    case location::http:
-        return http::read_chunks(rt, url, o);
-    }
-    throw error(make_error_code(conveyor::errc::invalid_argument),
-                {.stage = "shards", .where = conveyor::detail::redact_userinfo(url), .detail = "not a shard URL conveyor reads"});
-}
-
-CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list) noexcept
+CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list)
 {
     for (const auto& s : list)
-        if (location_of(s.url) != location::local) return 12;
+        if (store::is_remote(location(s.url))) return 12;
     return 4;
 }
 
