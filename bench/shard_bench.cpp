@@ -80,7 +80,8 @@ int cmd_shards(const shard_args& a)
     if (a.io_threads) ro.io_threads = a.io_threads;
     cv::runtime rt(ro);
     std::optional<cv::s3::client> s3;
-    if (cv::shard::names_s3(a.specs)) {
+    const bool wants_s3 = cv::shard::names_s3(a.specs);
+    if (wants_s3) {
         cv::s3::config_options co;
         co.endpoint_url = a.endpoint;
         co.region = a.region;
