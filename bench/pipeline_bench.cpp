@@ -10,6 +10,7 @@
 #include "pipeline_bench.hpp"
 
 #include "support/bench.hpp"
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -158,8 +159,8 @@ int cmd_pipeline(const pipeline_args& a)
         auto list = cv::shard::resolve(a.urls);
         for (auto& s : list) {
             std::error_code ec;
-            if (s.size < 0 && cv::shard::location_of(s.url) == cv::shard::location::local)
-                if (const auto n = std::filesystem::file_size(cv::shard::local_path(s.url), ec); !ec) s.size = static_cast<std::int64_t>(n);
+            if (const cv::location where(s.url); s.size < 0 && where.is_local())
+                if (const auto n = std::filesystem::file_size(where.path(), ec); !ec) s.size = static_cast<std::int64_t>(n);
             bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.size));
         }
         engine = "conveyor-shards";

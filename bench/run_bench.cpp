@@ -5,6 +5,7 @@
 
 #include "support/json_line.hpp"
 #include "support/timer.hpp"
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
@@ -132,7 +133,7 @@ s3::object_list list_s3(const run_config& c, const s3::client& client)
     std::vector<std::string> prefixes = c.storage.prefixes.empty() ? std::vector<std::string>{""} : c.storage.prefixes;
     std::vector<s3::object_list> parts;
     if (!c.dataset.index.empty()) {
-        auto l = c.dataset.index.starts_with("s3://") ? s3::read_index(client, c.dataset.index)
+        auto l = location(c.dataset.index).is_s3() ? s3::read_index(client, c.dataset.index)
                                                       : s3::read_index(c.storage.bucket, c.dataset.index);
         if (l.bucket.empty()) l.bucket = c.storage.bucket;
         if (c.dataset.labels) s3::assign_labels(l, prefixes.front(), classes);
@@ -202,8 +203,7 @@ std::shared_ptr<prepared> prepare(const run_config& c, std::size_t connections, 
     ro.compute_threads = c.work.threads;
     ro.log = [err](std::string_view line) { std::fprintf(err, "%.*s\n", static_cast<int>(line.size()), line.data()); };
     p->rt = std::make_unique<runtime>(ro);
-    const bool wants_s3 = c.storage.type == "s3" ||
-                          std::any_of(c.dataset.shards.begin(), c.dataset.shards.end(), [](const auto& s) { return s.starts_with("s3://"); });
+    const bool wants_s3 = c.storage.type == "s3" || shard::names_s3(c.dataset.shards);
     if (wants_s3) {
         s3::config_options co;
         co.endpoint_url = c.storage.endpoint;

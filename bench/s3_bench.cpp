@@ -9,6 +9,7 @@
 #include "s3_bench.hpp"
 
 #include "support/bench.hpp"
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
@@ -75,7 +76,7 @@ int cmd_s3_get(const s3_args& a)
 
     s3::object_list list;
     if (!a.index.empty()) {
-        list = a.index.starts_with("s3://") ? s3::read_index(c, a.index, a.prefix) : s3::read_index(a.bucket, a.index, a.prefix);
+        list = cv::location(a.index).is_s3() ? s3::read_index(c, a.index, a.prefix) : s3::read_index(a.bucket, a.index, a.prefix);
         if (list.bucket.empty()) list.bucket = a.bucket;
     } else {
         cb::stopwatch t;

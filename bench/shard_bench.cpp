@@ -4,6 +4,7 @@
 #include "shard_bench.hpp"
 
 #include "support/bench.hpp"
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/list.hpp>
@@ -79,8 +80,7 @@ int cmd_shards(const shard_args& a)
     if (a.io_threads) ro.io_threads = a.io_threads;
     cv::runtime rt(ro);
     std::optional<cv::s3::client> s3;
-    bool wants_s3 = false;
-    for (const auto& s : a.specs) wants_s3 |= s.find("s3://") != std::string::npos;
+    const bool wants_s3 = cv::shard::names_s3(a.specs);
     if (wants_s3) {
         cv::s3::config_options co;
         co.endpoint_url = a.endpoint;
@@ -94,7 +94,7 @@ int cmd_shards(const shard_args& a)
     std::uint64_t total = 0;
     bool sizes_known = true;
     for (auto& s : list) {
-        if (s.size < 0 && cv::shard::location_of(s.url) == cv::shard::location::local) s.size = static_cast<std::int64_t>(std::filesystem::file_size(s.url));
+        if (s.size < 0 && cv::location(s.url).is_local()) s.size = static_cast<std::int64_t>(std::filesystem::file_size(s.url));
         if (s.size < 0) sizes_known = false;
         total += s.size > 0 ? static_cast<std::uint64_t>(s.size) : 0;
     }

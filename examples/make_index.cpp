@@ -12,6 +12,7 @@
 // file under the root, none with a wanted ending, or none in a class directory), nothing
 // written.
 #include "support/progress.hpp"
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/s3/client.hpp>
@@ -91,10 +92,11 @@ int index_directory(const args& a)
 int index_prefix(const args& a)
 {
     const auto t0 = std::chrono::steady_clock::now();
-    s3::object_url root = s3::parse_s3_url(a.root); // throws naming the URL when it is not one
+    const cv::location root(a.root, cv::location_kind::s3); // throws naming the URL when it is not one
     // The prefix is a directory, as a local root is: s3://b/train lists train/..., not training/...
-    if (!root.key.empty() && root.key.back() != '/') root.key += '/';
-    const std::string where = "s3://" + root.bucket + "/" + root.key;
+    std::string prefix = root.key();
+    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+    const std::string where = "s3://" + root.bucket() + "/" + prefix;
     const std::string index_out = a.index_out.empty() ? "index.json" : a.index_out;
 
     s3::config_options co;
@@ -116,7 +118,7 @@ int index_prefix(const args& a)
     s3::object_list l;
     {
         cv::bench::progress shown("make_index: listed objects");
-        l = s3::list_objects(c, root.bucket, root.key,
+        l = s3::list_objects(c, root.bucket(), prefix,
                              {.parallel = std::max(1u, a.workers), .extensions = a.exts, .on_progress = [&](std::size_t n, std::uint64_t b) {
                                   listed = n;
                                   listed_bytes = b;
@@ -132,9 +134,9 @@ int index_prefix(const args& a)
     // The outputs must not list themselves when written under the prefix (a second run).
     const std::size_t with_outputs = l.size();
     for (const auto* out : {&index_out, &a.classes_out}) {
-        if (out->empty() || !s3::is_s3_url(*out)) continue;
-        const auto u = s3::parse_s3_url(*out);
-        if (u.bucket == l.bucket) std::erase_if(l.objects, [&](const s3::object_info& obj) { return obj.key == u.key; });
+        if (out->empty()) continue;
+        const cv::location u(*out);
+        if (u.is_s3() && u.bucket() == l.bucket) std::erase_if(l.objects, [&](const s3::object_info& obj) { return obj.key == u.key(); });
     }
     const std::size_t outputs = with_outputs - l.size();
     const std::size_t by_ending = l.size();
@@ -144,7 +146,7 @@ int index_prefix(const args& a)
         return exit_nothing_matched;
     }
     if (!a.classes_out.empty()) {
-        s3::assign_labels(l, root.key);
+        s3::assign_labels(l, prefix);
         if (l.empty()) {
             std::fprintf(stderr,
                          "make_index: none of the %zu objects under %s with %s lies in a class \"directory\" (a first key "
@@ -204,16 +206,19 @@ int main(int argc, char** argv)
         return rc == 0 ? 0 : exit_usage;
     }
 
-    const bool s3_root = s3::is_s3_url(a.root);
     try {
-        if (s3_root) return index_prefix(a);
+        const cv::location root(a.root);
+        if (root.is_s3()) return index_prefix(a);
         // A local root with an output in S3 needs the client too: write locally, then upload.
-        if (s3::is_s3_url(a.index_out) || s3::is_s3_url(a.classes_out)) {
+        auto on_s3 = [](const std::string& out) { return !out.empty() && cv::location(out).is_s3(); };
+        if (on_s3(a.index_out) || on_s3(a.classes_out)) {
             std::fprintf(stderr, "make_index: an s3:// output needs an s3:// root (index keys are relative to the bucket); "
                                  "write the index of a directory locally\n");
             return exit_usage;
         }
-        return index_directory(a);
+        args local = a;
+        local.root = root.path(); // file:// taken off
+        return index_directory(local);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "make_index: %s\n", e.what());
         return exit_failed;

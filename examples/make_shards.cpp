@@ -19,6 +19,7 @@
 // and seed whatever --workers is. Memory: the index (a key and four numbers a sample),
 // plus the samples in flight.
 #include "support/progress.hpp"
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/chunks.hpp>
@@ -401,7 +402,7 @@ void relativize(cv::shard::dataset_index& idx, const std::string& index_path)
 {
     const auto folder = std::filesystem::absolute(std::filesystem::path(index_path)).parent_path().lexically_normal();
     for (auto& s : idx.shards) {
-        if (s.url.starts_with("s3://") || s.url.starts_with("S3://")) continue;
+        if (!cv::location(s.url).is_local()) continue;
         const auto abs = std::filesystem::absolute(s.url).lexically_normal();
         const auto rel = abs.lexically_relative(folder);
         if (!rel.empty() && !rel.string().starts_with("..")) s.url = rel.string();
@@ -481,7 +482,7 @@ int main(int argc, char** argv)
 
         cv::runtime rt({.io_threads = io_threads});
         std::optional<cv::s3::client> client;
-        if (s.output.starts_with("s3://") || s.output.starts_with("S3://")) {
+        if (cv::location(cv::shard::format_shard_name(s.output, 0)).is_s3()) {
             cv::s3::config_options co;
             co.endpoint_url = endpoint;
             co.region = region;

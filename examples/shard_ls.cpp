@@ -58,9 +58,7 @@ int main(int argc, char** argv)
     try {
         cv::runtime rt;
         std::optional<cv::s3::client> s3;
-        bool wants_s3 = false;
-        for (const auto& s : specs) wants_s3 |= s.find("s3://") != std::string::npos;
-        if (wants_s3) {
+        if (cv::shard::names_s3(specs)) {
             cv::s3::config_options co;
             co.endpoint_url = endpoint;
             co.region = region;

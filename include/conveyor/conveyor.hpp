@@ -7,6 +7,7 @@
 
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/memory_budget.hpp>
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/core/pipeline.hpp>
@@ -50,5 +51,10 @@
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/untar.hpp>
 #include <conveyor/shard/writer.hpp>
+#include <conveyor/store/file.hpp>
+#include <conveyor/store/http.hpp>
+#include <conveyor/store/open.hpp>
+#include <conveyor/store/s3.hpp>
+#include <conveyor/store/store.hpp>
 
 #endif

@@ -18,6 +18,7 @@
 #include <conveyor/file/impl/src.hpp>
 #include <conveyor/http/impl/src.hpp>
 #include <conveyor/s3/impl/src.hpp>
+#include <conveyor/store/impl/src.hpp>
 #include <conveyor/shard/impl/src.hpp>
 #include <conveyor/image/impl/src.hpp>
 #include <conveyor/cuda/impl/src.hpp>

@@ -4,6 +4,7 @@
 //
 // Every test runs in a sandbox: the AWS variables unset, HOME and the shared file
 // variables pointing into a fresh temporary directory. The real ~/.aws is never read.
+#include <conveyor/core/location.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/source.hpp>
 
@@ -953,31 +954,7 @@ TEST_CASE("request target paths are encoded keys, virtual-hosted and path-style"
 // ---------------------------------------------------------------------------------------
 // s3:// URLs.
 
-TEST_CASE("s3: URLs split into a bucket and a key, taken as written")
-{
-    auto u = s3::parse_s3_url("s3://bucket/a/b.jpg");
-    CHECK(u.bucket == "bucket");
-    CHECK(u.key == "a/b.jpg");
-    CHECK(s3::parse_s3_url("s3://bucket").key == "");
-    CHECK(s3::parse_s3_url("s3://bucket/").key == "");
-    CHECK(s3::parse_s3_url("S3://Bucket_1/x").bucket == "Bucket_1");
-    u = s3::parse_s3_url("s3://b/my file%20?x#y.jpg");
-    CHECK(u.key == "my file%20?x#y.jpg");
-    CHECK(s3::parse_s3_url("s3://b/données/été.jpg").key == "données/été.jpg");
-    CHECK(s3::parse_s3_url("s3://b//leading").key == "/leading");
-}
-
-TEST_CASE("s3: URL errors name the URL")
-{
-    for (const char* url : {"http://bucket/key", "bucket/key", "s3:/bucket/key", "s3://", "s3:///key", "s3://bad bucket/k",
-                            "s3://bucket:9000/k", ""}) {
-        CAPTURE(url);
-        std::error_code code;
-        const auto w = error_text([&] { s3::parse_s3_url(url); }, &code);
-        CHECK(code == std::errc::invalid_argument);
-        if (*url) CHECK(contains(w, url));
-    }
-}
+// s3:// URLs are parsed by conveyor::location (tests/core/location.cpp).
 
 TEST_CASE("s3: object_uri names an object for messages")
 {
@@ -985,9 +962,9 @@ TEST_CASE("s3: object_uri names an object for messages")
     const auto c = s3::resolve_config();
     CHECK(s3::object_uri(c, "bucket", "a/b c.jpg") == "s3://bucket/a/b c.jpg");
     CHECK(s3::object_uri(c, "bucket", "") == "s3://bucket/");
-    const auto back = s3::parse_s3_url(s3::object_uri(c, "bucket", "données/x"));
-    CHECK(back.bucket == "bucket");
-    CHECK(back.key == "données/x");
+    const conveyor::location back(s3::object_uri(c, "bucket", "données/x"), conveyor::location_kind::s3);
+    CHECK(back.bucket() == "bucket");
+    CHECK(back.key() == "données/x");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1112,7 +1089,7 @@ TEST_CASE("secrets never appear in any error text of the config chain")
     cases.emplace_back("bad region with explicit credentials", [&] {
         s3::resolve_config({.creds = explicit_creds, .region = "bad region"});
     });
-    cases.emplace_back("s3 URL with user-info", [&] { s3::parse_s3_url("s3://AKIA:SECRET-url@bucket/key"); });
+    cases.emplace_back("s3 URL with user-info", [&] { conveyor::location("s3://AKIA:SECRET-url@bucket/key"); });
     cases.emplace_back("targets", [&] {
         const auto c = s3::resolve_config({.creds = explicit_creds, .style = s3::addressing::virtual_hosted});
         s3::target_for(c, "Not_DNS", "k");
@@ -1219,7 +1196,7 @@ TEST_CASE("no part of a URL's user-info reaches a message, whatever the secret h
                         }
                     }
                     try {
-                        (void)s3::parse_s3_url("s3://" + userinfo + host + "/key");
+                        (void)conveyor::location("s3://" + userinfo + host + "/key");
                     } catch (const conveyor::error& e) {
                         check(url, s, e.what());
                     }

@@ -6,6 +6,7 @@
 
 #include "../support/http_server.hpp"
 
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/stages.hpp>
 
 #include <unistd.h>
@@ -354,8 +355,8 @@ TEST_CASE("s3 listings keep only the wanted endings, report progress page by pag
     CHECK(!std::filesystem::exists(dir / "bad.json"));
     // An s3:// destination must name an object.
     CHECK_THROWS_WITH_AS(s3::write_index(c, labelled, "s3://pictures/index/"), doctest::Contains("names no object"), cv::error);
-    CHECK(s3::is_s3_url("S3://b/k"));
-    CHECK(!s3::is_s3_url("/data/s3://x"));
+    CHECK(cv::location("S3://b/k").is_s3());
+    CHECK(!cv::location("/data/s3://x").is_s3());
     std::filesystem::remove_all(dir);
 }
 

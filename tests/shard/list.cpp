@@ -1,5 +1,5 @@
 // Tests of conveyor/shard/list.hpp: brace expansion as the shell and braceexpand do it,
-// URL kinds, and shard lists from patterns and dataset indexes.
+// URLs parsed once, and shard lists from patterns, folders and dataset indexes.
 #include <conveyor/core/error.hpp>
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/list.hpp>
@@ -51,17 +51,37 @@ TEST_CASE("bad brace patterns are refused naming the pattern and the position")
     CHECK(message_of([] { sh::expand_braces("{0..99}{0..99}", 1000); }).find("more than 1000") != std::string::npos);
 }
 
-TEST_CASE("shard URLs are told apart by their scheme")
+TEST_CASE("shard URLs are parsed once, each kept in its one spelling")
 {
-    CHECK(sh::location_of("/data/a.tar") == sh::location::local);
-    CHECK(sh::location_of("file:///data/a.tar") == sh::location::local);
-    CHECK(sh::location_of("s3://b/k.tar") == sh::location::s3);
-    CHECK(sh::location_of("https://host/k.tar") == sh::location::http);
-    CHECK(sh::local_path("file:///data/a.tar") == "/data/a.tar");
-    CHECK(sh::split_s3_url("s3://bucket/a/b.tar") == std::pair<std::string, std::string>{"bucket", "a/b.tar"});
-    CHECK(sh::split_s3_url("s3://bucket") == std::pair<std::string, std::string>{"bucket", ""});
-    CHECK_THROWS_AS(sh::split_s3_url("s3:///k"), conveyor::error);
-    CHECK_THROWS_AS(sh::split_s3_url("/k"), conveyor::error);
+    // The kinds themselves are conveyor::location's (tests/core/location.cpp).
+    const auto refs = sh::resolve(std::vector<std::string>{"S3://b/k.tar::FILE:///d/a.tar::HTTPS://host/c.tar::/e/x.tar"});
+    strings urls;
+    for (const auto& r : refs) urls.push_back(r.url);
+    CHECK(urls == strings{"s3://b/k.tar", "/d/a.tar", "https://host/c.tar", "/e/x.tar"});
+    CHECK(message_of([] { sh::resolve("s3:b/k.tar"); }).find("s3:b/k.tar") != std::string::npos);
+    CHECK(message_of([] { sh::resolve("gs://b/k.tar"); }).find("not one conveyor reads") != std::string::npos);
+    CHECK(sh::names_s3({"/d/a.tar", "x::S3://b/k.tar"}));
+    CHECK(sh::names_s3({"s3://b/prefix/"}));
+    CHECK(!sh::names_s3({"/d/a.tar::file:///d/b.tar", "https://host/s3://x.tar", "/data/s3://x"}));
+}
+
+TEST_CASE("a local folder written with a trailing '/' lists the shards under it")
+{
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("conveyor-list-dir-" + std::to_string(::getpid()));
+    fs::create_directories(dir / "sub");
+    std::ofstream(dir / "b.tar") << "x";
+    std::ofstream(dir / "sub" / "a.tar") << "xy";
+    std::ofstream(dir / "notes.txt") << "z";
+    const auto refs = sh::resolve(dir.string() + "/");
+    REQUIRE(refs.size() == 2);
+    CHECK(refs[0].url == (dir / "b.tar").string());
+    CHECK(refs[0].size == 1);
+    CHECK(refs[1].url == (dir / "sub" / "a.tar").string());
+    CHECK(refs[1].size == 2);
+    CHECK(message_of([&] { sh::resolve((dir / "sub").string() + "/", {.suffixes = {".tgz"}}); }).find("no object under this prefix") !=
+          std::string::npos);
+    fs::remove_all(dir);
 }
 
 TEST_CASE("several lists, separated or given apart, resolve in order")

@@ -101,23 +101,6 @@ struct config {
 */
 CONVEYOR_DECL config resolve_config(const config_options& o = {});
 
-/// A bucket and a key.
-struct object_url {
-    std::string bucket;
-    std::string key; ///< "" for the bucket itself
-};
-
-/** Splits "s3://bucket/a/b.jpg" into {"bucket", "a/b.jpg"}.
-
-    The key is taken as written (no percent-decoding, as the AWS CLI does), so keys with
-    spaces, '%', '?' or '#' need no escaping. "s3://bucket" and "s3://bucket/" give the
-    key "". The scheme is matched without regard to case.
-
-    @throws conveyor::error with `std::errc::invalid_argument` naming the URL when the
-    scheme is not s3:// or the bucket is missing or not a bucket name.
-*/
-CONVEYOR_DECL object_url parse_s3_url(std::string_view url);
-
 /** Where a request for (bucket, key) goes: the endpoint to connect to, the `Host` header
     and the encoded request path (no query). */
 struct request_target {

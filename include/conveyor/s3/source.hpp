@@ -147,9 +147,6 @@ CONVEYOR_DECL void write_classes(const client& c, const object_list& l, std::str
 CONVEYOR_DECL void write_classes(const object_list& l, const std::filesystem::path& file,
                                  const std::map<std::string, std::string>& names = {});
 
-/// True when `location` is an S3 URL ("s3:" in any case), false for a local path.
-CONVEYOR_DECL bool is_s3_url(std::string_view location) noexcept;
-
 /** The S3 source: GETs every object of a list, many at once, as blobs (key = object key,
     origin = `s3://bucket/key`, label = the list's label for it, or -1).
 

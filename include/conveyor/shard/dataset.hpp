@@ -31,7 +31,8 @@ struct dataset_options {
     std::optional<s3::client> s3;
     /// Tar rules and limits, as for the shard source.
     tar_options tar{};
-    /// Local shard files kept open at once (each read opens its shard when it is not).
+    /// Shards kept open at once (each read opens its shard when it is not): a local one
+    /// holds its file open; a remote one is its name and client.
     std::size_t max_open_files = 256;
 };
 
@@ -55,8 +56,8 @@ public:
         the index came from, with its trailing '/'; empty: as they are). */
     CONVEYOR_DECL dataset(dataset_index index, std::string base, runtime& rt = runtime::shared(), dataset_options o = {});
 
-    /** Reads the index at `index_url` (a local path or `s3://…`, blocking) and makes the
-        dataset over it. Throws `conveyor::error` naming the index when it cannot. */
+    /** Reads the index at `index_url` (any location a store reads: a local path, `s3://…`,
+        `http(s)://…`; blocking) and makes the dataset over it. Throws `conveyor::error` naming the index when it cannot. */
     CONVEYOR_DECL static dataset open(const std::string& index_url, runtime& rt = runtime::shared(), dataset_options o = {});
 
     /// Samples in all shards.

@@ -33,23 +33,10 @@ CONVEYOR_DECL std::vector<std::string> expand_braces(std::string_view pattern, s
 
 /// One shard of a list.
 struct shard_ref {
-    std::string url;           ///< a local path, `s3://bucket/key` or `http(s)://…`
+    std::string url;           ///< its location's `url()`: a local path, `s3://bucket/key` or `http(s)://…`
     std::int64_t size = -1;    ///< bytes, when known (from a listing or an index)
     std::int64_t samples = -1; ///< samples, when known (from an index)
 };
-
-/// Where a shard lives.
-enum class location { local, s3, http };
-
-/// What kind of URL `url` is (`file://` and plain paths are local).
-CONVEYOR_DECL location location_of(std::string_view url) noexcept;
-
-/// `url` as a local path: `file://` taken off, else unchanged.
-CONVEYOR_DECL std::string local_path(std::string_view url);
-
-/// `s3://bucket/key` split into bucket and key; throws `conveyor::error`
-/// (`errc::invalid_argument`) naming the URL when it is not one.
-CONVEYOR_DECL std::pair<std::string, std::string> split_s3_url(std::string_view url);
 
 namespace detail {
 /// The folder of `url` with its trailing '/' ("" for a bare file name).
@@ -62,10 +49,10 @@ CONVEYOR_DECL std::string beside(std::string_view folder, std::string_view url);
 CONVEYOR_DECL bool compressed_by_name(std::string_view url) noexcept;
 } // namespace detail
 
-/** The dataset index at `url`: a local path, `file://…`, or `s3://bucket/key` (read with
-    `s3`). Shard URLs are kept as stored (see `detail::beside`). Blocking. Throws
-    `conveyor::error` naming the index when it cannot be read or parsed, or when it is on
-    S3 and no client was given. */
+/** The dataset index at `url`: any location a store reads (a local path, `file://…`,
+    `s3://bucket/key` read with `s3`, `http(s)://…`). Shard URLs are kept as stored (see
+    `detail::beside`). Blocking. Throws `conveyor::error` naming the index when it cannot be
+    read or parsed, or when it is on S3 and no client was given. */
 CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3 = nullptr);
 
 /// Settings for resolving shard lists.
@@ -73,7 +60,7 @@ struct list_options {
     /// The client for `s3://` prefix listings and `s3://` index files (null: such specs
     /// fail with a message saying a client is needed).
     const s3::client* s3 = nullptr;
-    /// Keys of an S3 prefix listing that count as shards.
+    /// Names of a prefix listing (S3 keys, files under a folder) that count as shards.
     std::vector<std::string> suffixes{".tar", ".tar.gz", ".tgz"};
 };
 
@@ -81,15 +68,24 @@ struct list_options {
     - a brace pattern of paths or URLs (`/data/shard-{000000..000146}.tar`,
       `s3://bucket/train/shard-{0000..0099}.tar`, `file://…`, `http(s)://…`); several
       patterns in one spec are separated by `::` (as in webdataset);
-    - an S3 prefix, written with a trailing slash (`s3://bucket/train/`): every key under
-      it ending in one of `suffixes`, sorted by key, with its size;
-    - a dataset index (a spec ending in `.json`, local or `s3://`): its shards in order,
+    - a prefix, written with a trailing slash (`s3://bucket/train/`, `/data/train/`): every
+      object under it (all levels down) ending in one of `suffixes`, sorted by URL, with
+      its size, as its store lists it (`store::store::list`);
+    - a dataset index (a spec ending in `.json`, wherever a store reads it): its shards in order,
       with sizes and sample counts; relative shard URLs are taken relative to the index's
       folder.
+    Every URL is parsed once (`conveyor::location`) and kept in its one spelling
+    (`location::url()`: `file://` taken off, the scheme in lower case).
     Blocking (an S3 listing or index read waits for the reply): call it before training,
     not on an I/O thread. Throws `conveyor::error` naming the spec when one cannot be
     resolved or the list comes out empty. */
 CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& specs, const list_options& o = {});
+
+/** True when one of `specs` (as `resolve` takes them, `::`-joined lists included) names an
+    `s3://` location itself (its scheme as `conveyor::location` reads it, in any case): the
+    specs that need `list_options::s3`. An index elsewhere that lists S3 shards is not seen
+    here. Throws `conveyor::error` for a part that is not a location. */
+CONVEYOR_DECL bool names_s3(const std::vector<std::string>& specs);
 
 /// `resolve({spec}, o)`.
 inline std::vector<shard_ref> resolve(std::string_view spec, const list_options& o = {})

@@ -62,16 +62,18 @@ struct source_options {
 };
 
 /// The shards a source reads at once when `source_options::shards_in_flight` is 0: 4 for a
-/// list of local shards, 12 when any is remote (S3, http).
-CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list) noexcept;
+/// list of local shards, 12 when any is remote (`store::is_remote`: S3, http). Throws
+/// `conveyor::error` naming a URL that is not a location (`conveyor::location`).
+CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list);
 
 /** The samples of the shards in `list`: each epoch (each run of the pipeline) reads this
     slot's share of the epoch's work list (see `epoch_work`), `shards_in_flight` shards at
     once, each streamed in chunks of `chunks.chunk_size` with `chunks.chunks_in_flight`
     prefetched; tar members are grouped into samples by webdataset's rule (see untar.hpp).
-    Local paths are read through the runtime's io_uring rings, `s3://` URLs with
-    `options.s3`, `http(s)://` URLs with a plain streamed GET each (`http::read_chunks`). Memory per open shard is at most the chunks in flight plus the largest
-    member that spans two chunks.
+    Each shard is read by the store of its location (`store::open_chunks`): local paths
+    through the runtime's io_uring rings, `s3://` URLs with `options.s3`, `http(s)://` URLs
+    with a plain streamed GET each. Memory per open shard is at most the chunks in flight
+    plus the largest member that spans two chunks.
     Each sample carries its key, its shard's URL, its fields (slices of the chunks, no
     copies), and its place (`shard`, `work`, `index`, `offset`, `end`) for resume and
     random access.
@@ -87,12 +89,6 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
 
 /// The shards of `spec` (see `resolve`; S3 specs use `options.s3`).
 CONVEYOR_DECL pipeline<sample> shards(std::string_view spec, source_options options = {});
-
-/// Opens a reader of the chunks of the shard at `url` (local path, `file://`, `s3://`
-/// with `s3`, `http(s)://`), from `o.offset`; throws `conveyor::error` naming the URL when
-/// it cannot be read.
-CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::string& url, const chunk_options& o,
-                                                        const std::optional<s3::client>& s3);
 
 } // namespace conveyor::shard
 

@@ -21,6 +21,10 @@ namespace conveyor::s3 {
 class client;
 } // namespace conveyor::s3
 
+namespace conveyor::store {
+class object_writer;
+} // namespace conveyor::store
+
 namespace conveyor::shard {
 
 /** What every member header says besides its name and size. The defaults make the bytes
@@ -46,7 +50,8 @@ struct tar_write_options {
 
 /// Settings of a `writer`.
 struct writer_options {
-    /** Where shards go: a path or `s3://bucket/prefix/name` holding one printf-style
+    /** Where shards go, written through the store of that location (`store::open_store`):
+        a path, `file://…` or `s3://bucket/prefix/name` holding one printf-style
         integer conversion for the shard number: `%d`, `%6d`, `%06d` (`%%` is a '%'), e.g.
         `out/shard-%06d.tar`, `s3://bucket/train/shard-%06d.tar`. S3 output needs a client. */
     std::string pattern;
@@ -154,8 +159,6 @@ public:
     /// Bytes of shards completed so far.
     std::uint64_t bytes() const noexcept { return bytes_; }
 
-    struct sink; ///< (internal) where one shard's bytes go
-
 private:
     CONVEYOR_DECL void start_shard();
     CONVEYOR_DECL void finish_shard();
@@ -164,7 +167,7 @@ private:
 
     writer_options opts_;
     std::unique_ptr<s3::client> s3_;
-    std::unique_ptr<sink> sink_;
+    std::unique_ptr<store::object_writer> sink_; // the shard in progress
     dataset_index index_;
     index_shard current_;
     std::vector<std::byte> header_;  // headers and padding gathered between data writes

@@ -9,6 +9,7 @@
 
 #include <conveyor/core/impl/buffer.ipp>
 #include <conveyor/core/impl/error.ipp>
+#include <conveyor/core/impl/location.ipp>
 #include <conveyor/core/impl/memory_budget.ipp>
 #include <conveyor/core/impl/metrics.ipp>
 #include <conveyor/core/impl/run_context.ipp>

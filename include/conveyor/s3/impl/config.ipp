@@ -613,20 +613,6 @@ CONVEYOR_DECL config resolve_config(const config_options& o)
     return c;
 }
 
-CONVEYOR_DECL object_url parse_s3_url(std::string_view url)
-{
-    auto fail = [&](const char* why) { detail::throw_invalid(conveyor::detail::redact_userinfo(url), why); };
-    if (url.size() < 5 || !detail::iequals(url.substr(0, 5), "s3://")) fail("not an s3:// URL (expected s3://bucket/key)");
-    const auto rest = url.substr(5);
-    const auto slash = rest.find('/');
-    object_url u;
-    u.bucket = std::string(rest.substr(0, slash));
-    if (slash != std::string_view::npos) u.key = std::string(rest.substr(slash + 1));
-    if (u.bucket.empty()) fail("no bucket (expected s3://bucket/key)");
-    if (!detail::is_bucket_name(u.bucket)) fail("not a bucket name (letters, digits, '.', '-' and '_')");
-    return u;
-}
-
 CONVEYOR_DECL bool virtual_hostable(std::string_view bucket, bool tls) noexcept
 {
     if (bucket.size() < 3 || bucket.size() > 63) return false;

@@ -8,6 +8,7 @@
 #include <conveyor/core/detail/ascii.hpp>
 #include <conveyor/core/detail/run_all.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/s3/detail/client_state.hpp>
 
@@ -77,11 +78,11 @@ CONVEYOR_DECL std::string index_text(const object_list& l, std::string_view wher
 // Stores `text` at `url` (s3://bucket/key) through `c`.
 CONVEYOR_DECL void put_text(const client& c, std::string_view url, const std::string& text)
 {
-    auto u = parse_s3_url(url);
-    if (u.key.empty() || u.key.back() == '/')
+    const location u(url, location_kind::s3);
+    if (u.key().empty() || u.key().back() == '/')
         throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
-                              {.stage = "s3", .where = std::string(url), .detail = "names no object to write (the key is empty or ends in '/')"});
-    c.run(c.async_put(u.bucket, u.key, std::as_bytes(std::span(text.data(), text.size())), "application/json"));
+                              {.stage = "s3", .where = u.printable(), .detail = "names no object to write (the key is empty or ends in '/')"});
+    c.run(c.async_put(u.bucket(), u.key(), std::as_bytes(std::span(text.data(), text.size())), "application/json"));
 }
 
 /// One of `list_parallel`'s workers: lists the next "directory" not yet taken, until none
@@ -173,8 +174,8 @@ CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std:
 
 CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, unsigned parallel)
 {
-    auto u = parse_s3_url(url);
-    return list_objects(c, std::move(u.bucket), std::move(u.key), parallel);
+    const location u(url, location_kind::s3);
+    return list_objects(c, u.bucket(), u.key(), parallel);
 }
 
 CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std::string prefix, const listing_options& o)
@@ -191,8 +192,8 @@ CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std:
 
 CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, const listing_options& o)
 {
-    auto u = parse_s3_url(url);
-    return list_objects(c, std::move(u.bucket), std::move(u.key), o);
+    const location u(url, location_kind::s3);
+    return list_objects(c, u.bucket(), u.key(), o);
 }
 
 CONVEYOR_DECL void assign_labels(object_list& l, std::string_view prefix, const std::vector<file::class_info>& classes)
@@ -264,19 +265,15 @@ CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path
 
 CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix)
 {
-    auto u = parse_s3_url(index_url);
-    buffer b = c.run(c.async_get(u.bucket, u.key));
-    return detail::prefixed(std::move(u.bucket), detail::parse_index_json(b.view(), index_url), prefix);
-}
-
-CONVEYOR_DECL bool is_s3_url(std::string_view location) noexcept
-{
-    return location.size() >= 3 && conveyor::detail::iequals(location.substr(0, 3), "s3:");
+    const location u(index_url, location_kind::s3);
+    buffer b = c.run(c.async_get(u.bucket(), u.key()));
+    return detail::prefixed(u.bucket(), detail::parse_index_json(b.view(), index_url), prefix);
 }
 
 CONVEYOR_DECL void write_index(const client& c, const object_list& l, std::string_view destination)
 {
-    if (!is_s3_url(destination)) return write_index(l, std::filesystem::path(destination));
+    const location where(destination);
+    if (where.is_local()) return write_index(l, std::filesystem::path(where.path()));
     detail::put_text(c, destination, detail::index_text(l, destination));
 }
 
@@ -288,7 +285,7 @@ CONVEYOR_DECL void write_index(const object_list& l, const std::filesystem::path
 CONVEYOR_DECL void write_classes(const client& c, const object_list& l, std::string_view destination,
                                  const std::map<std::string, std::string>& names)
 {
-    if (!is_s3_url(destination)) return write_classes(l, std::filesystem::path(destination), names);
+    if (const location where(destination); where.is_local()) return write_classes(l, std::filesystem::path(where.path()), names);
     detail::put_text(c, destination, file::detail::classes_text(l.classes, names));
 }
 

@@ -4,18 +4,19 @@
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/source.hpp>
-#include <conveyor/file/chunks.hpp>
-#include <conveyor/http/chunks.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/shard/dataset.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/error.hpp>
 #include <conveyor/shard/list.hpp>
+#include <conveyor/store/open.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -26,22 +27,24 @@ struct dataset_state {
     runtime* rt = nullptr;
     dataset_index index;
     std::vector<std::string> urls;    // resolved
+    std::vector<location> where;      // the same, parsed
+    std::vector<std::shared_ptr<const store::store>> stores; // the store of each shard
     std::vector<std::uint64_t> first; // first sample of each shard; one more at the end: the total
     dataset_options o;
     std::mutex mu;
-    std::unordered_map<std::size_t, file::ranged_file> open; // local shards open now
-    std::deque<std::size_t> opened;                          // in the order they were opened
+    std::unordered_map<std::size_t, std::shared_ptr<const store::ranged_object>> open; // shards open now
+    std::deque<std::size_t> opened;                                                  // in the order they were opened
     std::atomic<std::size_t> next_lane{0};
 };
 
-/// Shard `s`'s file, opened (on the blocking pool) if it is not open yet.
-inline asio::awaitable<file::ranged_file> shard_file(std::shared_ptr<dataset_state> st, std::size_t s)
+/// Shard `s`, opened for ranged reads (a local file on the blocking pool) if it is not open yet.
+inline asio::awaitable<std::shared_ptr<const store::ranged_object>> shard_object(std::shared_ptr<dataset_state> st, std::size_t s)
 {
     {
         std::lock_guard lk(st->mu);
         if (auto it = st->open.find(s); it != st->open.end()) co_return it->second;
     }
-    auto f = co_await file::ranged_file::async_open(*st->rt, local_path(st->urls[s]));
+    auto f = co_await st->stores[s]->async_open(st->where[s]);
     std::lock_guard lk(st->mu);
     if (st->open.emplace(s, f).second) {
         st->opened.push_back(s);
@@ -67,20 +70,8 @@ inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, st
     const auto [s, e] = locate(*st, i);
     const index_entry& ent = st->index.shards[s].entries[e];
     const std::string& url = st->urls[s];
-    slice bytes;
-    if (location_of(url) == location::local) {
-        auto f = co_await shard_file(st, s);
-        bytes = slice(co_await f.async_read(ent.offset, static_cast<std::size_t>(ent.size)));
-    } else if (location_of(url) == location::s3) {
-        auto [bucket, key] = split_s3_url(url);
-        bytes = slice(co_await st->o.s3->async_get_range(std::move(bucket), std::move(key), ent.offset, ent.size));
-    } else {
-        // One ranged GET, its body in one chunk (a connection of its own: not pooled yet).
-        auto reader = http::read_chunks(*st->rt, url,
-                                        {.chunk_size = std::max<std::size_t>(1, static_cast<std::size_t>(ent.size)), .chunks_in_flight = 1,
-                                         .offset = ent.offset, .length = ent.size});
-        if (auto c = co_await reader->async_next()) bytes = std::move(c->bytes);
-    }
+    const auto object = co_await shard_object(st, s);
+    slice bytes = co_await object->async_read(ent.offset, ent.size);
     if (bytes.size() != ent.size)
         throw shard_error(errc::index_mismatch, url, ent.offset,
                           "the index gives sample '" + ent.key + "' " + std::to_string(ent.size) + " bytes here, the shard has " +
@@ -114,16 +105,22 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
     s_->rt = &rt;
     s_->o = std::move(o);
     s_->first.push_back(0);
+    store::store_options so;
+    so.rt = &rt;
+    so.s3 = s_->o.s3;
+    so.s3_setting = "dataset_options::s3";
+    // One store per kind of location, shared by the shards of that kind.
+    std::map<location_kind, std::shared_ptr<const store::store>> by_kind;
     for (const auto& sh : index.shards) {
-        std::string url = detail::beside(base, sh.url);
-        if (detail::compressed_by_name(url))
+        location where(detail::beside(base, sh.url));
+        if (detail::compressed_by_name(where.url()))
             throw error(make_error_code(conveyor::errc::invalid_argument),
-                        {.stage = "shard dataset", .where = url, .detail = "a compressed shard cannot be read at an offset: random access needs uncompressed shards"});
-        if (location_of(url) == location::s3 && !s_->o.s3)
-            throw error(make_error_code(conveyor::errc::invalid_argument),
-                        {.stage = "shard dataset", .where = url, .detail = "reading s3:// shards needs an S3 client (dataset_options::s3)"});
-        if (location_of(url) == location::local) url = local_path(url);
-        s_->urls.push_back(std::move(url));
+                        {.stage = "shard dataset", .where = where.printable(), .detail = "a compressed shard cannot be read at an offset: random access needs uncompressed shards"});
+        auto& st = by_kind[where.kind()];
+        if (!st) st = store::open_store(where, so);
+        s_->stores.push_back(st);
+        s_->urls.push_back(where.url());
+        s_->where.push_back(std::move(where));
         s_->first.push_back(s_->first.back() + sh.entries.size());
     }
     s_->index = std::move(index);
@@ -131,7 +128,7 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
 
 CONVEYOR_DECL dataset dataset::open(const std::string& index_url, runtime& rt, dataset_options o)
 {
-    const std::string url = location_of(index_url) == location::local ? local_path(index_url) : index_url;
+    const std::string url = location(index_url).url();
     auto index = load_index(url, o.s3 ? &*o.s3 : nullptr);
     return dataset(std::move(index), detail::folder_of(url), rt, std::move(o));
 }

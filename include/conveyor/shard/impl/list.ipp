@@ -3,9 +3,11 @@
 #define CONVEYOR_SHARD_IMPL_LIST_IPP
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/list.hpp>
+#include <conveyor/store/open.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -182,14 +184,12 @@ CONVEYOR_DECL bool detail::compressed_by_name(std::string_view url) noexcept
 
 CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3)
 {
-    if (location_of(url) == location::s3) {
-        if (!s3) detail::bad_spec(url, "an s3:// index needs an S3 client (list_options::s3, dataset_options::s3)");
-        auto [bucket, key] = split_s3_url(url);
-        const auto text = s3->run(s3->async_get(bucket, key));
-        return parse_index(text.view(), url);
-    }
-    if (location_of(url) == location::http) detail::bad_spec(url, "a dataset index is read from a local path or s3://");
-    return read_index(local_path(url));
+    const location where(url);
+    store::store_options so;
+    if (s3) so.s3 = *s3;
+    so.s3_setting = "list_options::s3, dataset_options::s3";
+    const slice text = store::open_store(where, so)->read(where);
+    return parse_index(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), url);
 }
 
 CONVEYOR_DECL std::vector<std::string> expand_braces(std::string_view pattern, std::size_t max_items)
@@ -197,27 +197,17 @@ CONVEYOR_DECL std::vector<std::string> expand_braces(std::string_view pattern, s
     return detail::expand_part(pattern, 0, pattern, max_items);
 }
 
-CONVEYOR_DECL location location_of(std::string_view url) noexcept
+CONVEYOR_DECL bool names_s3(const std::vector<std::string>& specs)
 {
-    if (url.starts_with("s3://")) return location::s3;
-    if (url.starts_with("http://") || url.starts_with("https://")) return location::http;
-    return location::local;
-}
-
-CONVEYOR_DECL std::string local_path(std::string_view url)
-{
-    if (url.starts_with("file://")) url.remove_prefix(7);
-    return std::string(url);
-}
-
-CONVEYOR_DECL std::pair<std::string, std::string> split_s3_url(std::string_view url)
-{
-    if (!url.starts_with("s3://")) detail::bad_spec(url, "not an s3:// URL");
-    url.remove_prefix(5);
-    const auto slash = url.find('/');
-    if (slash == 0 || url.empty()) detail::bad_spec(url, "an s3:// URL needs a bucket: s3://bucket/key");
-    if (slash == std::string_view::npos) return {std::string(url), {}};
-    return {std::string(url.substr(0, slash)), std::string(url.substr(slash + 1))};
+    for (const auto& whole : specs) {
+        for (std::string_view rest = whole;;) {
+            const auto sep = rest.find("::");
+            if (const auto part = rest.substr(0, sep); !part.empty() && location(part).is_s3()) return true;
+            if (sep == std::string_view::npos) break;
+            rest.remove_prefix(sep + 2);
+        }
+    }
+    return false;
 }
 
 CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& specs, const list_options& o)
@@ -230,30 +220,31 @@ CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& spe
             const std::string_view spec = rest.substr(0, sep);
             if (spec.empty()) detail::bad_spec(whole, "an empty shard list");
             if (spec.ends_with(".json")) {
-                const std::string url = location_of(spec) == location::local ? local_path(spec) : std::string(spec);
+                const std::string url = location(spec).url();
                 const auto index = load_index(url, o.s3);
                 const std::string base = detail::folder_of(url);
                 for (const auto& s : index.shards) {
                     shard_ref r;
-                    r.url = detail::beside(base, s.url);
+                    r.url = location(detail::beside(base, s.url)).url();
                     r.size = static_cast<std::int64_t>(s.bytes);
                     r.samples = static_cast<std::int64_t>(s.samples);
                     out.push_back(std::move(r));
                 }
-            } else if (location_of(spec) == location::s3 && spec.ends_with('/')) {
-                if (!o.s3) detail::bad_spec(spec, "listing an S3 prefix needs an S3 client (list_options::s3)");
-                auto [bucket, prefix] = split_s3_url(spec);
-                auto objects = o.s3->run(o.s3->async_list_all(bucket, prefix));
-                std::sort(objects.begin(), objects.end(), [](const s3::object_info& a, const s3::object_info& b) { return a.key < b.key; });
+            } else if (spec.ends_with('/')) {
+                const location prefix(spec);
+                store::store_options so;
+                if (o.s3) so.s3 = *o.s3;
+                so.s3_setting = "list_options::s3";
+                const auto objects = store::open_store(prefix, so)->list(prefix);
                 std::size_t found = 0;
                 for (const auto& obj : objects) {
-                    if (!detail::ends_with_any(obj.key, o.suffixes)) continue;
-                    out.push_back({"s3://" + bucket + "/" + obj.key, obj.size, -1});
+                    if (!detail::ends_with_any(obj.url, o.suffixes)) continue;
+                    out.push_back({obj.url, obj.size, -1});
                     ++found;
                 }
-                if (found == 0) detail::bad_spec(spec, "no key under this prefix ends in a shard suffix (" + std::to_string(objects.size()) + " keys listed)");
+                if (found == 0) detail::bad_spec(spec, "no object under this prefix ends in a shard suffix (" + std::to_string(objects.size()) + " listed)");
             } else {
-                for (auto& u : expand_braces(spec)) out.push_back({location_of(u) == location::local ? local_path(u) : std::move(u), -1, -1});
+                for (const auto& u : expand_braces(spec)) out.push_back({location(u).url(), -1, -1});
             }
             if (sep == std::string_view::npos) break;
             rest.remove_prefix(sep + 2);

@@ -6,11 +6,10 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/runtime.hpp>
-#include <conveyor/file/chunks.hpp>
-#include <conveyor/http/chunks.hpp>
-#include <conveyor/s3/chunks.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/source.hpp>
+#include <conveyor/store/open.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -56,7 +55,7 @@ struct shard_reader {
         const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
         chunk_options co = lane.chunks(st->o.chunks);
         co.offset = from_start ? 0 : piece.offset;
-        return sample_reader(open_chunks(*rt, ref.url, co, st->o.s3),
+        return sample_reader(store::open_chunks(*rt, location(ref.url), co, {.s3 = st->o.s3, .s3_setting = "source_options::s3"}),
                              {.tar = st->o.tar,
                               .shard = piece.shard,
                               .first_index = from_start ? 0 : piece.first,
@@ -82,30 +81,10 @@ struct open_shard_reader {
 
 } // namespace detail
 
-CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const std::string& url, const chunk_options& o,
-                                                        const std::optional<s3::client>& s3)
-{
-    switch (location_of(url)) {
-    case location::local:
-        return file::read_chunks(rt, local_path(url), o);
-    case location::s3: {
-        if (!s3)
-            throw error(make_error_code(conveyor::errc::invalid_argument),
-                        {.stage = "shards", .where = url, .detail = "reading s3:// shards needs an S3 client (source_options::s3)"});
-        auto [bucket, key] = split_s3_url(url);
-        return s3::read_chunks(*s3, std::move(bucket), std::move(key), o);
-    }
-    case location::http:
-        return http::read_chunks(rt, url, o);
-    }
-    throw error(make_error_code(conveyor::errc::invalid_argument),
-                {.stage = "shards", .where = conveyor::detail::redact_userinfo(url), .detail = "not a shard URL conveyor reads"});
-}
-
-CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list) noexcept
+CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list)
 {
     for (const auto& s : list)
-        if (location_of(s.url) != location::local) return 12;
+        if (store::is_remote(location(s.url))) return 12;
     return 4;
 }
 

@@ -6,19 +6,12 @@
 
 #include <conveyor/core/detail/ascii.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/s3/client.hpp>
-#include <conveyor/s3/config.hpp>
-#include <conveyor/s3/multipart.hpp>
 #include <conveyor/shard/detail/tar_write.hpp>
+#include <conveyor/store/open.hpp>
 
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <system_error>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 namespace conveyor::shard {
 
@@ -34,11 +27,6 @@ namespace detail {
 [[noreturn]] inline void bad_argument(std::string what, std::string key = {})
 {
     writer_error(make_error_code(conveyor::errc::invalid_argument), {}, std::move(key), std::move(what));
-}
-
-inline bool is_s3_url(std::string_view s)
-{
-    return s.size() >= 5 && conveyor::detail::iequals(s.substr(0, 5), "s3://");
 }
 
 } // namespace detail
@@ -93,174 +81,7 @@ CONVEYOR_DECL std::vector<std::uint64_t> plan_shards(std::span<const std::uint64
     return starts;
 }
 
-// ---- sinks: where one shard's bytes go ------------------------------------------------
-
-struct writer::sink {
-    virtual ~sink() = default;
-    virtual void write(std::span<const std::byte> bytes) = 0;
-    /// Makes the shard visible under its name.
-    virtual void commit() = 0;
-    /// Removes what was written (never throws).
-    virtual void abandon() noexcept = 0;
-};
-
 namespace detail {
-
-/// A local shard: a hidden temporary file in the same folder, renamed when complete.
-class file_sink final : public writer::sink {
-public:
-    file_sink(std::string path, bool sync, std::size_t buffer) : path_(std::move(path)), sync_(sync)
-    {
-        static std::atomic<std::uint64_t> serial{0};
-        const std::filesystem::path p(path_);
-        std::error_code ec;
-        if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-        if (ec) writer_error(ec, p.parent_path().string(), {}, "cannot make the shard's folder");
-        tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                   std::to_string(serial.fetch_add(1))))
-                   .string();
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd_ < 0) writer_error({errno, std::system_category()}, tmp_, {}, "cannot create the shard's temporary file");
-        buf_.reserve(std::max<std::size_t>(buffer, 64 * 1024));
-    }
-    ~file_sink() override { abandon(); }
-
-    void write(std::span<const std::byte> bytes) override
-    {
-        if (buf_.size() + bytes.size() <= buf_.capacity()) {
-            buf_.insert(buf_.end(), bytes.begin(), bytes.end());
-            return;
-        }
-        flush();
-        if (bytes.size() >= buf_.capacity() / 2)
-            write_all(bytes);
-        else
-            buf_.insert(buf_.end(), bytes.begin(), bytes.end());
-    }
-
-    void commit() override
-    {
-        flush();
-        if (sync_ && ::fsync(fd_) != 0) writer_error({errno, std::system_category()}, tmp_, {}, "fsync failed");
-        const int fd = std::exchange(fd_, -1);
-        if (::close(fd) != 0) writer_error({errno, std::system_category()}, tmp_, {}, "close failed");
-        if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-            const int e = errno;
-            ::unlink(tmp_.c_str());
-            writer_error({e, std::system_category()}, path_, {}, "cannot rename " + tmp_ + " to it");
-        }
-        tmp_.clear();
-        if (sync_) {
-            const auto dir = std::filesystem::path(path_).parent_path();
-            const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (d >= 0) {
-                ::fsync(d);
-                ::close(d);
-            }
-        }
-    }
-
-    void abandon() noexcept override
-    {
-        if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-        if (!tmp_.empty()) ::unlink(tmp_.c_str());
-        tmp_.clear();
-    }
-
-private:
-    void flush()
-    {
-        if (buf_.empty()) return;
-        write_all(buf_);
-        buf_.clear();
-    }
-    void write_all(std::span<const std::byte> bytes)
-    {
-        while (!bytes.empty()) {
-            const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                writer_error({errno, std::system_category()}, tmp_, {}, "write failed", static_cast<std::int64_t>(written_));
-            }
-            written_ += static_cast<std::uint64_t>(n);
-            bytes = bytes.subspan(static_cast<std::size_t>(n));
-        }
-    }
-
-    std::string path_, tmp_;
-    bool sync_;
-    int fd_ = -1;
-    std::uint64_t written_ = 0;
-    std::vector<std::byte> buf_;
-};
-
-/// An S3 shard: parts uploaded as they fill; one PutObject when it stays under one part.
-class s3_sink final : public writer::sink {
-public:
-    s3_sink(const s3::client& c, std::string url, std::string content_type)
-        : c_(c), url_(std::move(url)), content_type_(std::move(content_type))
-    {
-        auto u = s3::parse_s3_url(url_);
-        bucket_ = std::move(u.bucket);
-        key_ = std::move(u.key);
-        if (key_.empty()) bad_argument("shard URL '" + url_ + "' names no object");
-        part_size_ = std::max<std::uint64_t>(c_.options().upload_part_size, 5u << 20);
-        part_ = c_.rt().buffers().acquire(static_cast<std::size_t>(part_size_));
-        part_.resize(0);
-    }
-    ~s3_sink() override { abandon(); }
-
-    void write(std::span<const std::byte> bytes) override
-    {
-        while (!bytes.empty()) {
-            const std::size_t room = static_cast<std::size_t>(part_size_) - part_.size();
-            const std::size_t n = std::min(room, bytes.size());
-            const std::size_t at = part_.size();
-            part_.resize(at + n);
-            if (n) std::memcpy(part_.data() + at, bytes.data(), n);
-            bytes = bytes.subspan(n);
-            if (part_.size() == part_size_) send_part();
-        }
-    }
-
-    void commit() override
-    {
-        if (!upload_) {
-            c_.run(c_.async_put(bucket_, key_, part_.span(), content_type_));
-            part_ = buffer{};
-            done_ = true;
-            return;
-        }
-        if (part_.size() > 0) send_part();
-        upload_->complete();
-        upload_.reset();
-        done_ = true;
-    }
-
-    void abandon() noexcept override
-    {
-        // The upload aborts itself in the background when dropped unfinished.
-        upload_.reset();
-        part_ = buffer{};
-    }
-
-private:
-    void send_part()
-    {
-        if (!upload_) upload_.emplace(c_, bucket_, key_, content_type_);
-        buffer full = std::move(part_);
-        part_ = c_.rt().buffers().acquire(static_cast<std::size_t>(part_size_));
-        part_.resize(0);
-        upload_->upload_part(std::move(full));
-    }
-
-    s3::client c_;
-    std::string url_, bucket_, key_, content_type_;
-    std::uint64_t part_size_ = 0;
-    buffer part_;
-    std::optional<s3::multipart_upload> upload_;
-    bool done_ = false;
-};
 
 /// Why `key` cannot be a sample's key, or "".
 inline std::string key_problem(std::string_view key)
@@ -292,9 +113,8 @@ inline std::string field_problem(std::string_view name)
 
 CONVEYOR_DECL writer::writer(writer_options o) : opts_(std::move(o)), next_shard_(opts_.first_shard)
 {
-    if (detail::is_s3_url(opts_.pattern))
+    if (location(format_shard_name(opts_.pattern, 0)).is_s3())
         detail::bad_argument("shard pattern '" + opts_.pattern + "' is an S3 URL: give the writer an s3::client");
-    (void)format_shard_name(opts_.pattern, 0);
     if (opts_.max_count == 0) detail::bad_argument("max_count must be at least 1");
     if (opts_.tar.record_size == 0 || opts_.tar.record_size % shard::detail::tar_block != 0)
         detail::bad_argument("record_size must be a positive multiple of 512");
@@ -303,7 +123,7 @@ CONVEYOR_DECL writer::writer(writer_options o) : opts_(std::move(o)), next_shard
 
 CONVEYOR_DECL writer::writer(writer_options o, const s3::client& s3) : opts_(std::move(o)), next_shard_(opts_.first_shard)
 {
-    (void)format_shard_name(opts_.pattern, 0);
+    (void)location(format_shard_name(opts_.pattern, 0));
     if (opts_.max_count == 0) detail::bad_argument("max_count must be at least 1");
     if (opts_.tar.record_size == 0 || opts_.tar.record_size % shard::detail::tar_block != 0)
         detail::bad_argument("record_size must be a positive multiple of 512");
@@ -341,14 +161,15 @@ CONVEYOR_DECL writer::~writer()
 
 CONVEYOR_DECL void writer::start_shard()
 {
-    const std::string url = format_shard_name(opts_.pattern, next_shard_);
-    if (detail::is_s3_url(url))
-        sink_ = std::make_unique<detail::s3_sink>(*s3_, url, opts_.content_type);
-    else
-        sink_ = std::make_unique<detail::file_sink>(url, opts_.fsync, opts_.write_buffer);
+    const location where(format_shard_name(opts_.pattern, next_shard_));
+    store::store_options so;
+    if (s3_) so.s3 = *s3_;
+    so.s3_setting = "the writer's s3::client";
+    sink_ = store::open_store(where, so)->open_writer(
+        where, {.content_type = opts_.content_type, .fsync = opts_.fsync, .write_buffer = opts_.write_buffer});
     ++next_shard_;
     current_ = index_shard{};
-    current_.url = url;
+    current_.url = where.url();
     offset_ = 0;
     data_bytes_ = 0;
     open_ = true;

@@ -1,0 +1,191 @@
+// conveyor/store/impl/file.ipp — the store of local paths.
+#ifndef CONVEYOR_STORE_IMPL_FILE_IPP
+#define CONVEYOR_STORE_IMPL_FILE_IPP
+
+#include <conveyor/core/error.hpp>
+#include <conveyor/file/chunks.hpp>
+#include <conveyor/store/file.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace conveyor::store {
+namespace detail {
+
+[[noreturn]] inline void file_error(std::error_code ec, std::string where, std::string detail, std::int64_t offset = -1)
+{
+    throw conveyor::error(ec, {.stage = "store", .where = std::move(where), .offset = offset, .detail = std::move(detail)});
+}
+
+/// A local object being written: a hidden temporary file in the same folder, renamed when
+/// complete.
+class file_writer final : public object_writer {
+public:
+    file_writer(std::string path, bool sync, std::size_t buffer) : path_(std::move(path)), sync_(sync)
+    {
+        static std::atomic<std::uint64_t> serial{0};
+        const std::filesystem::path p(path_);
+        std::error_code ec;
+        if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+        if (ec) file_error(ec, p.parent_path().string(), "cannot make the object's folder");
+        tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                                   std::to_string(serial.fetch_add(1))))
+                   .string();
+        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd_ < 0) file_error({errno, std::system_category()}, tmp_, "cannot create the temporary file");
+        buf_.reserve(std::max<std::size_t>(buffer, 64 * 1024));
+    }
+    ~file_writer() override { abandon(); }
+
+    void write(std::span<const std::byte> bytes) override
+    {
+        if (buf_.size() + bytes.size() <= buf_.capacity()) {
+            buf_.insert(buf_.end(), bytes.begin(), bytes.end());
+            return;
+        }
+        flush();
+        if (bytes.size() >= buf_.capacity() / 2)
+            write_all(bytes);
+        else
+            buf_.insert(buf_.end(), bytes.begin(), bytes.end());
+    }
+
+    void commit() override
+    {
+        flush();
+        if (sync_ && ::fsync(fd_) != 0) file_error({errno, std::system_category()}, tmp_, "fsync failed");
+        const int fd = std::exchange(fd_, -1);
+        if (::close(fd) != 0) file_error({errno, std::system_category()}, tmp_, "close failed");
+        if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+            const int e = errno;
+            ::unlink(tmp_.c_str());
+            file_error({e, std::system_category()}, path_, "cannot rename " + tmp_ + " to it");
+        }
+        tmp_.clear();
+        if (sync_) {
+            const auto dir = std::filesystem::path(path_).parent_path();
+            const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (d >= 0) {
+                ::fsync(d);
+                ::close(d);
+            }
+        }
+    }
+
+    void abandon() noexcept override
+    {
+        if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+        if (!tmp_.empty()) ::unlink(tmp_.c_str());
+        tmp_.clear();
+    }
+
+private:
+    void flush()
+    {
+        if (buf_.empty()) return;
+        write_all(buf_);
+        buf_.clear();
+    }
+    void write_all(std::span<const std::byte> bytes)
+    {
+        while (!bytes.empty()) {
+            const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                file_error({errno, std::system_category()}, tmp_, "write failed", static_cast<std::int64_t>(written_));
+            }
+            written_ += static_cast<std::uint64_t>(n);
+            bytes = bytes.subspan(static_cast<std::size_t>(n));
+        }
+    }
+
+    std::string path_, tmp_;
+    bool sync_;
+    int fd_ = -1;
+    std::uint64_t written_ = 0;
+    std::vector<std::byte> buf_;
+};
+
+/// A local file open for ranged reads.
+class file_object final : public ranged_object {
+public:
+    explicit file_object(file::ranged_file f) noexcept : f_(std::move(f)) {}
+    asio::awaitable<slice> async_read(std::uint64_t offset, std::uint64_t length) const override
+    {
+        co_return slice(co_await f_.async_read(offset, static_cast<std::size_t>(length)));
+    }
+
+private:
+    file::ranged_file f_;
+};
+
+} // namespace detail
+
+CONVEYOR_DECL runtime& file_store::rt() const
+{
+    return rt_ ? *rt_ : runtime::shared();
+}
+
+CONVEYOR_DECL asio::awaitable<slice> file_store::async_read(location where) const
+{
+    auto f = co_await file::ranged_file::async_open(rt(), where.path());
+    co_return slice(co_await f.async_read(0, static_cast<std::size_t>(f.size())));
+}
+
+CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> file_store::async_open(location where) const
+{
+    co_return std::make_shared<detail::file_object>(co_await file::ranged_file::async_open(rt(), where.path()));
+}
+
+CONVEYOR_DECL slice file_store::read(const location& where) const
+{
+    std::ifstream in(where.path(), std::ios::binary);
+    if (!in)
+        detail::file_error(std::error_code(errno ? errno : ENOENT, std::system_category()), where.printable(), "cannot open the file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) detail::file_error(std::make_error_code(std::errc::io_error), where.printable(), "cannot read the file");
+    return slice(buffer::copy_of(std::move(text).str()));
+}
+
+CONVEYOR_DECL std::unique_ptr<chunk_reader> file_store::read_chunks(const location& where, const chunk_options& o) const
+{
+    return file::read_chunks(rt(), where.path(), o);
+}
+
+CONVEYOR_DECL std::vector<listed_object> file_store::list(const location& where) const
+{
+    std::vector<listed_object> out;
+    std::error_code ec;
+    namespace fs = std::filesystem;
+    fs::recursive_directory_iterator it(where.path(), ec), end;
+    if (ec) detail::file_error(ec, where.printable(), "cannot list this folder");
+    for (; it != end; it.increment(ec)) {
+        if (ec) detail::file_error(ec, where.printable(), "cannot list this folder");
+        std::error_code fec;
+        if (!it->is_regular_file(fec)) continue;
+        const auto size = it->file_size(fec);
+        out.push_back({it->path().string(), fec ? -1 : static_cast<std::int64_t>(size)});
+    }
+    if (ec) detail::file_error(ec, where.printable(), "cannot list this folder");
+    std::sort(out.begin(), out.end(), [](const listed_object& a, const listed_object& b) { return a.url < b.url; });
+    return out;
+}
+
+CONVEYOR_DECL std::unique_ptr<object_writer> file_store::open_writer(const location& where, const write_options& o) const
+{
+    return std::make_unique<detail::file_writer>(where.path(), o.fsync, o.write_buffer);
+}
+
+} // namespace conveyor::store
+
+#endif

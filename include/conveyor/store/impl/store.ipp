@@ -1,0 +1,70 @@
+// conveyor/store/impl/store.ipp — what every store shares.
+#ifndef CONVEYOR_STORE_IMPL_STORE_IPP
+#define CONVEYOR_STORE_IMPL_STORE_IPP
+
+#include <conveyor/core/error.hpp>
+#include <conveyor/store/store.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+
+namespace conveyor::store {
+namespace detail {
+
+/// Where a blocking read waits for its result.
+struct read_handoff {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ready = false;
+    slice value;
+    std::exception_ptr failed;
+};
+
+inline asio::awaitable<void> fulfil(asio::awaitable<slice> a, read_handoff& h)
+{
+    slice value;
+    std::exception_ptr failed;
+    try {
+        value = co_await std::move(a);
+    } catch (...) {
+        failed = std::current_exception();
+    }
+    std::lock_guard lk(h.mu);
+    h.value = std::move(value);
+    h.failed = std::move(failed);
+    h.ready = true;
+    h.cv.notify_one();
+}
+
+} // namespace detail
+
+CONVEYOR_DECL asio::awaitable<slice> store::async_read_range(location where, std::uint64_t offset, std::uint64_t length) const
+{
+    const auto object = co_await async_open(std::move(where));
+    co_return co_await object->async_read(offset, length);
+}
+
+CONVEYOR_DECL slice store::read(const location& where) const
+{
+    // Blocking an I/O thread on work that may need that very thread would hang: refuse.
+    if (rt().current_io_lane())
+        throw conveyor::error(std::make_error_code(std::errc::operation_not_permitted),
+                              {.stage = "store", .where = where.printable(),
+                               .detail = "a blocking read was called on one of the runtime's I/O threads; co_await async_read there instead"});
+    // Not `use_future`: the exception is moved across under a mutex and released by the
+    // caller, so no reference to it is left behind on the I/O thread (see s3::client::run).
+    detail::read_handoff h;
+    asio::co_spawn(rt().next_io_executor(), detail::fulfil(async_read(where), h), asio::detached);
+    std::unique_lock lk(h.mu);
+    h.cv.wait(lk, [&] { return h.ready; });
+    if (h.failed) std::rethrow_exception(std::move(h.failed));
+    return std::move(h.value);
+}
+
+} // namespace conveyor::store
+
+#endif

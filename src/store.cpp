@@ -1,0 +1,2 @@
+// conveyor's static library, store module (CONVEYOR_SEPARATE_COMPILATION).
+#include <conveyor/store/impl/src.hpp>
