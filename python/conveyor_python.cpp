@@ -37,17 +37,6 @@ py::capsule dlpack_capsule(DLManagedTensor* t)
     return py::reinterpret_steal<py::capsule>(cap);
 }
 
-const char* dtype_name(image::dtype t)
-{
-    switch (t) {
-    case image::dtype::uint8: return "uint8";
-    case image::dtype::int64: return "int64";
-    case image::dtype::float16: return "float16";
-    case image::dtype::float32: return "float32";
-    }
-    return "?";
-}
-
 /// One tensor of a batch, holding the batch's slab.
 struct py_tensor {
     image::tensor t;
@@ -148,9 +137,9 @@ std::unique_ptr<py_batches> image_batches(const std::variant<std::string, std::v
     image::batch_options b{.size = batch, .partial = partial, .slabs = slabs};
     if (layout == "nchw") b.layout = image::tensor_layout::nchw;
     else if (layout != "nhwc") throw py::value_error("layout must be 'nhwc' or 'nchw'");
-    if (dtype == "float32") b.type = image::dtype::float32;
-    else if (dtype == "float16") b.type = image::dtype::float16;
-    else if (dtype != "uint8") throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
+    const auto type = image::dtype_named(dtype);
+    if (!type || *type == image::dtype::int64) throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
+    b.type = *type;
     b.mean = three(mean, 0.0f);
     b.std = three(std_, 1.0f);
 
@@ -172,7 +161,7 @@ PYBIND11_MODULE(conveyor, m)
         .def("__dlpack_device__", &py_tensor::dlpack_device)
         .def_property_readonly("data_ptr", &py_tensor::data_ptr, "The address of the first element.")
         .def_property_readonly("shape", &py_tensor::shape)
-        .def_property_readonly("dtype", [](const py_tensor& t) { return dtype_name(t.t.type); });
+        .def_property_readonly("dtype", [](const py_tensor& t) { return std::string(image::name_of(t.t.type)); });
 
     py::class_<py_batch>(m, "Batch", "A batch of images: a DLPack tensor itself (the images), with .labels and .keys.")
         .def("__dlpack__", [](const py_batch& b, py::object s) { return b.images().dlpack(std::move(s)); },

@@ -19,8 +19,10 @@ int main()
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint8_t>((i * 37) % 256);
     conveyor::cuda::normalization norm;
     std::uint8_t* d_in = nullptr;
-    float* d_out = nullptr;
-    __half* d_half = nullptr;
+    // The element types come from the dtype mapping, as a caller holding an image batch's
+    // `dtype` would name them.
+    conveyor::cuda::device_element_t<conveyor::image::dtype::float32>* d_out = nullptr;
+    conveyor::cuda::device_element_t<conveyor::image::dtype::float16>* d_half = nullptr;
     cudaMalloc(&d_in, in.size());
     cudaMalloc(&d_out, in.size() * sizeof(float));
     cudaMalloc(&d_half, in.size() * sizeof(__half));

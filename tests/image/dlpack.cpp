@@ -2,10 +2,13 @@
 // tensors over the batch's own memory, the slab held until the consumer's deleter runs
 // (exactly once: the ASan build would see a second free).
 #include <conveyor/image/dlpack.hpp>
+#include <conveyor/image/dtype.hpp>
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace image = conveyor::image;
 
@@ -84,4 +87,34 @@ TEST_CASE("dlpack_type names every element type as DLPack does")
     CHECK(image::dlpack_type(image::dtype::float32).bits == 32);
     CHECK(image::dlpack_type(image::dtype::int64).code == kDLInt);
     CHECK(image::dlpack_device(image::memory_kind::cuda_host).device_type == kDLCPU);
+}
+
+TEST_CASE("the dtype table is the one mapping: sizes, names and DLPack types all read it")
+{
+    CHECK(image::dtype_table.size() == 4);
+    for (const auto& row : image::dtype_table) {
+        CAPTURE(row.name);
+        CHECK(&image::traits_of(row.type) == &row);
+        CHECK(image::size_of(row.type) * 8 == row.bits);
+        CHECK(image::name_of(row.type) == row.name);
+        CHECK(image::dtype_named(row.name) == row.type);
+        const DLDataType dl = image::dlpack_type(row.type);
+        CHECK(dl.code == static_cast<std::uint8_t>(row.kind));
+        CHECK(dl.bits == row.bits);
+        CHECK(dl.lanes == 1);
+    }
+    // The rows themselves, as NumPy, PyTorch and DLPack name and size these types.
+    CHECK(image::size_of(image::dtype::uint8) == 1);
+    CHECK(image::size_of(image::dtype::int64) == 8);
+    CHECK(image::size_of(image::dtype::float16) == 2);
+    CHECK(image::size_of(image::dtype::float32) == 4);
+    CHECK(image::dlpack_type(image::dtype::uint8).code == kDLUInt);
+    CHECK(image::dlpack_type(image::dtype::int64).code == kDLInt);
+    CHECK(image::dlpack_type(image::dtype::float16).code == kDLFloat);
+    CHECK(image::dlpack_type(image::dtype::float32).code == kDLFloat);
+    CHECK(image::name_of(image::dtype::float16) == "float16");
+    CHECK_FALSE(image::dtype_named("float64").has_value());
+    CHECK_FALSE(image::dtype_named("").has_value());
+    static_assert(std::is_same_v<image::host_element_t<image::dtype::float32>, float>);
+    static_assert(std::is_same_v<image::host_element_t<image::dtype::int64>, std::int64_t>);
 }

@@ -4,6 +4,8 @@
 #ifndef CONVEYOR_CUDA_NORMALIZE_CUH
 #define CONVEYOR_CUDA_NORMALIZE_CUH
 
+#include <conveyor/image/dtype.hpp>
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +51,23 @@ __global__ void normalize_nhwc_to_nchw(const std::uint8_t* __restrict__ in, Out*
 }
 
 } // namespace detail
+
+/// The device type the kernel writes for an element of `T`: float32 as `float`, float16 as
+/// `__half` (the bits `image::host_element_t<dtype::float16>` holds on the host).
+template <image::dtype T>
+struct device_element;
+template <>
+struct device_element<image::dtype::float32> {
+    using type = float;
+};
+template <>
+struct device_element<image::dtype::float16> {
+    using type = __half;
+};
+template <image::dtype T>
+using device_element_t = typename device_element<T>::type;
+static_assert(sizeof(device_element_t<image::dtype::float32>) == image::size_of(image::dtype::float32));
+static_assert(sizeof(device_element_t<image::dtype::float16>) == image::size_of(image::dtype::float16));
 
 /** Enqueues on `stream` the conversion of a uint8 NHWC batch (`n` images of `h` x `w` x
     `c` channels, contiguous, on the device) into normalized NCHW `float` or `__half` at

@@ -29,7 +29,7 @@ struct CUevent_st;
 namespace conveyor::cuda {
 
 /// An element type, as DLPack writes it: a type code (0 int, 1 uint, 2 float, 4 bfloat)
-/// and its bits.
+/// and its bits. An image batch's tensors get theirs from `image::dtype_table`.
 struct element_type {
     std::uint8_t code = 1;
     std::uint8_t bits = 8;

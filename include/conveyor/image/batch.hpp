@@ -6,6 +6,7 @@
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/image/decode.hpp>
+#include <conveyor/image/dtype.hpp>
 #include <conveyor/image/stage.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -24,26 +25,6 @@
 namespace conveyor::image {
 
 // ---- tensors --------------------------------------------------------------------------
-
-/// The element type of a tensor.
-enum class dtype {
-    uint8,   ///< unsigned 8-bit integer (pixels as decoded)
-    int64,   ///< signed 64-bit integer (labels)
-    float16, ///< IEEE 754 binary16 (half)
-    float32, ///< IEEE 754 binary32
-};
-
-/// Bytes per element of `t`.
-constexpr std::size_t size_of(dtype t) noexcept
-{
-    switch (t) {
-    case dtype::uint8: return 1;
-    case dtype::int64: return 8;
-    case dtype::float16: return 2;
-    case dtype::float32: return 4;
-    }
-    return 0;
-}
 
 /// How the four dimensions of an image batch are ordered.
 enum class tensor_layout {
@@ -349,14 +330,8 @@ namespace conveyor::image {
 inline std::vector<cuda::host_tensor> staging_view(const image_batch& b)
 {
     auto of = [](const tensor& t) {
-        cuda::element_type e;
-        switch (t.type) {
-        case dtype::uint8: e = {1, 8}; break;
-        case dtype::int64: e = {0, 64}; break;
-        case dtype::float16: e = {2, 16}; break;
-        case dtype::float32: e = {2, 32}; break;
-        }
-        return cuda::host_tensor{t.data, t.bytes(), t.shape, e};
+        const dtype_traits& d = traits_of(t.type);
+        return cuda::host_tensor{t.data, t.bytes(), t.shape, cuda::element_type{static_cast<std::uint8_t>(d.kind), d.bits}};
     };
     return {of(b.images), of(b.labels)};
 }

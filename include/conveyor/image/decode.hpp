@@ -233,6 +233,7 @@ private:
 } // namespace conveyor::image
 
 #if CONVEYOR_HEADER_ONLY
+#include <conveyor/image/impl/augment.ipp>
 #include <conveyor/image/impl/decode.ipp>
 #endif
 

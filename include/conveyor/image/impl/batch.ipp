@@ -269,13 +269,13 @@ CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const batch_options& b
     };
     switch (b.type) {
     case dtype::uint8:
-        convert(reinterpret_cast<std::uint8_t*>(slot), [](std::size_t, std::uint8_t v) { return v; });
+        convert(reinterpret_cast<host_element_t<dtype::uint8>*>(slot), [](std::size_t, std::uint8_t v) { return v; });
         break;
     case dtype::float32:
-        convert(reinterpret_cast<float*>(slot), [&plan](std::size_t c, std::uint8_t v) { return plan.to_float[c][v]; });
+        convert(reinterpret_cast<host_element_t<dtype::float32>*>(slot), [&plan](std::size_t c, std::uint8_t v) { return plan.to_float[c][v]; });
         break;
     case dtype::float16:
-        convert(reinterpret_cast<std::uint16_t*>(slot), [&plan](std::size_t c, std::uint8_t v) { return plan.to_half[c][v]; });
+        convert(reinterpret_cast<host_element_t<dtype::float16>*>(slot), [&plan](std::size_t c, std::uint8_t v) { return plan.to_half[c][v]; });
         break;
     case dtype::int64:
         break; // refused by the stage's constructor

@@ -28,15 +28,15 @@ struct dlpack_holder {
 
 } // namespace detail
 
+// `number_kind` is numbered as DLPack numbers its type codes, so a kind is its code.
+static_assert(static_cast<int>(number_kind::signed_integer) == kDLInt);
+static_assert(static_cast<int>(number_kind::unsigned_integer) == kDLUInt);
+static_assert(static_cast<int>(number_kind::floating) == kDLFloat);
+
 CONVEYOR_DECL DLDataType dlpack_type(dtype t) noexcept
 {
-    switch (t) {
-    case dtype::uint8: return {static_cast<std::uint8_t>(kDLUInt), 8, 1};
-    case dtype::int64: return {static_cast<std::uint8_t>(kDLInt), 64, 1};
-    case dtype::float16: return {static_cast<std::uint8_t>(kDLFloat), 16, 1};
-    case dtype::float32: return {static_cast<std::uint8_t>(kDLFloat), 32, 1};
-    }
-    return {static_cast<std::uint8_t>(kDLUInt), 8, 1};
+    const dtype_traits& d = traits_of(t);
+    return {static_cast<std::uint8_t>(d.kind), d.bits, 1};
 }
 
 CONVEYOR_DECL DLDevice dlpack_device(memory_kind) noexcept

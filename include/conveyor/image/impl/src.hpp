@@ -8,6 +8,14 @@
 #endif
 
 #include <conveyor/image/impl/error.ipp>
+#include <conveyor/image/detail/impl/sniff.ipp>
+#include <conveyor/image/detail/impl/codec_state.ipp>
+#include <conveyor/image/detail/impl/plan.ipp>
+#include <conveyor/image/detail/impl/resample.ipp>
+#include <conveyor/image/detail/impl/jpeg.ipp>
+#include <conveyor/image/detail/impl/jpeg_region.ipp>
+#include <conveyor/image/detail/impl/png.ipp>
+#include <conveyor/image/impl/augment.ipp>
 #include <conveyor/image/impl/decode.ipp>
 #include <conveyor/image/impl/labels.ipp>
 #include <conveyor/image/impl/stage.ipp>

@@ -1,5 +1,11 @@
 // conveyor/file/detail/impl/uring.ipp — the io_uring ring: setup, submission, reaping, and
 // each operation's prepare and complete (see detail/uring.hpp).
+//
+// Why one file of this length: it is one job, the ring's private implementation
+// (`uring::impl`). Its operation types are nested in it because each one reads and changes
+// the ring's state while it runs: the SQE budget, the registered-file slots, the list of
+// operations in flight, the group cancellation and the backlog. Split into files they
+// would need that state made public to them, which is the encapsulation this file keeps.
 #ifndef CONVEYOR_FILE_DETAIL_IMPL_URING_IPP
 #define CONVEYOR_FILE_DETAIL_IMPL_URING_IPP
 
