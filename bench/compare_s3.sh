@@ -70,7 +70,7 @@ fi
 source "$(dirname "${BASH_SOURCE[0]}")/find_bench.sh"
 
 "$here/nginx_bucket.sh" install wrk python3-boto3 curl
-py=/usr/bin/python3 # Debian's python3-boto3 is installed for it only
+py=${CONVEYOR_PYTHON:-/usr/bin/python3} # Debian's python3-boto3 is installed for it only
 
 have_conveyor=0
 why_no_conveyor=""

@@ -92,7 +92,7 @@ ensure_nginx() {
 }
 
 free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "${CONVEYOR_PYTHON:-/usr/bin/python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # Options shared by start and run; sets root, state_dir, delay_ms, port, workers, writable, rest.

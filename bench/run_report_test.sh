@@ -19,7 +19,7 @@ test "$(wc -l < "$out/stdout.jsonl")" -eq 7
 cmp "$out/stdout.jsonl" "$out/report/results.jsonl"
 grep -q '"bench":"run-sweep","field":"in_flight"' "$out/stdout.jsonl"
 grep -q 'knee' "$out/stderr.txt"
-/usr/bin/python3 "$check" --file "$out/report/report.html" --ids throughput,latency-cdf,shares,sweep,summary,config,machine
+"${CONVEYOR_PYTHON:-/usr/bin/python3}" "$check" --file "$out/report/report.html" --ids throughput,latency-cdf,shares,sweep,summary,config,machine
 
 set +e
 "$bench" run --set storage.type=fs --set storage.dirs=/no/such/dir/here > /dev/null 2> "$out/err.txt"

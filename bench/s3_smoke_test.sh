@@ -17,7 +17,7 @@ bytes=$(find "$work/files" -type f -printf '%s\n' | awk '{s += $1} END {print s}
 common=(--endpoint "$CONVEYOR_TEST_S3_ENDPOINT" --bucket "$CONVEYOR_TEST_S3_BUCKET" --region "$CONVEYOR_TEST_S3_REGION")
 
 field() { # field NAME JSON-LINE
-  /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[2])[sys.argv[1]])' "$1" "$2"
+  "${CONVEYOR_PYTHON:-/usr/bin/python3}" -c 'import json, sys; print(json.loads(sys.argv[2])[sys.argv[1]])' "$1" "$2"
 }
 check() { # check WHAT JSON-LINE
   local objects got_bytes errors

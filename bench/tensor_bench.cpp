@@ -178,7 +178,7 @@ case_result run_single_image(const tensor_args& a, const image_set& images, cons
     const ci::decoder dec;
     const ci::decode_options opts = decode_opts(a);
     std::vector<std::uint8_t> out(std::size_t{a.size} * a.size * ci::channels_of(opts.format));
-    const ci::decode_context ctx{.key = path, .where = path};
+    const ci::decode_context ctx{.key = path, .origin = path};
     r.dtype = "uint8";
     r.shape = {a.size, a.size, static_cast<std::int64_t>(ci::channels_of(opts.format))};
     {

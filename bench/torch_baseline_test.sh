@@ -11,7 +11,7 @@ if [[ $# -ne 1 ]]; then
     exit 2
 fi
 make_shards=$1
-py=${TORCH_BASELINE_PYTHON:-/usr/bin/python3}  # another interpreter: to see the skip
+py=${TORCH_BASELINE_PYTHON:-${CONVEYOR_PYTHON:-/usr/bin/python3}}  # another interpreter: to see the skip
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 baseline=$here/torch_baseline.py
 

@@ -122,9 +122,9 @@ int main(int argc, char** argv)
             const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
             got.emplace();
             got->key = key;
-            got->where = in;
+            got->origin = in;
             got->image = image::decoder(rt.buffers()).decode(std::as_bytes(std::span(bytes)), o,
-                                                             {.key = key, .where = in, .epoch = epoch, .stats = stats.get()});
+                                                             {.key = key, .origin = in, .epoch = epoch, .stats = stats.get()});
         }
         const auto info = [&] {
             std::ifstream f(in, std::ios::binary);

@@ -19,7 +19,7 @@ make_index=${1:?usage: make_index_s3_test.sh MAKE_INDEX CONVEYOR_BENCH}
 bench=${2:?usage: make_index_s3_test.sh MAKE_INDEX CONVEYOR_BENCH}
 : "${CONVEYOR_TEST_S3_ENDPOINT:?run inside tests/s3/server/with_s3_server.sh}"
 export AWS_ACCESS_KEY_ID=$CONVEYOR_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CONVEYOR_TEST_S3_SECRET_KEY
-readonly PY=/usr/bin/python3
+readonly PY=${CONVEYOR_PYTHON:-/usr/bin/python3}
 bucket=$CONVEYOR_TEST_S3_BUCKET
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

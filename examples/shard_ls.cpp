@@ -81,7 +81,7 @@ int main(int argc, char** argv)
         for (auto& s : run) {
             boost::json::object line;
             line["key"] = s.key;
-            line["url"] = s.url;
+            line["url"] = s.origin; // webdataset's __url__
             boost::json::array fields;
             for (const auto& f : s.fields) {
                 fields.push_back(boost::json::object{{"name", f.name}, {"size", f.data.size()}, {"sha256", sha256_hex(f.data.span())}});

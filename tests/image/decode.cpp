@@ -55,7 +55,7 @@ difference compare(const image::decoded_image& a, const image::decoded_image& b)
 image::decoded_image decode_file(const fs::path& p, image::decode_options o = {})
 {
     const auto bytes = read_bytes(p);
-    return image::decoder{}.decode(bytes, o, {.key = p.filename().string(), .where = p.string()});
+    return image::decoder{}.decode(bytes, o, {.key = p.filename().string(), .origin = p.string()});
 }
 
 } // namespace
@@ -204,7 +204,7 @@ TEST_CASE("PNGs of every colour type and bit depth decode to RGB, BGR and grey")
 TEST_CASE("bad input of every kind is an error naming the key and the path, never a crash")
 {
     const image::decoder dec;
-    const image::decode_context ctx{.key = "train/sample_0001", .where = "/data/shard-000001.tar"};
+    const image::decode_context ctx{.key = "train/sample_0001", .origin = "/data/shard-000001.tar"};
     auto code_of = [&](const std::vector<std::byte>& bytes, image::decode_options o = {}) -> std::error_code {
         try {
             (void)dec.decode(bytes, o, ctx);

@@ -238,7 +238,7 @@ TEST_CASE("shard samples find their label map entry by key number, from first_nu
     CHECK(code == image::errc::bad_label);
     CHECK(has(what, "partial.json has no entry for the key or its stem \"ILSVRC2012_val_00000003\""));
     // The map comes before cls and JSON fields: this shard has neither.
-    auto sample = shard::sample{.key = "val/ILSVRC2012_val_00000002", .url = "u"};
+    auto sample = shard::sample{.key = "val/ILSVRC2012_val_00000002", .origin = "u"};
     sample.fields.push_back({.name = "jpg", .data = conveyor::slice(conveyor::buffer::copy_of(small_jpeg()))});
     const auto e = image::encoded_image_of(sample, {.label_json = {"json", "label"}, .label_map = {.map = m, .first_number = 1}});
     CHECK(e.label == 361);

@@ -64,7 +64,7 @@ TEST_CASE("decode_image decodes shard samples: the first image field present, th
     for (int k = 0; k < 6; ++k) {
         CAPTURE(k);
         CHECK(got[k].key == "train/s" + std::to_string(k));
-        CHECK(got[k].where == p.string());
+        CHECK(got[k].origin == p.string());
         CHECK(got[k].label == k % 3);
         CHECK(got[k].index == std::uint64_t(k));
         CHECK(got[k].image.width == 64 + 8 * std::uint32_t(k));
@@ -179,7 +179,7 @@ TEST_CASE("decode_image decodes file blobs with the ImageFolder class as label")
     for (auto& x : pipe) {
         CHECK(x.image.channels == 1);
         CHECK(x.image.width == 20);
-        CHECK(x.where.find(x.key) != std::string::npos);
+        CHECK(x.origin.find(x.key) != std::string::npos);
         labels[x.key] = x.label;
     }
     REQUIRE(labels.size() == 6);
@@ -206,7 +206,7 @@ TEST_CASE("encoded_image_of and decode_into give what the stage gives (the batch
         const auto e = image::encoded_image_of(s, o);
         CHECK(e.key == s.key);
         CHECK(e.label == std::int64_t(k % 3));
-        dec.decode_into(e.bytes, o.decode, {.key = e.key, .where = e.where, .epoch = 5},
+        dec.decode_into(e.bytes, o.decode, {.key = e.key, .origin = e.origin, .epoch = 5},
                         std::span(slab).subspan(k * 24 * 24 * 3, 24 * 24 * 3));
         CHECK(std::equal(want[k].begin(), want[k].end(), slab.begin() + std::ptrdiff_t(k * 24 * 24 * 3)));
         ++k;

@@ -75,7 +75,7 @@ TEST_CASE("a sharded dataset gives sample i by one ranged read, blocking or awai
         CHECK(std::string(s.find("jpg")->data.view()) == t.jpg[i]);
         CHECK(s.find("jpg")->offset == t.index.shards[i / 9].entries[i % 9].fields[0].offset);
         CHECK(s.offset == t.index.shards[i / 9].entries[i % 9].offset);
-        CHECK(s.url == d.str() + "/shard-" + std::to_string(i / 9) + ".tar");
+        CHECK(s.origin == d.str() + "/shard-" + std::to_string(i / 9) + ".tar");
     }
     // Many in flight from a coroutine, in reverse.
     auto all = asio::co_spawn(rt.io_executor(0), [](const shard::dataset& ds) -> asio::awaitable<std::size_t> {

@@ -8,7 +8,7 @@
 #   shard_ls.sh path/to/shard_ls
 set -euo pipefail
 LS=${1:?usage: shard_ls.sh path/to/shard_ls}
-PY=/usr/bin/python3
+PY=${CONVEYOR_PYTHON:-/usr/bin/python3}
 T=$(mktemp -d "${TMPDIR:-/tmp}/conveyor-shard-ls.XXXXXX")
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

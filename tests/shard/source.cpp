@@ -94,7 +94,7 @@ TEST_CASE("a shard list reads as samples with their bytes, keys and places")
             CHECK(s.fields[0].name == "jpg");
             CHECK(std::string(s.fields[0].data.view()) == t.jpg.at(s.key));
             CHECK(s.find("cls") != nullptr);
-            CHECK(s.url == t.list[s.shard].url);
+            CHECK(s.origin == t.list[s.shard].url);
             CHECK(s.key.starts_with("s" + std::to_string(s.shard) + "_" + std::to_string(s.index)));
             CHECK(s.end > s.offset);
         }
@@ -114,8 +114,8 @@ TEST_CASE("samples carry their shard's URL as the list gives it and their place 
     std::size_t n = 0;
     for (auto& s : shard::shards(t.list, o)) {
         ++n;
-        CHECK(s.url == t.list[s.shard].url);
-        CHECK(s.url.starts_with("file://"));
+        CHECK(s.origin == t.list[s.shard].url);
+        CHECK(s.origin.starts_with("file://"));
         const auto [it, fresh] = work_of_shard.emplace(s.shard, s.work);
         CHECK(it->second == s.work); // one work piece per shard in an unpadded epoch
     }
@@ -353,7 +353,7 @@ TEST_CASE("shards behind http:// URLs read as they do from disk, and by random a
     const std::string base = "http://127.0.0.1:" + std::to_string(srv.port()) + "/data/";
     std::map<std::string, std::string> got;
     for (auto& s : shard::shards(base + "shard-{0..2}.tar", options())) {
-        CHECK(s.url.starts_with(base));
+        CHECK(s.origin.starts_with(base));
         got[s.key] = std::string(s.find("jpg")->data.view());
     }
     CHECK(got.size() == 18);

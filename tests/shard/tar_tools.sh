@@ -11,7 +11,7 @@
 #   tar_tools.sh path/to/make_shards
 set -euo pipefail
 MS=${1:?usage: tar_tools.sh path/to/make_shards}
-PY=/usr/bin/python3
+PY=${CONVEYOR_PYTHON:-/usr/bin/python3}
 T=$(mktemp -d "${TMPDIR:-/tmp}/conveyor-tar-tools.XXXXXX")
 trap 'chmod -R u+w "$T"; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -89,7 +89,7 @@ TEST_CASE("members group into samples by webdataset's rule: consecutive keys, fi
     const auto ss = samples_of(tar);
     CHECK(describe(ss) == std::vector<std::string>{"a/x: jpg=1 seg.png=2 json=3", "a/y: jpg=4", "a.dir/z: cls=5", "a/x: cls=6"});
     REQUIRE(ss.size() == 4);
-    CHECK(ss[0].url == "test://s.tar");
+    CHECK(ss[0].origin == "test://s.tar");
     CHECK(ss[0].offset == 1024);       // the header of a/x.JPG
     CHECK(ss[0].fields[0].offset == 1536);
     CHECK(ss[0].shard == 3);
@@ -246,7 +246,7 @@ TEST_CASE("a shard file read in chunks from disk gives the samples of the whole,
             };
             auto [got, held] = asio::co_spawn(rt.io_executor(0), task(&rt, (d.path / name).string(), cs), asio::use_future).get();
             CHECK(describe(got) == whole);
-            CHECK(got[0].url == (d.path / name).string());
+            CHECK(got[0].origin == (d.path / name).string());
             CHECK(held <= 2 * std::max<std::size_t>(cs, std::size_t{8} << 20 /* inflated chunks */) + largest + largest / 4);
         }
 }
@@ -272,8 +272,8 @@ TEST_CASE("untar turns blobs of tar shards into samples carrying their shard's U
     for (auto& s : p) got.push_back(std::move(s));
     REQUIRE(got.size() == 5);
     CHECK(got[0].key == "s0");
-    CHECK(got[0].url == "/data/a.tar");
-    CHECK(got[4].url == "/data/b.tar");
+    CHECK(got[0].origin == "/data/a.tar");
+    CHECK(got[4].origin == "/data/b.tar");
     CHECK(got[4].shard == 1);
     CHECK(got[4].index == 1);
     CHECK(got[4].find("jpg")->data.view() == "J4");

@@ -115,6 +115,10 @@ public:
 
     /** Waits until `bytes` fit, then completes with a lease of them. Cancellation (the
         handler's slot) removes the waiter and completes with `operation_canceled`.
+        As everywhere in conveyor, an acquire that may wait is named `async_acquire`;
+        `try_acquire` and `acquire_now` never wait. This one is the primitive the others
+        are built on, so it takes any Asio completion token (`as_tuple(use_awaitable)`,
+        `deferred`, a handler).
         @par Completion Signature
         `void(std::error_code, memory_lease)` */
     template <class Token>

@@ -80,7 +80,7 @@ public:
     staging_ring& operator=(const staging_ring&) = delete;
 
     /// Waits for a free set of buffers (without blocking a thread) and takes it.
-    asio::awaitable<std::size_t> acquire()
+    asio::awaitable<std::size_t> async_acquire()
     {
         auto [ec, lease] = co_await free_.async_acquire(1, asio::as_tuple(asio::use_awaitable));
         if (ec) throw conveyor::error(ec, {.stage = "to_cuda", .detail = "waiting for a free device buffer"});

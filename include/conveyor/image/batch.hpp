@@ -146,13 +146,13 @@ public:
     /** Waits until a slab is free (or may be allocated) and takes it.
         @par Completion Signature
         `slab`; throws `conveyor::error` (`errc::cancelled`) if the wait is cancelled. */
-    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slab> acquire();
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slab> async_acquire();
 
-    /** Like `acquire`, giving up after `timeout`: nullopt then. For waiters that must look
+    /** Like `async_acquire`, giving up after `timeout`: nullopt then. For waiters that must look
         up now and then (has the consumer gone away?).
         @par Completion Signature
         `std::optional<slab>`; throws `conveyor::error` (`errc::cancelled`) if cancelled. */
-    [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::optional<slab>> acquire_for(std::chrono::nanoseconds timeout);
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::optional<slab>> async_acquire_for(std::chrono::nanoseconds timeout);
 
     /// A slab now if one is free or may be allocated; nullopt otherwise.
     CONVEYOR_DECL std::optional<slab> try_acquire();

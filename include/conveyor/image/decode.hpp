@@ -142,7 +142,7 @@ struct decode_stats {
 /// random crop and flip are drawn from.
 struct decode_context {
     std::string_view key;          ///< the sample key (or file key)
-    std::string_view where;        ///< the shard URL or the file's path
+    std::string_view origin;       ///< where the image came from: the shard URL or the file's path
     std::uint64_t epoch = 0;       ///< the run's epoch
     decode_stats* stats = nullptr; ///< counters to add to, or null
 };
@@ -194,7 +194,7 @@ CONVEYOR_DECL bool flip_for(const decode_options& opts, const decode_context& ct
     into uint8 HWC pixels: crop, DCT scaling, resize (PIL's antialiased bilinear filter,
     which torchvision's Resize uses) and flip in one call.
 
-    Errors throw `conveyor::error` with an `image::errc` naming `ctx.key` and `ctx.where`.
+    Errors throw `conveyor::error` with an `image::errc` naming `ctx.key` and `ctx.origin`.
 
     @par Thread Safety
     Safe: every thread uses its own TurboJPEG handles and scratch memory (thread_local),

@@ -25,7 +25,7 @@ namespace conveyor::image {
 /// What `decode_image` hands on: one decoded image with its label and where it came from.
 struct decoded {
     std::string key;           ///< the sample key (shards) or the file's key (files)
-    std::string where;         ///< the shard URL or the file's path
+    std::string origin;        ///< where it came from: the shard URL or the file's path
     decoded_image image;       ///< the pixels, HWC uint8
     std::int64_t label = -1;   ///< class id (`cls`, a JSON field, a label map, the ImageFolder class), -1 if none
     std::uint64_t index = 0;   ///< the sample's position in its shard, or the file's in its listing
@@ -73,7 +73,7 @@ struct decode_image_options {
 struct encoded_image {
     std::span<const std::byte> bytes; ///< the JPEG or PNG
     std::string_view key;             ///< sample or file key (the augmentation's key)
-    std::string_view where;           ///< shard URL or file path (for errors)
+    std::string_view origin;          ///< where it came from: shard URL or file path (for errors)
     std::int64_t label = -1;          ///< class id, or -1
     std::uint64_t index = 0;          ///< position in the shard or listing
 };

@@ -22,10 +22,10 @@ struct field {
 
 /** The run of consecutive tar members sharing a key (webdataset's rule: the member's path
     up to the first dot of its basename; the rest is the field name).
-    `key` and `url` are webdataset's `__key__` and `__url__`. */
+    `key` and `origin` are webdataset's `__key__` and `__url__`. */
 struct sample {
     std::string key;              ///< `__key__`, e.g. "train/n01440764_10026"
-    std::string url;              ///< `__url__`: the shard it came from
+    std::string origin;           ///< `__url__`: where it came from, the shard's URL
     std::vector<field> fields;    ///< in the order of the members in the shard
     std::uint64_t offset = 0;     ///< byte offset of the first member's header in the shard
     std::uint64_t end = 0;        ///< byte offset just past its last member (and padding)

@@ -13,7 +13,7 @@
 set -euo pipefail
 
 readonly S3RVER_VERSION=3.7.1
-readonly PY=/usr/bin/python3  # Debian's python: python3-botocore is installed for it only
+readonly PY=${CONVEYOR_PYTHON:-/usr/bin/python3}  # CMake passes the interpreter it found; Debian's python: python3-botocore is installed for it only
 readonly BUCKET=conveyor-test
 readonly PUBLIC_BUCKET=conveyor-public
 readonly ACCESS_KEY=conveyor-test-key

@@ -65,7 +65,7 @@ stream<device_batch<T>> to_cuda_stage::operator()(const std::shared_ptr<run_cont
             std::vector<T> got;
             while (co_await in.async_next_batch(got, 1)) {
                 for (auto& x : got) {
-                    const std::size_t set = co_await ring->acquire();
+                    const std::size_t set = co_await ring->async_acquire();
                     auto host = std::make_shared<const T>(std::move(x));
                     std::vector<device_tensor> tensors;
                     try {

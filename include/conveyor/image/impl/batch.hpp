@@ -105,7 +105,7 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
                         // downstream) while it keeps every slab would otherwise leave this
                         // wait, and the run, without an end.
                         while (!s) {
-                            auto got = co_await pool->acquire_for(std::chrono::milliseconds(50));
+                            auto got = co_await pool->async_acquire_for(std::chrono::milliseconds(50));
                             if (got) s.emplace(std::move(*got));
                             else if (run->output && run->output->receiver_gone()) co_return;
                         }

@@ -172,7 +172,7 @@ CONVEYOR_DECL slab_pool::slab_pool(std::size_t slab_bytes, std::size_t max_slabs
                                                        std::move(alloc));
 }
 
-CONVEYOR_DECL asio::awaitable<slab> slab_pool::acquire()
+CONVEYOR_DECL asio::awaitable<slab> slab_pool::async_acquire()
 {
     auto st = state_;
     auto [ec, lease] = co_await st->budget.async_acquire(1, asio::as_tuple(asio::use_awaitable));
@@ -180,7 +180,7 @@ CONVEYOR_DECL asio::awaitable<slab> slab_pool::acquire()
     co_return slab(st->take(std::move(lease)));
 }
 
-CONVEYOR_DECL asio::awaitable<std::optional<slab>> slab_pool::acquire_for(std::chrono::nanoseconds timeout)
+CONVEYOR_DECL asio::awaitable<std::optional<slab>> slab_pool::async_acquire_for(std::chrono::nanoseconds timeout)
 {
     auto st = state_;
     asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
@@ -285,7 +285,7 @@ CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const batch_options& b
 CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d, const batch_options& b, const batch_plan& plan,
                                     const encoded_image& e, std::uint64_t epoch, decode_stats* stats, std::byte* slot)
 {
-    const decode_context ctx{.key = e.key, .where = e.where, .epoch = epoch, .stats = stats};
+    const decode_context ctx{.key = e.key, .origin = e.origin, .epoch = epoch, .stats = stats};
     const std::size_t hwc_bytes = std::size_t{plan.height} * plan.width * plan.channels;
     if (b.type == dtype::uint8 && b.layout == tensor_layout::nhwc) {
         dec.decode_into(e.bytes, d, ctx, {reinterpret_cast<std::uint8_t*>(slot), hwc_bytes});

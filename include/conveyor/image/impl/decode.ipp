@@ -33,7 +33,7 @@ inline void decode_planned(std::span<const std::byte> bytes, const plan& p, cons
 
 CONVEYOR_DECL image_info decoder::info(std::span<const std::byte> bytes, const decode_context& ctx) const
 {
-    return detail::read_header(bytes, ctx.key, ctx.where).info;
+    return detail::read_header(bytes, ctx.key, ctx.origin).info;
 }
 
 CONVEYOR_DECL extent decoder::output_size(std::span<const std::byte> bytes, const decode_options& opts, const decode_context& ctx) const
@@ -58,10 +58,10 @@ CONVEYOR_DECL void decoder::decode_into(std::span<const std::byte> bytes, const 
                                         std::span<std::uint8_t> out) const
 {
     if (opts.size.empty())
-        throw detail::image_error(errc::bad_options, ctx.key, ctx.where, "decode_into needs a fixed output size (decode_options::size)");
+        throw detail::image_error(errc::bad_options, ctx.key, ctx.origin, "decode_into needs a fixed output size (decode_options::size)");
     const std::size_t need = std::size_t{opts.size.width} * opts.size.height * channels_of(opts.format);
     if (out.size() != need)
-        throw detail::image_error(errc::bad_options, ctx.key, ctx.where,
+        throw detail::image_error(errc::bad_options, ctx.key, ctx.origin,
                                   "decode_into: the output holds " + std::to_string(out.size()) + " bytes, " +
                                       std::to_string(opts.size.width) + "x" + std::to_string(opts.size.height) + "x" +
                                       std::to_string(channels_of(opts.format)) + " needs " + std::to_string(need));

@@ -28,9 +28,9 @@ CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view f
 CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options& o, const encoded_image& e, std::uint64_t epoch)
 {
     decoded d;
-    d.image = dec.decode(e.bytes, o.decode, {.key = e.key, .where = e.where, .epoch = epoch, .stats = o.stats.get()});
+    d.image = dec.decode(e.bytes, o.decode, {.key = e.key, .origin = e.origin, .epoch = epoch, .stats = o.stats.get()});
     d.key = std::string(e.key);
-    d.where = std::string(e.where);
+    d.origin = std::string(e.origin);
     d.label = e.label;
     d.index = e.index;
     return d;
@@ -48,29 +48,29 @@ CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decod
         for (const auto& n : o.fields) names += (names.empty() ? "" : ", ") + n;
         std::string has;
         for (const auto& f : s.fields) has += (has.empty() ? "" : ", ") + f.name;
-        throw detail::image_error(errc::missing_field, s.key, s.url,
+        throw detail::image_error(errc::missing_field, s.key, s.origin,
                                   "none of the image fields (" + names + ") is in the sample, which has: " + (has.empty() ? "no fields" : has));
     }
-    encoded_image e{.bytes = img->data.span(), .key = s.key, .where = s.url, .index = s.index};
+    encoded_image e{.bytes = img->data.span(), .key = s.key, .origin = s.origin, .index = s.index};
     if (o.label_map.map) {
-        e.label = detail::map_label_of(o.label_map, s.key, s.url, nullptr);
+        e.label = detail::map_label_of(o.label_map, s.key, s.origin, nullptr);
     } else if (!o.label_json.field.empty()) {
         const shard::field* doc = s.find(o.label_json.field);
         if (!doc)
-            throw detail::image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_json.field + "' is not in the sample");
-        e.label = detail::json_label_of(doc->data.view(), o.label_json, s.key, s.url);
+            throw detail::image_error(errc::missing_field, s.key, s.origin, "the label field '" + o.label_json.field + "' is not in the sample");
+        e.label = detail::json_label_of(doc->data.view(), o.label_json, s.key, s.origin);
     } else if (!o.label_field.empty()) {
         const shard::field* cls = s.find(o.label_field);
         if (!cls)
-            throw detail::image_error(errc::missing_field, s.key, s.url, "the label field '" + o.label_field + "' is not in the sample");
-        e.label = detail::parse_label(cls->data.view(), o.label_field, s.key, s.url);
+            throw detail::image_error(errc::missing_field, s.key, s.origin, "the label field '" + o.label_field + "' is not in the sample");
+        e.label = detail::parse_label(cls->data.view(), o.label_field, s.key, s.origin);
     }
     return e;
 }
 
 CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options& o)
 {
-    encoded_image e{.bytes = b.data.span(), .key = b.key, .where = b.origin, .label = b.label, .index = b.index};
+    encoded_image e{.bytes = b.data.span(), .key = b.key, .origin = b.origin, .label = b.label, .index = b.index};
     if (o.label_map.map) e.label = detail::map_label_of(o.label_map, b.key, b.origin, &b.index);
     return e;
 }

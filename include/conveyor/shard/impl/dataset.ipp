@@ -93,7 +93,7 @@ inline asio::awaitable<sample> read_sample(std::shared_ptr<dataset_state> st, st
         throw shard_error(errc::index_mismatch, url, ent.offset,
                           "the index puts sample '" + ent.key + "' here, the shard holds " +
                               (got ? "sample '" + got->key + "'" : std::string("no single sample")));
-    got->url = url;
+    got->origin = url;
     co_return std::move(*got);
 }
 

@@ -53,7 +53,7 @@ CONVEYOR_DECL void check_tj(tjhandle h, const decode_options& opts, const decode
         if (ctx.stats) ctx.stats->warnings.fetch_add(1, std::memory_order_relaxed);
         return;
     }
-    throw image_error(classify_tj(msg), ctx.key, ctx.where, std::string("TurboJPEG ") + what + ": " + msg);
+    throw image_error(classify_tj(msg), ctx.key, ctx.origin, std::string("TurboJPEG ") + what + ": " + msg);
 }
 
 } // namespace conveyor::image::detail

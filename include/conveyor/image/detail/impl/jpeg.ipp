@@ -67,7 +67,7 @@ inline tjscalingfactor pick_factor(double cw, double ch, extent out, bool allowe
 inline void jpeg_decode_region(std::span<const std::uint8_t> jpeg, std::uint32_t w, std::uint32_t h, region crop, tjscalingfactor f,
                                const plan& p, const decode_options& opts, const decode_context& ctx, std::uint8_t* dst)
 {
-    tjhandle tj = decompressor(ctx.key, ctx.where);
+    tjhandle tj = decompressor(ctx.key, ctx.origin);
     const std::uint32_t sw = scaled(w, f), sh = scaled(h, f);
     const int flags = opts.strict ? TJFLAG_STOPONWARNING : 0;
     const bool whole = crop.left == 0 && crop.top == 0 && crop.width == w && crop.height == h;
@@ -125,7 +125,7 @@ CONVEYOR_DECL void jpeg_decode(std::span<const std::uint8_t> b, const plan& p, c
     t.op = TJXOP_NONE;
     t.options = TJXOPT_CROP;
     tj_buffer cut;
-    tjhandle tx = transformer(ctx.key, ctx.where);
+    tjhandle tx = transformer(ctx.key, ctx.origin);
     if (tjTransform(tx, b.data(), b.size(), 1, &cut.data, &cut.size, &t, opts.strict ? TJFLAG_STOPONWARNING : 0) != 0)
         check_tj(tx, opts, ctx, "crop");
     const region inner{crop.left - ax, crop.top - ay, crop.width, crop.height};

@@ -151,7 +151,7 @@ CONVEYOR_DECL void jpeg_decode_cropped(std::span<const std::uint8_t> b, const pl
     if (r.failed) {
         const std::string msg = js.err.message;
         throw image_error(js.err.warning_stop ? (classify_tj(msg) == errc::truncated ? errc::truncated : errc::corrupt) : classify_tj(msg),
-                          ctx.key, ctx.where, "libjpeg: " + msg);
+                          ctx.key, ctx.origin, "libjpeg: " + msg);
     }
     if (js.err.warnings && ctx.stats) ctx.stats->warnings.fetch_add(1, std::memory_order_relaxed);
     resample(px, r.width, r.height, p.channels,

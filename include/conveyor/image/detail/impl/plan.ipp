@@ -14,7 +14,7 @@ namespace conveyor::image::detail {
 
 inline void check_options(const decode_options& o, const decode_context& ctx)
 {
-    auto bad = [&](std::string d) { return image_error(errc::bad_options, ctx.key, ctx.where, std::move(d)); };
+    auto bad = [&](std::string d) { return image_error(errc::bad_options, ctx.key, ctx.origin, std::move(d)); };
     if (o.crop == crop_mode::random_resized) {
         if (!(o.scale[0] > 0 && o.scale[0] <= o.scale[1] && o.scale[1] <= 1))
             throw bad("random-resized crop: the scale range must satisfy 0 < min <= max <= 1");
@@ -31,11 +31,11 @@ CONVEYOR_DECL plan make_plan(std::span<const std::byte> bytes, const decode_opti
 {
     check_options(opts, ctx);
     plan p;
-    p.hdr = read_header(bytes, ctx.key, ctx.where);
+    p.hdr = read_header(bytes, ctx.key, ctx.origin);
     const auto& in = p.hdr.info;
     const std::uint64_t pixels = std::uint64_t{in.width} * in.height;
     if (pixels > opts.max_pixels)
-        throw image_error(errc::too_large, ctx.key, ctx.where,
+        throw image_error(errc::too_large, ctx.key, ctx.origin,
                           "the header gives " + std::to_string(in.width) + "x" + std::to_string(in.height) + " = " +
                               std::to_string(pixels) + " pixels, above the limit of " + std::to_string(opts.max_pixels) +
                               " (decode_options::max_pixels)");

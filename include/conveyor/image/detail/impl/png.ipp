@@ -38,9 +38,9 @@ inline errc classify_spng(int rc) noexcept
 CONVEYOR_DECL void png_decode(std::span<const std::uint8_t> b, const plan& p, const decode_options& opts, const decode_context& ctx, std::uint8_t* dst)
 {
     std::unique_ptr<spng_ctx, spng_deleter> c(spng_ctx_new(0));
-    if (!c) throw image_error(errc::too_large, ctx.key, ctx.where, "libspng: cannot create a context");
+    if (!c) throw image_error(errc::too_large, ctx.key, ctx.origin, "libspng: cannot create a context");
     auto check = [&](int rc, const char* what) {
-        if (rc != 0) throw image_error(classify_spng(rc), ctx.key, ctx.where, std::string("libspng ") + what + ": " + spng_strerror(rc));
+        if (rc != 0) throw image_error(classify_spng(rc), ctx.key, ctx.origin, std::string("libspng ") + what + ": " + spng_strerror(rc));
     };
     const auto w = p.hdr.info.width, h = p.hdr.info.height;
     check(spng_set_image_limits(c.get(), std::max<std::uint32_t>(w, 1), std::max<std::uint32_t>(h, 1)), "limits");
@@ -51,7 +51,7 @@ CONVEYOR_DECL void png_decode(std::span<const std::uint8_t> b, const plan& p, co
     const unsigned dc = gray_direct ? 1 : 3;
     std::size_t len = 0;
     check(spng_decoded_image_size(c.get(), fmt, &len), "header");
-    if (len != std::size_t{w} * h * dc) throw image_error(errc::corrupt, ctx.key, ctx.where, "libspng: unexpected decoded size");
+    if (len != std::size_t{w} * h * dc) throw image_error(errc::corrupt, ctx.key, ctx.origin, "libspng: unexpected decoded size");
     auto& s = thread_state();
     const bool direct = !p.resize && p.crop.width == w && p.crop.height == h && dc == p.channels && opts.format != pixel_format::bgr;
     std::uint8_t* px = direct ? dst : s.pixels.get(len);

@@ -48,7 +48,7 @@ CONVEYOR_DECL std::optional<sample> sample_grouper::add(tar_member m)
         done = std::move(current_);
         current_.emplace();
         current_->key = std::string(split->key);
-        current_->url = *url_;
+        current_->origin = *url_;
         current_->offset = m.header_offset;
         current_->shard = shard_;
         current_->work = work_;
