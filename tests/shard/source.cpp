@@ -130,7 +130,7 @@ TEST_CASE("a run's chunks are taken from its share of the memory budget, and all
 {
     temp_dir d;
     const auto t = make_shards(d.path, 6, 9);
-    // A share of 3 shards x 3 chunks of 4 KiB; a consumer that holds samples for a while
+    // A share of 3 shards x (3 chunks in flight + 4 held downstream) of 4 KiB; a consumer that holds samples for a while
     // (a batch) keeps chunks of the share: the lane the merge waits on goes past it rather
     // than waiting for ever.
     conveyor::runtime rt(conveyor::runtime_options{.io_threads = 1, .compute_threads = 1, .memory_limit = 1 << 20});
@@ -139,12 +139,12 @@ TEST_CASE("a run's chunks are taken from its share of the memory budget, and all
     const bool done = conveyor_test::finishes_within(std::chrono::seconds(60), "a shard run whose consumer holds chunks", [&] {
         for (auto& b : p) {
             samples += b.size();
-            CHECK(rt.memory().in_use() <= 36 << 10); // the runtime's budget sees the share only
+            CHECK(rt.memory().in_use() <= 84 << 10); // the runtime's budget sees the share only
         }
     });
     CHECK(done);
     CHECK(samples == 54);
-    CHECK(rt.memory().stats().peak == 36 << 10);
+    CHECK(rt.memory().stats().peak == 84 << 10);
     CHECK(conveyor_test::eventually([&] { return rt.memory().in_use() == 0; }, std::chrono::seconds(30)));
 }
 
@@ -386,10 +386,11 @@ TEST_CASE("runs take their read-ahead from the memory budget and wait for room, 
     const auto t = make_shards(d.path, 4, 6);
     std::mutex mu;
     std::vector<std::string> lines;
-    // Each run wants 3 shards x 3 chunks x 4 KiB = 36 KiB of read-ahead; the budget holds one.
+    // Each run wants 3 shards x (3 + 4) chunks x 4 KiB = 84 KiB (read-ahead and chunks held
+    // downstream); the budget holds one.
     conveyor::runtime rt(conveyor::runtime_options{.io_threads = 1,
                                                    .compute_threads = 1,
-                                                   .memory_limit = 40 << 10,
+                                                   .memory_limit = 100 << 10,
                                                    .log = [&](std::string_view l) {
                                                        std::lock_guard lk(mu);
                                                        lines.emplace_back(l);
@@ -412,9 +413,9 @@ TEST_CASE("runs take their read-ahead from the memory budget and wait for room, 
     CHECK(n == 24);
     second.join();
     CHECK(second_fields == 48);
-    CHECK(rt.memory().stats().peak <= 40 << 10);
+    CHECK(rt.memory().stats().peak <= 100 << 10);
     std::lock_guard lk(mu);
-    CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find("for room in the memory budget (limit 40 KiB") != std::string::npos; }));
+    CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find("for room in the memory budget (limit 100 KiB") != std::string::npos; }));
 }
 
 TEST_CASE("a budget smaller than one run's read-ahead lets the run through alone")

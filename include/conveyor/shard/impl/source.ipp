@@ -81,6 +81,17 @@ struct open_shard_reader {
 
 } // namespace detail
 
+namespace detail {
+
+/// Chunks one open shard may hold: those in flight, and four that samples on their way
+/// downstream still hold.
+inline std::size_t shard_chunks_held(const chunk_options& o) noexcept
+{
+    return std::max<std::size_t>(1, o.chunks_in_flight) + 4;
+}
+
+} // namespace detail
+
 CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& list)
 {
     for (const auto& s : list)
@@ -125,13 +136,17 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
         }
         st->urls = urls;
         const std::uint64_t count = o.resampled ? endless : static_cast<std::uint64_t>(st->pieces.size());
-        // Each open shard's read-ahead is its chunks in flight: the run takes that many from
-        // the runtime's budget for all its lanes at once, and its readers take each chunk
-        // from the share (the source core's rule).
+        // Each open shard holds its chunks in flight, plus the chunks that its samples still
+        // hold while they wait in the lane's queue and downstream (the chunk the tar reader is
+        // cutting and a few before it): the run takes room for `shard_chunks_held` chunks a
+        // lane from the runtime's budget for all its lanes at once, and its readers take
+        // each chunk from that share (the source core's rule). With room for the chunks in
+        // flight alone, a reader waits for memory whenever samples queue behind it, and the
+        // read-ahead the options ask for is lost.
         sequence_settings ss{.sequences_in_flight = lanes,
                              .errors = o.errors,
                              .capacity = o.capacity,
-                             .memory_per_sequence = std::max<std::size_t>(1, o.chunks.chunks_in_flight) * o.chunks.chunk_size};
+                             .memory_per_sequence = detail::shard_chunks_held(o.chunks) * o.chunks.chunk_size};
         return sequence_source<sample>("shards", count, ss, detail::open_shard_reader{st}).build(ctx);
     });
 }
