@@ -9,6 +9,8 @@
 #include <conveyor/shard/writer.hpp>
 #include <conveyor/store/open.hpp>
 
+#include "support.hpp"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,28 +20,7 @@
 using namespace s3test;
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string text_of(const cv::slice& s) { return std::string(reinterpret_cast<const char*>(s.data()), s.size()); }
-
-template <class T>
-T run_on(cv::runtime& r, asio::awaitable<T> a)
-{
-    return asio::co_spawn(r.io_executor(0), std::move(a), asio::use_future).get();
-}
-
-std::vector<std::string> samples_of(const std::vector<cv::shard::shard_ref>& list, const cv::shard::source_options& o)
-{
-    std::vector<std::string> out;
-    for (auto& s : cv::shard::shards(list, o)) {
-        std::string t = s.key + " @" + std::to_string(s.offset);
-        for (const auto& f : s.fields) t += " " + f.name + "=" + text_of(f.data);
-        out.push_back(std::move(t));
-    }
-    return out;
-}
-
-} // namespace
+using namespace store_test;
 
 TEST_CASE("the S3 store reads whole and by range, lists a prefix and writes in parts")
 {

@@ -8,6 +8,8 @@
 #include <conveyor/store/file.hpp>
 #include <conveyor/store/open.hpp>
 
+#include "support.hpp"
+
 #include "../support/common.hpp"
 
 #include <doctest/doctest.h>
@@ -27,6 +29,8 @@ namespace cv = conveyor;
 namespace fs = std::filesystem;
 namespace asio = boost::asio;
 
+using namespace store_test;
+
 namespace {
 
 struct temp_dir {
@@ -34,8 +38,6 @@ struct temp_dir {
     temp_dir() { fs::create_directories(path); }
     ~temp_dir() { fs::remove_all(path); }
 };
-
-std::string text_of(const cv::slice& s) { return std::string(reinterpret_cast<const char*>(s.data()), s.size()); }
 
 std::string slurp(const fs::path& p)
 {
@@ -46,24 +48,6 @@ std::string slurp(const fs::path& p)
 }
 
 std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
-
-template <class T>
-T run_on(cv::runtime& rt, asio::awaitable<T> a)
-{
-    return asio::co_spawn(rt.io_executor(0), std::move(a), asio::use_future).get();
-}
-
-/// Samples as comparable text: key, then each field's name and bytes.
-std::vector<std::string> samples_of(const std::vector<cv::shard::shard_ref>& list, const cv::shard::source_options& o)
-{
-    std::vector<std::string> out;
-    for (auto& s : cv::shard::shards(list, o)) {
-        std::string t = s.key + " @" + std::to_string(s.offset);
-        for (const auto& f : s.fields) t += " " + f.name + "=" + text_of(f.data);
-        out.push_back(std::move(t));
-    }
-    return out;
-}
 
 } // namespace
 
