@@ -241,7 +241,7 @@ void train_step(const conveyor::cuda::device_tensor&, const conveyor::cuda::devi
 void example_to_cuda(conveyor::runtime& rt, const std::vector<conveyor::shard::shard_ref>& list, cudaStream_t my_stream)
 {
     auto pipe = conveyor::shard::shards(list).on(rt)
-              | conveyor::image::decode_batches({}, {.size = 256})   // the header writes `{...}` for the decode settings
+              | conveyor::image::decode_batches({}, {.size = 256})
               | conveyor::cuda::to_cuda({.device = 0});
     for (auto& b : pipe) {
         cudaStreamWaitEvent(my_stream, b.ready(), 0);

@@ -243,7 +243,7 @@ private:
 
     @code
     auto pipe = conveyor::shard::shards(list).on(rt)
-              | conveyor::image::decode_batches({...}, {.size = 256})
+              | conveyor::image::decode_batches({}, {.size = 256})
               | conveyor::cuda::to_cuda({.device = 0});
     for (auto& b : pipe) {
         cudaStreamWaitEvent(my_stream, b.ready(), 0);

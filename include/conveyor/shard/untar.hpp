@@ -117,7 +117,7 @@ private:
     shard is inflated on the runtime's compute pool.
 
     @code
-    auto samples = conveyor::file::files(root, index) | conveyor::shard::untar();
+    auto samples = conveyor::file::files(conveyor::file::read_index(index, root)) | conveyor::shard::untar();
     for (auto& s : samples) use(s.key, s.find("jpg")->data);
     @endcode
 */

@@ -465,8 +465,8 @@ public:
         // linked to, `openat2` into the slot (tag 1), with `more` entries kept free for the
         // rest of the chain. Not linked: io_uring always runs a statx in an io-wq worker, and
         // a chain behind it would go there too, where a page-cache read completes inside the
-        // submit otherwise (warm reads: 85-92k files/s linked, 106-110k beside, 125-128k
-        // without a statx). A special file's read is cancelled when the statx or the open
+        // submit otherwise: a linked chain would cost every warm read a worker's hand-off.
+        // A special file's read is cancelled when the statx or the open
         // completes. Returns the open's SQE, or null if no slot is free.
         // A small read's fast try (`file.listed_regular`) sends no statx: `st` says regular,
         // and the caller counts the statx as done.
