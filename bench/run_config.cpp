@@ -1,6 +1,9 @@
 // run_config.cpp — parsing and checking `conveyor-bench run` configurations (see run_config.hpp).
 #include "run_config.hpp"
 
+#include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace conveyor::bench::run {
@@ -496,12 +500,22 @@ run_config config_builder::finish() const
     }
     for (const char* p : {"dataset.classes", "dataset.index"}) {
         const std::string v = str(p);
+        if (v.empty()) continue;
+        // Where the file lives, by the library's one rule for URLs.
+        std::optional<conveyor::location> at;
+        try {
+            at.emplace(v);
+        } catch (const conveyor::error& e) {
+            throw config_error(std::string(p) + ": " + e.ctx().detail + where(given_, p));
+        }
+        if (!at->is_local()) {
+            if (std::string_view(p) == "dataset.classes")
+                throw config_error("dataset.classes: a classes file must be local (\"" + v + "\")" + where(given_, p));
+            continue;
+        }
         std::error_code ec;
-        if (!v.empty() && !v.starts_with("s3://") && !fs::is_regular_file(v, ec))
-            throw config_error(std::string(p) + ": \"" + v + "\": no such file" + where(given_, p));
+        if (!fs::is_regular_file(at->path(), ec)) throw config_error(std::string(p) + ": \"" + v + "\": no such file" + where(given_, p));
     }
-    if (!c.dataset.classes.empty() && c.dataset.classes.starts_with("s3://"))
-        throw config_error("dataset.classes: a classes file must be local (\"" + c.dataset.classes + "\")");
 
     // The effective configuration: every field, less other storage types' fields.
     c.effective = d;

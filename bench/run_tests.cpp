@@ -237,6 +237,28 @@ TEST_CASE("missing sources and inconsistent fields are configuration errors that
                        b.finish();
                    }),
                    "needs images"));
+    // Dataset files are located by the library's one rule for URLs (scheme without case).
+    CHECK(contains(config_error_of([] {
+                       cr::config_builder b;
+                       b.set("storage.type=synthetic");
+                       b.set("dataset.classes=S3://b/classes.json");
+                       b.finish();
+                   }),
+                   "dataset.classes: a classes file must be local (\"S3://b/classes.json\")"));
+    CHECK(contains(config_error_of([] {
+                       cr::config_builder b;
+                       b.set("storage.type=synthetic");
+                       b.set("dataset.index=s3:b/index.json");
+                       b.finish();
+                   }),
+                   "dataset.index: "));
+    CHECK(contains(config_error_of([] {
+                       cr::config_builder b;
+                       b.set("storage.type=synthetic");
+                       b.set("dataset.index=file:///no/such/index.json");
+                       b.finish();
+                   }),
+                   "dataset.index: \"file:///no/such/index.json\": no such file"));
     // An empty folder: found when listing, before anything runs.
     temp_dir t("empty");
     null_files null;
