@@ -19,7 +19,12 @@ install(DIRECTORY "${conveyor_SOURCE_DIR}/include/conveyor"
 # Both targets link conveyor::deps, an imported target that is not part of this export:
 # the targets file names it, and conveyorConfig.cmake recreates it (by including
 # conveyorDependencies.cmake) before it includes the targets file.
-install(TARGETS conveyor conveyor-header-only EXPORT conveyorTargets
+# conveyor_cuda_kernels (where nvcc built it) is linked by both, so it is exported with them.
+set(_conveyor_install_targets conveyor conveyor-header-only)
+if(TARGET conveyor_cuda_kernels)
+  list(APPEND _conveyor_install_targets conveyor_cuda_kernels)
+endif()
+install(TARGETS ${_conveyor_install_targets} EXPORT conveyorTargets
         ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
 install(EXPORT conveyorTargets
         NAMESPACE conveyor::
