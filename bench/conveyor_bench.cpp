@@ -29,6 +29,7 @@
 #include "run_bench.hpp"
 #if CONVEYOR_WITH_CUDA
 #include "h2d_bench.hpp"
+#include "gpu_decode_bench.hpp"
 #endif
 #include "decode_bench.hpp"
 #include "tensor_bench.hpp"
@@ -907,6 +908,7 @@ int main(int argc, char** argv)
     auto run_run = cb::run::add_run_subcommands(app);
 #if CONVEYOR_WITH_CUDA
     auto run_h2d = add_h2d_subcommands(app);
+    auto run_gpu_decode = add_gpu_decode_subcommands(app);
 #endif
 
     CLI11_PARSE(app, argc, argv);
@@ -933,6 +935,7 @@ int main(int argc, char** argv)
         if (int rc = run_run(); rc >= 0) return rc;
 #if CONVEYOR_WITH_CUDA
         if (int rc = run_h2d(); rc >= 0) return rc;
+        if (int rc = run_gpu_decode(); rc >= 0) return rc;
 #endif
     } catch (const std::exception& e) {
         std::fprintf(stderr, "conveyor-bench: error: %s\n", e.what());

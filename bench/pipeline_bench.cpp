@@ -19,6 +19,7 @@
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/image/batch.hpp>
 #if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/decode.hpp>
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/staging.hpp>
 #endif
@@ -55,6 +56,8 @@ struct pipeline_args {
     std::uint64_t seed = 1;
     std::size_t pool_mb = 0; // 0: the runtime's default
     bool cuda = false;
+    bool gpu_decode = false; // decode on the GPU (cuda::decode_batches) instead of decode_batches | to_cuda
+    double cpu_share = -1;   // --gpu-decode: the CPU's share of the JPEGs (negative: measured)
 };
 
 /// One epoch's figures.
@@ -123,13 +126,17 @@ int cmd_pipeline(const pipeline_args& a)
 {
     const std::size_t threads = a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
 #if CONVEYOR_WITH_CUDA
-    if (a.cuda && cv::cuda::devices().devices == 0) {
+    if (a.gpu_decode && !a.folder.empty()) {
+        std::fprintf(stderr, "pipeline: --gpu-decode reads shards, not --folder\n");
+        return 2;
+    }
+    if ((a.cuda || a.gpu_decode) && cv::cuda::devices().devices == 0) {
         std::fprintf(stderr, "pipeline: --cuda: no usable GPU here (%s)\n", cv::cuda::devices().reason.c_str());
         return 2;
     }
 #else
-    if (a.cuda) {
-        std::fprintf(stderr, "pipeline: --cuda: this build has no CUDA\n");
+    if (a.cuda || a.gpu_decode) {
+        std::fprintf(stderr, "pipeline: --cuda, --gpu-decode: this build has no CUDA\n");
         return 2;
     }
 #endif
@@ -148,6 +155,7 @@ int cmd_pipeline(const pipeline_args& a)
     if (a.cuda) batching.allocator = ci::pinned_slab_allocator();
 #endif
     std::optional<cv::pipeline<cv::shard::sample>> samples; // for the decode-only pass
+    std::optional<cv::pipeline<cv::shard::sample>> shuffled; // for --gpu-decode
     if (!a.folder.empty()) {
         auto files = cv::file::walk(a.folder, {.labels = true});
         for (const auto& e : files.entries) bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.size));
@@ -165,15 +173,42 @@ int cmd_pipeline(const pipeline_args& a)
         }
         engine = "conveyor-shards";
         std::fprintf(stderr, "pipeline: %zu shards, %.1f MB\n", list.size(), bytes / 1e6);
-        pipe = cv::shard::shards(list, {.order = {.seed = a.seed}}).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed}) |
-               ci::decode_batches(decode, batching);
+        shuffled = cv::shard::shards(list, {.order = {.seed = a.seed}}).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed});
+        pipe = *shuffled | ci::decode_batches(decode, batching);
         samples = cv::shard::shards(list, {.order = {.seed = a.seed, .shuffle = false}}).on(rt);
     }
     const double rss_before = static_cast<double>(cb::current_rss_bytes()) / 1e6;
     std::vector<double> rates;
     for (std::size_t e = 0; e < a.epochs; ++e) {
 #if CONVEYOR_WITH_CUDA
-        const auto r = a.cuda ? run_epoch(*pipe | cv::cuda::to_cuda({.device = 0}), e) : run_epoch(*pipe, e);
+        std::optional<cv::cuda::decode_batches_stage> gpu_stage;
+        if (a.gpu_decode) {
+            engine = "conveyor-shards-gpu-decode";
+            gpu_stage.emplace(cv::cuda::decode_batches(decode, {.size = a.batch}, {.device = 0, .cpu_share = a.cpu_share}));
+        }
+        const auto r = gpu_stage ? run_epoch(*shuffled | *gpu_stage, e)
+                       : a.cuda  ? run_epoch(*pipe | cv::cuda::to_cuda({.device = 0}), e)
+                                 : run_epoch(*pipe, e);
+        if (gpu_stage) {
+            const auto g = gpu_stage->stats();
+            const double all = static_cast<double>(std::max<std::uint64_t>(1, g.hardware + g.hybrid + g.cpu));
+            cb::json_line()
+                .add("bench", "pipeline_gpu_decode")
+                .add("epoch", e)
+                .add("decoder", g.decoder)
+                .add("hardware_share", g.hardware / all, 4)
+                .add("hybrid_share", g.hybrid / all, 4)
+                .add("cpu_share", g.cpu / all, 4)
+                .add("refused", g.refused)
+                .add("gpu_rate", g.split.gpu_rate)
+                .add("cpu_rate", g.split.cpu_rate)
+                .add("gpu_s", g.gpu_seconds)
+                .add("cpu_thread_s", g.cpu_thread_seconds)
+                .print();
+            std::fprintf(stderr, "pipeline: GPU decode (%s): hardware %.1f%%, hybrid %.1f%%, CPU %.1f%% of the images; measured GPU %.0f images/s, CPU %.0f images/s\n",
+                         g.decoder.c_str(), 100 * g.hardware / all, 100 * g.hybrid / all, 100 * g.cpu / all, g.split.gpu_rate,
+                         g.split.cpu_rate);
+        }
 #else
         const auto r = run_epoch(*pipe, e);
 #endif
@@ -212,7 +247,7 @@ int cmd_pipeline(const pipeline_args& a)
                      r.images / std::max(1e-9, r.usage.cpu_s()));
         std::fprintf(stderr, "pipeline: busy share per stage: %s\n", cv::format_shares(r.stats).c_str());
         std::fprintf(stderr, "pipeline: the consumer%s waited for its next batch %.1f%% of the epoch\n",
-                     a.cuda ? " (standing for the GPU: each batch's copy is awaited)" : "", 100 * wait_share(r));
+                     a.cuda || a.gpu_decode ? " (standing for the GPU: each batch is awaited)" : "", 100 * wait_share(r));
     }
     // Decode only: the same decode on the same threads over JPEGs already in memory.
     if (samples && a.decode_only > 0) {
@@ -262,6 +297,9 @@ std::function<int()> add_pipeline_subcommands(CLI::App& app)
     p->add_option("--seed", a->seed, "seed of order and augmentation")->capture_default_str();
     p->add_option("--pool-MB", a->pool_mb, "idle memory the runtime's buffer pool may keep (0: its default)")->capture_default_str();
     p->add_flag("--cuda", a->cuda, "copy each batch to GPU 0 (cuda::to_cuda); needs a build with CUDA and a device");
+    p->add_flag("--gpu-decode", a->gpu_decode, "decode on GPU 0 and the CPU at once (cuda::decode_batches) into device batches");
+    p->add_option("--cpu-share", a->cpu_share, "--gpu-decode: the CPU decoders' share of the JPEGs (negative: measured each batch)")
+        ->capture_default_str();
     return [p, a]() -> int {
         if (!p->parsed()) return -1;
         if (a->urls.empty() && a->folder.empty()) throw CLI::ValidationError("pipeline", "give shard URLs or --folder");

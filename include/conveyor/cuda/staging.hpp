@@ -92,6 +92,15 @@ public:
         set's `ready` event after them, and returns the device tensors. */
     CONVEYOR_DECL std::vector<device_tensor> copy(std::size_t s, const std::vector<host_tensor>& views);
 
+    /** The device buffers of set `s`, grown to hold tensors of `views`' sizes (their data
+        is not read), for work that writes them itself on the stream (the GPU decoder);
+        the stream first waits for the set's previous holder. Call `record_ready(s)` after
+        that work is enqueued. */
+    CONVEYOR_DECL std::vector<device_tensor> prepare(std::size_t s, const std::vector<host_tensor>& views);
+
+    /// Records set `s`'s `ready` event on the stream, after the work enqueued so far.
+    CONVEYOR_DECL void record_ready(std::size_t s);
+
     /// Calls `f` on a CUDA thread once everything enqueued so far on the stream is done
     /// (`cudaLaunchHostFunc`: the stream waits for `f` to return). `f` must not call CUDA.
     CONVEYOR_DECL void when_done(std::function<void()> f);

@@ -11,6 +11,11 @@
 #include <conveyor/cuda/impl/error.ipp>
 #include <conveyor/cuda/impl/device.ipp>
 #include <conveyor/cuda/impl/staging.ipp>
+#include <conveyor/cuda/impl/nvjpeg.ipp>
+#if CONVEYOR_WITH_GPU_KERNELS
+#include <conveyor/cuda/impl/jpeg_decoder.ipp>
+#endif
+#include <conveyor/cuda/impl/decode.ipp>
 #endif
 
 #endif

@@ -100,7 +100,7 @@ CONVEYOR_DECL std::size_t staging_ring::take(memory_lease lease)
     return s;
 }
 
-CONVEYOR_DECL std::vector<device_tensor> staging_ring::copy(std::size_t s, const std::vector<host_tensor>& views)
+CONVEYOR_DECL std::vector<device_tensor> staging_ring::prepare(std::size_t s, const std::vector<host_tensor>& views)
 {
     device_scope on(device_);
     buffer_set& set = sets_[s];
@@ -128,12 +128,28 @@ CONVEYOR_DECL std::vector<device_tensor> staging_ring::copy(std::size_t s, const
             set.buffers[i] = p;
             set.capacity[i] = v.bytes;
         }
-        if (v.bytes)
-            check(cudaMemcpyAsync(set.buffers[i], v.data, v.bytes, cudaMemcpyHostToDevice, stream_),
-                  ("cudaMemcpyAsync of " + std::to_string(v.bytes) + " bytes to device " + std::to_string(device_)).c_str());
         out.push_back({set.buffers[i], v.bytes, v.shape, v.type, device_});
     }
-    check(cudaEventRecord(set.ready, stream_), "cudaEventRecord");
+    return out;
+}
+
+CONVEYOR_DECL void staging_ring::record_ready(std::size_t s)
+{
+    device_scope on(device_);
+    check(cudaEventRecord(sets_[s].ready, stream_), "cudaEventRecord");
+}
+
+CONVEYOR_DECL std::vector<device_tensor> staging_ring::copy(std::size_t s, const std::vector<host_tensor>& views)
+{
+    std::vector<device_tensor> out = prepare(s, views);
+    device_scope on(device_);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+        const host_tensor& v = views[i];
+        if (v.bytes)
+            check(cudaMemcpyAsync(out[i].data, v.data, v.bytes, cudaMemcpyHostToDevice, stream_),
+                  ("cudaMemcpyAsync of " + std::to_string(v.bytes) + " bytes to device " + std::to_string(device_)).c_str());
+    }
+    record_ready(s);
     return out;
 }
 

@@ -23,5 +23,6 @@
 #include <conveyor/image/impl/dlpack.ipp>
 #include <conveyor/image/impl/encode.ipp>
 #include <conveyor/image/impl/synthetic.ipp>
+#include <conveyor/image/impl/split.ipp>
 
 #endif

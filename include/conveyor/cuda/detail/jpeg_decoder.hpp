@@ -1,0 +1,118 @@
+// conveyor/cuda/detail/jpeg_decoder.hpp — nvJPEG decoding of a batch's JPEG crops straight
+// into their slots of a device batch: the hardware engines in one batched call where they
+// take an image, the hybrid decoders (decoupled API) where they do not.
+#ifndef CONVEYOR_CUDA_DETAIL_JPEG_DECODER_HPP
+#define CONVEYOR_CUDA_DETAIL_JPEG_DECODER_HPP
+
+#include <conveyor/cuda/detail/kernels.hpp>
+#include <conveyor/cuda/detail/nvjpeg_api.hpp>
+#include <conveyor/detail/config.hpp>
+#include <conveyor/image/decode.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+struct CUstream_st;
+struct CUevent_st;
+
+namespace conveyor::cuda::detail {
+
+/// How a JPEG was (or was not) decoded on the GPU.
+enum class gpu_outcome : std::uint8_t {
+    hardware, ///< by the NVJPG engines (batched)
+    hybrid,   ///< by nvJPEG's hybrid or GPU-hybrid decoder
+    refused,  ///< nvJPEG would not or could not: the caller decodes it on the CPU
+};
+
+/// One JPEG to decode: its bytes, what its header said, the crop and flip the CPU path
+/// would take for it, and its slot in the batch.
+struct gpu_job {
+    std::span<const std::byte> bytes;
+    std::uint32_t width = 0, height = 0;
+    image::crop_rect crop;
+    bool flip = false;
+    std::uint32_t slot = 0;
+};
+
+/// Settings of a `jpeg_decoder`.
+struct jpeg_decoder_options {
+    int device = 0;
+    CUstream_st* stream = nullptr;   ///< where the device work goes (the batch ring's stream)
+    bool hardware = true;            ///< use the NVJPG engines where the GPU has them
+    image::pixel_format format = image::pixel_format::rgb; ///< gray: one plane (nvJPEG's Y); else R, G, B planes
+    std::size_t max_batch = 256;     ///< images per call, at most (for pre-allocation)
+    std::uint32_t preallocate_width = 640, preallocate_height = 480;
+    /// Images of more pixels than this that the engines refuse go to the GPU-hybrid decoder
+    /// (Huffman decoding on the GPU), smaller ones to the hybrid one (Huffman on the CPU).
+    std::uint64_t gpu_huffman_pixels = 1'000'000;
+};
+
+/** The GPU half of the GPU decode stage, for one device and stream: nvJPEG's handles,
+    states, buffers, the decoded crops' arena and the resampling job table. Not
+    thread-safe: one thread (the stage's GPU thread) uses it. Throws `conveyor::error` if
+    nvJPEG cannot be set up on the device. */
+class jpeg_decoder {
+public:
+    CONVEYOR_DECL jpeg_decoder(const nvjpeg_api::functions& api, const jpeg_decoder_options& o);
+    CONVEYOR_DECL ~jpeg_decoder();
+    jpeg_decoder(const jpeg_decoder&) = delete;
+    jpeg_decoder& operator=(const jpeg_decoder&) = delete;
+
+    /// Whether the NVJPG engines are in use, and how many there are (engines x cores).
+    bool hardware() const noexcept { return hw_handle_ != nullptr; }
+    unsigned engines() const noexcept { return engines_; }
+    unsigned cores_per_engine() const noexcept { return cores_; }
+
+    /// The header of a JPEG: false if nvJPEG cannot read it or the GPU path does not take
+    /// it (not 1 or 3 components); then the CPU decodes it (and names what is wrong).
+    CONVEYOR_DECL bool probe(std::span<const std::byte> bytes, std::uint32_t& width, std::uint32_t& height) noexcept;
+
+    /** Decodes `jobs` into `target`'s slots and waits until the device is done. `out[i]`
+        says how job i went; refused ones left their slot untouched. Throws
+        `conveyor::error` when CUDA itself fails. */
+    CONVEYOR_DECL void decode(std::span<const gpu_job> jobs, const batch_target& target, std::vector<gpu_outcome>& out);
+
+private:
+    CONVEYOR_DECL void release() noexcept;
+    CONVEYOR_DECL void reserve_arena(std::size_t bytes);
+    CONVEYOR_DECL bool decode_hybrid(const gpu_job& j, const nvjpeg_api::image& dst);
+    void check(nvjpeg_api::status s, const char* what) const;
+
+    const nvjpeg_api::functions& api_;
+    jpeg_decoder_options o_;
+    nvjpeg_api::output_format format_ = nvjpeg_api::output_format::rgb;
+    unsigned planes_ = 3;
+    // The engines (batched).
+    nvjpeg_api::handle_t hw_handle_ = nullptr;
+    nvjpeg_api::state_t hw_state_ = nullptr;
+    unsigned engines_ = 0, cores_ = 0;
+    std::vector<nvjpeg_api::params_t> hw_params_;
+    nvjpeg_api::stream_t hw_probe_ = nullptr;
+    // The hybrid decoders (decoupled API), two pinned buffers and parse streams taken in turn.
+    nvjpeg_api::handle_t handle_ = nullptr;
+    nvjpeg_api::decoder_t hybrid_ = nullptr, gpu_hybrid_ = nullptr;
+    nvjpeg_api::state_t hybrid_state_ = nullptr, gpu_hybrid_state_ = nullptr;
+    nvjpeg_api::pinned_buffer_t pinned_[2] = {};
+    nvjpeg_api::device_buffer_t device_buffer_ = nullptr;
+    nvjpeg_api::stream_t streams_[2] = {};
+    CUevent_st* pinned_free_[2] = {};
+    nvjpeg_api::params_t params_ = nullptr;
+    unsigned turn_ = 0;
+    // Decoded crops (planar), and the resampler's job table (pinned and device copies).
+    void* arena_ = nullptr;
+    std::size_t arena_bytes_ = 0;
+    resample_job* jobs_host_ = nullptr;
+    resample_job* jobs_device_ = nullptr;
+    std::size_t jobs_capacity_ = 0;
+};
+
+} // namespace conveyor::cuda::detail
+
+#if CONVEYOR_HEADER_ONLY
+#include <conveyor/cuda/impl/jpeg_decoder.ipp>
+#endif
+
+#endif

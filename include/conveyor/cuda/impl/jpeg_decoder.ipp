@@ -1,0 +1,292 @@
+// conveyor/cuda/impl/jpeg_decoder.ipp — definitions for conveyor/cuda/detail/jpeg_decoder.hpp.
+#ifndef CONVEYOR_CUDA_IMPL_JPEG_DECODER_IPP
+#define CONVEYOR_CUDA_IMPL_JPEG_DECODER_IPP
+
+#include <conveyor/cuda/detail/jpeg_decoder.hpp>
+#include <conveyor/cuda/error.hpp>
+#include <conveyor/cuda/staging.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace conveyor::cuda::detail {
+
+namespace {
+
+inline constexpr std::size_t plane_alignment = 256;
+
+inline std::size_t align_up(std::size_t n) noexcept
+{
+    return (n + plane_alignment - 1) / plane_alignment * plane_alignment;
+}
+
+inline const unsigned char* bytes_of(std::span<const std::byte> b) noexcept
+{
+    return reinterpret_cast<const unsigned char*>(b.data());
+}
+
+} // namespace
+
+void jpeg_decoder::check(nvjpeg_api::status s, const char* what) const
+{
+    if (s != nvjpeg_api::status::success)
+        throw conveyor::error(make_error_code(errc::cuda_failed),
+                              {.stage = "gpu_decode", .detail = std::string(what) + ": " + nvjpeg_api::name_of(s)});
+}
+
+CONVEYOR_DECL jpeg_decoder::jpeg_decoder(const nvjpeg_api::functions& api, const jpeg_decoder_options& o) : api_(api), o_(o)
+{
+    using nvjpeg_api::backend;
+    using nvjpeg_api::status;
+    device_scope on(o_.device);
+    if (o_.format == image::pixel_format::gray) {
+        format_ = nvjpeg_api::output_format::y;
+        planes_ = 1;
+    }
+    try {
+        // The engines, where the GPU has them: nvjpegCreateEx refuses the hardware backend
+        // elsewhere (JPEG_NOT_SUPPORTED or ARCH_MISMATCH), and the hybrid decoders do all.
+        if (o_.hardware && api_.nvjpegCreateEx(backend::hardware, nullptr, nullptr, 0, &hw_handle_) == status::success) {
+            if (api_.nvjpegGetHardwareDecoderInfo(hw_handle_, &engines_, &cores_) != status::success) engines_ = cores_ = 0;
+            check(api_.nvjpegJpegStateCreate(hw_handle_, &hw_state_), "nvjpegJpegStateCreate (hardware)");
+            check(api_.nvjpegJpegStreamCreate(hw_handle_, &hw_probe_), "nvjpegJpegStreamCreate (hardware)");
+            // Pre-allocation: the engines' buffers for a full batch of typical images, now
+            // rather than in the first batch (a hint: larger images grow them later).
+            (void)api_.nvjpegDecodeBatchedPreAllocate(hw_handle_, hw_state_, static_cast<int>(o_.max_batch),
+                                                      static_cast<int>(o_.preallocate_width),
+                                                      static_cast<int>(o_.preallocate_height),
+                                                      nvjpeg_api::chroma_subsampling::css_420, format_);
+        } else {
+            hw_handle_ = nullptr;
+        }
+        check(api_.nvjpegCreateEx(backend::default_backend, nullptr, nullptr, 0, &handle_), "nvjpegCreateEx");
+        check(api_.nvjpegDecoderCreate(handle_, backend::hybrid, &hybrid_), "nvjpegDecoderCreate (hybrid)");
+        check(api_.nvjpegDecoderCreate(handle_, backend::gpu_hybrid, &gpu_hybrid_), "nvjpegDecoderCreate (GPU hybrid)");
+        check(api_.nvjpegDecoderStateCreate(handle_, hybrid_, &hybrid_state_), "nvjpegDecoderStateCreate (hybrid)");
+        check(api_.nvjpegDecoderStateCreate(handle_, gpu_hybrid_, &gpu_hybrid_state_), "nvjpegDecoderStateCreate (GPU hybrid)");
+        check(api_.nvjpegBufferDeviceCreate(handle_, nullptr, &device_buffer_), "nvjpegBufferDeviceCreate");
+        check(api_.nvjpegStateAttachDeviceBuffer(hybrid_state_, device_buffer_), "nvjpegStateAttachDeviceBuffer");
+        check(api_.nvjpegStateAttachDeviceBuffer(gpu_hybrid_state_, device_buffer_), "nvjpegStateAttachDeviceBuffer");
+        for (int k = 0; k < 2; ++k) {
+            check(api_.nvjpegBufferPinnedCreate(handle_, nullptr, &pinned_[k]), "nvjpegBufferPinnedCreate");
+            check(api_.nvjpegJpegStreamCreate(handle_, &streams_[k]), "nvjpegJpegStreamCreate");
+            cudaEvent_t e = nullptr;
+            detail::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+            pinned_free_[k] = e;
+        }
+        check(api_.nvjpegDecodeParamsCreate(handle_, &params_), "nvjpegDecodeParamsCreate");
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+CONVEYOR_DECL jpeg_decoder::~jpeg_decoder()
+{
+    release();
+}
+
+CONVEYOR_DECL void jpeg_decoder::release() noexcept
+{
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != o_.device) (void)cudaSetDevice(o_.device);
+    if (o_.stream) (void)cudaStreamSynchronize(o_.stream);
+    for (auto p : hw_params_) (void)api_.nvjpegDecodeParamsDestroy(p);
+    hw_params_.clear();
+    if (params_) (void)api_.nvjpegDecodeParamsDestroy(std::exchange(params_, nullptr));
+    for (int k = 0; k < 2; ++k) {
+        if (streams_[k]) (void)api_.nvjpegJpegStreamDestroy(std::exchange(streams_[k], nullptr));
+        if (pinned_free_[k]) (void)cudaEventDestroy(std::exchange(pinned_free_[k], nullptr));
+    }
+    if (hybrid_state_) (void)api_.nvjpegJpegStateDestroy(std::exchange(hybrid_state_, nullptr));
+    if (gpu_hybrid_state_) (void)api_.nvjpegJpegStateDestroy(std::exchange(gpu_hybrid_state_, nullptr));
+    for (int k = 0; k < 2; ++k)
+        if (pinned_[k]) (void)api_.nvjpegBufferPinnedDestroy(std::exchange(pinned_[k], nullptr));
+    if (device_buffer_) (void)api_.nvjpegBufferDeviceDestroy(std::exchange(device_buffer_, nullptr));
+    if (hybrid_) (void)api_.nvjpegDecoderDestroy(std::exchange(hybrid_, nullptr));
+    if (gpu_hybrid_) (void)api_.nvjpegDecoderDestroy(std::exchange(gpu_hybrid_, nullptr));
+    if (handle_) (void)api_.nvjpegDestroy(std::exchange(handle_, nullptr));
+    if (hw_probe_) (void)api_.nvjpegJpegStreamDestroy(std::exchange(hw_probe_, nullptr));
+    if (hw_state_) (void)api_.nvjpegJpegStateDestroy(std::exchange(hw_state_, nullptr));
+    if (hw_handle_) (void)api_.nvjpegDestroy(std::exchange(hw_handle_, nullptr));
+    if (arena_) (void)cudaFree(std::exchange(arena_, nullptr));
+    if (jobs_device_) (void)cudaFree(std::exchange(jobs_device_, nullptr));
+    if (jobs_host_) (void)cudaFreeHost(std::exchange(jobs_host_, nullptr));
+    if (previous >= 0 && previous != o_.device) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+}
+
+CONVEYOR_DECL bool jpeg_decoder::probe(std::span<const std::byte> bytes, std::uint32_t& width, std::uint32_t& height) noexcept
+{
+    int components = 0;
+    nvjpeg_api::chroma_subsampling css{};
+    int w[nvjpeg_api::max_component] = {}, h[nvjpeg_api::max_component] = {};
+    if (bytes.size() < 4 || api_.nvjpegGetImageInfo(handle_, bytes_of(bytes), bytes.size(), &components, &css, w, h) !=
+                                nvjpeg_api::status::success)
+        return false;
+    if ((components != 1 && components != 3) || css == nvjpeg_api::chroma_subsampling::unknown || w[0] <= 0 || h[0] <= 0)
+        return false;
+    width = static_cast<std::uint32_t>(w[0]);
+    height = static_cast<std::uint32_t>(h[0]);
+    return true;
+}
+
+CONVEYOR_DECL void jpeg_decoder::reserve_arena(std::size_t bytes)
+{
+    if (bytes <= arena_bytes_) return;
+    if (arena_) {
+        detail::check(cudaStreamSynchronize(o_.stream), "cudaStreamSynchronize");
+        (void)cudaFree(arena_);
+        arena_ = nullptr;
+        arena_bytes_ = 0;
+    }
+    const std::size_t want = bytes + bytes / 4;
+    detail::check(cudaMalloc(&arena_, want), ("cudaMalloc of " + std::to_string(want) + " bytes for decoded JPEGs").c_str());
+    arena_bytes_ = want;
+}
+
+CONVEYOR_DECL bool jpeg_decoder::decode_hybrid(const gpu_job& j, const nvjpeg_api::image& dst)
+{
+    using nvjpeg_api::status;
+    const bool big = std::uint64_t{j.width} * j.height > o_.gpu_huffman_pixels;
+    nvjpeg_api::decoder_t dec = big ? gpu_hybrid_ : hybrid_;
+    nvjpeg_api::state_t st = big ? gpu_hybrid_state_ : hybrid_state_;
+    const unsigned k = turn_;
+    turn_ ^= 1u;
+    // Pinned buffer k may still feed the copy of the image before last.
+    detail::check(cudaEventSynchronize(pinned_free_[k]), "cudaEventSynchronize");
+    if (api_.nvjpegStateAttachPinnedBuffer(st, pinned_[k]) != status::success) return false;
+    if (api_.nvjpegJpegStreamParse(handle_, bytes_of(j.bytes), j.bytes.size(), 0, 0, streams_[k]) != status::success) return false;
+    if (api_.nvjpegDecodeParamsSetOutputFormat(params_, format_) != status::success) return false;
+    if (api_.nvjpegDecodeParamsSetROI(params_, static_cast<int>(j.crop.left), static_cast<int>(j.crop.top),
+                                      static_cast<int>(j.crop.width), static_cast<int>(j.crop.height)) != status::success)
+        return false;
+    if (api_.nvjpegDecodeJpegHost(handle_, dec, st, params_, streams_[k]) != status::success) return false;
+    if (api_.nvjpegDecodeJpegTransferToDevice(handle_, dec, st, streams_[k], o_.stream) != status::success) return false;
+    detail::check(cudaEventRecord(pinned_free_[k], o_.stream), "cudaEventRecord");
+    nvjpeg_api::image out = dst;
+    return api_.nvjpegDecodeJpegDevice(handle_, dec, st, &out, o_.stream) == status::success;
+}
+
+CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const batch_target& target, std::vector<gpu_outcome>& out)
+{
+    using nvjpeg_api::status;
+    device_scope on(o_.device);
+    out.assign(jobs.size(), gpu_outcome::refused);
+    if (jobs.empty()) return;
+
+    // Each crop's planes in the arena, one after the other.
+    std::vector<nvjpeg_api::image> dst(jobs.size());
+    std::size_t total = 0;
+    for (const gpu_job& j : jobs) total += planes_ * align_up(static_cast<std::size_t>(j.crop.width) * static_cast<std::size_t>(j.crop.height));
+    reserve_arena(total);
+    {
+        auto* base = static_cast<unsigned char*>(arena_);
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < jobs.size(); ++i) {
+            const auto w = static_cast<std::size_t>(jobs[i].crop.width), h = static_cast<std::size_t>(jobs[i].crop.height);
+            dst[i] = {};
+            for (unsigned p = 0; p < planes_; ++p) {
+                dst[i].channel[p] = base + at;
+                dst[i].pitch[p] = w;
+                at += align_up(w * h);
+            }
+        }
+    }
+
+    // The engines take what they can, in one batched call with a region per image.
+    std::vector<std::size_t> rest; // jobs for the hybrid decoders
+    if (hw_handle_) {
+        while (hw_params_.size() < jobs.size()) {
+            nvjpeg_api::params_t p = nullptr;
+            check(api_.nvjpegDecodeParamsCreate(hw_handle_, &p), "nvjpegDecodeParamsCreate (hardware)");
+            hw_params_.push_back(p);
+        }
+        std::vector<std::size_t> hw;
+        std::vector<const unsigned char*> data;
+        std::vector<std::size_t> lengths;
+        std::vector<nvjpeg_api::image> hw_dst;
+        std::vector<nvjpeg_api::params_t> params;
+        for (std::size_t i = 0; i < jobs.size(); ++i) {
+            const gpu_job& j = jobs[i];
+            nvjpeg_api::params_t p = hw_params_[hw.size()];
+            int unsupported = 1;
+            const bool ok =
+                api_.nvjpegDecodeParamsSetOutputFormat(p, format_) == status::success &&
+                api_.nvjpegDecodeParamsSetROI(p, static_cast<int>(j.crop.left), static_cast<int>(j.crop.top),
+                                              static_cast<int>(j.crop.width), static_cast<int>(j.crop.height)) == status::success &&
+                api_.nvjpegJpegStreamParseHeader(hw_handle_, bytes_of(j.bytes), j.bytes.size(), hw_probe_) == status::success &&
+                api_.nvjpegDecodeBatchedSupportedEx(hw_handle_, hw_probe_, p, &unsupported) == status::success && unsupported == 0;
+            if (!ok) {
+                rest.push_back(i);
+                continue;
+            }
+            hw.push_back(i);
+            data.push_back(bytes_of(j.bytes));
+            lengths.push_back(j.bytes.size());
+            hw_dst.push_back(dst[i]);
+            params.push_back(p);
+        }
+        if (!hw.empty()) {
+            const status s1 = api_.nvjpegDecodeBatchedInitialize(hw_handle_, hw_state_, static_cast<int>(hw.size()), 1, format_);
+            const status s2 = s1 == status::success ? api_.nvjpegDecodeBatchedEx(hw_handle_, hw_state_, data.data(), lengths.data(),
+                                                                                hw_dst.data(), params.data(), o_.stream)
+                                                    : s1;
+            if (s2 == status::success) {
+                for (std::size_t i : hw) out[i] = gpu_outcome::hardware;
+            } else {
+                // One bad image fails the whole call: each goes through the hybrid decoders,
+                // which fail it alone.
+                rest.insert(rest.end(), hw.begin(), hw.end());
+            }
+        }
+    } else {
+        for (std::size_t i = 0; i < jobs.size(); ++i) rest.push_back(i);
+    }
+    for (std::size_t i : rest)
+        if (decode_hybrid(jobs[i], dst[i])) out[i] = gpu_outcome::hybrid;
+
+    // Resample every decoded crop into its slot, in one launch.
+    std::size_t n = 0;
+    if (jobs_capacity_ < jobs.size()) {
+        if (jobs_host_) (void)cudaFreeHost(std::exchange(jobs_host_, nullptr));
+        if (jobs_device_) (void)cudaFree(std::exchange(jobs_device_, nullptr));
+        jobs_capacity_ = 0;
+        void* p = nullptr;
+        detail::check(cudaHostAlloc(&p, jobs.size() * sizeof(resample_job), cudaHostAllocDefault), "cudaHostAlloc");
+        jobs_host_ = static_cast<resample_job*>(p);
+        detail::check(cudaMalloc(&p, jobs.size() * sizeof(resample_job)), "cudaMalloc");
+        jobs_device_ = static_cast<resample_job*>(p);
+        jobs_capacity_ = jobs.size();
+    }
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        if (out[i] == gpu_outcome::refused) continue;
+        resample_job& r = jobs_host_[n++];
+        r = {};
+        for (unsigned p = 0; p < planes_; ++p) r.planes[p] = dst[i].channel[p];
+        r.pitch = static_cast<std::uint32_t>(dst[i].pitch[0]);
+        r.width = static_cast<std::uint32_t>(jobs[i].crop.width);
+        r.height = static_cast<std::uint32_t>(jobs[i].crop.height);
+        r.left = 0;
+        r.top = 0;
+        r.region_width = r.width;
+        r.region_height = r.height;
+        r.flip = jobs[i].flip ? 1u : 0u;
+        r.slot = jobs[i].slot;
+    }
+    if (n > 0) {
+        detail::check(cudaMemcpyAsync(jobs_device_, jobs_host_, n * sizeof(resample_job), cudaMemcpyHostToDevice, o_.stream),
+                      "cudaMemcpyAsync of the resampling jobs");
+        detail::check(launch_resample(jobs_device_, static_cast<std::uint32_t>(n), target, o_.stream), "launch_resample");
+    }
+    // Done when the device is: the arena, the job table and the pinned buffers are free again.
+    detail::check(cudaStreamSynchronize(o_.stream), "cudaStreamSynchronize after decoding");
+}
+
+} // namespace conveyor::cuda::detail
+
+#endif
