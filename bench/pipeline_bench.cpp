@@ -179,18 +179,27 @@ int cmd_pipeline(const pipeline_args& a)
     }
     const double rss_before = static_cast<double>(cb::current_rss_bytes()) / 1e6;
     std::vector<double> rates;
+#if CONVEYOR_WITH_CUDA
+    std::optional<cv::cuda::decode_batches_stage> gpu_stage;
+#endif
     for (std::size_t e = 0; e < a.epochs; ++e) {
 #if CONVEYOR_WITH_CUDA
-        std::optional<cv::cuda::decode_batches_stage> gpu_stage;
-        if (a.gpu_decode) {
+        if (a.gpu_decode && !gpu_stage) { // one stage for every epoch: it keeps nvJPEG set up between runs
             engine = "conveyor-shards-gpu-decode";
             gpu_stage.emplace(cv::cuda::decode_batches(decode, {.size = a.batch}, {.device = 0, .cpu_share = a.cpu_share}));
         }
+        const cv::cuda::gpu_decode_stats before = gpu_stage ? gpu_stage->stats() : cv::cuda::gpu_decode_stats{};
         const auto r = gpu_stage ? run_epoch(*shuffled | *gpu_stage, e)
                        : a.cuda  ? run_epoch(*pipe | cv::cuda::to_cuda({.device = 0}), e)
                                  : run_epoch(*pipe, e);
         if (gpu_stage) {
-            const auto g = gpu_stage->stats();
+            auto g = gpu_stage->stats(); // this epoch's part
+            g.hardware -= before.hardware;
+            g.hybrid -= before.hybrid;
+            g.cpu -= before.cpu;
+            g.refused -= before.refused;
+            g.gpu_seconds -= before.gpu_seconds;
+            g.cpu_thread_seconds -= before.cpu_thread_seconds;
             const double all = static_cast<double>(std::max<std::uint64_t>(1, g.hardware + g.hybrid + g.cpu));
             cb::json_line()
                 .add("bench", "pipeline_gpu_decode")

@@ -6,6 +6,9 @@
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/cuda/decode.hpp>
+#if CONVEYOR_WITH_GPU_KERNELS
+#include <conveyor/cuda/detail/jpeg_decoder.hpp>
+#endif
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/nvjpeg.hpp>
 #include <conveyor/cuda/staging.hpp>
@@ -24,6 +27,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -166,6 +171,53 @@ TEST_CASE("nvJPEG's loader: a library that is not there, or lacks the functions,
     MESSAGE("nvJPEG here: " << (lib ? lib.path + " " + lib.version : lib.reason));
 }
 
+#if CONVEYOR_WITH_GPU_KERNELS
+TEST_CASE("jpeg_decoder::probe: what the GPU path takes, read from the frame header; truncated files go to the CPU")
+{
+    using cc::detail::jpeg_decoder;
+    const auto one = photos(1, 64, 48).front();
+    const auto bytes = [](const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); };
+    std::uint32_t w = 0, h = 0;
+    bool hw = false;
+    CHECK(jpeg_decoder::probe(bytes(one.bytes), true, w, h, hw));
+    CHECK(w == 64);
+    CHECK(h == 48);
+    CHECK(hw);
+    const std::string cut = one.bytes.substr(0, one.bytes.size() / 2);
+    CHECK_FALSE(jpeg_decoder::probe(bytes(cut), true, w, h, hw)); // strict: no EOI, the CPU path decides
+    CHECK(jpeg_decoder::probe(bytes(cut), false, w, h, hw));      // lenient: the GPU decodes what is there
+    CHECK(jpeg_decoder::probe(bytes(one.bytes + std::string(3, '\0')), true, w, h, hw)); // zero padding after EOI
+    CHECK_FALSE(jpeg_decoder::probe(bytes(std::string("\x89PNG\r\n\x1a\n")), true, w, h, hw));
+    CHECK_FALSE(jpeg_decoder::probe(bytes(std::string("\xFF\xD8\xFF")), false, w, h, hw));
+    const auto go = go_images(".jpeg");
+    if (go.empty()) {
+        MESSAGE("Go's test JPEGs: skipped, golang-1.19-src is not installed");
+        return;
+    }
+    // What the engines take: baseline (or extended) Huffman, YCbCr with chroma 1x1 and luma
+    // 1x1, 2x1, 2x2 or 1x2, or gray. Progressive ones go to the hybrid decoders; CMYK and
+    // RGB-coded ones (Adobe transform 0) to the CPU, which reads them right.
+    // A gray image with 2x2 sampling factors came out wrong from the engines (mean |diff| 69
+    // levels on an H200, nvJPEG 13.0): the hybrid decoders take it.
+    const std::set<std::string> engines{"video-001.jpeg",         "video-001.q50.420.jpeg", "video-001.q50.422.jpeg",
+                                        "video-001.q50.440.jpeg", "video-001.q50.444.jpeg", "video-005.gray.jpeg",
+                                        "video-005.gray.q50.jpeg"};
+    const std::set<std::string> cpu{"video-001.cmyk.jpeg", "video-001.rgb.jpeg"};
+    for (const auto& g : go) {
+        CAPTURE(g.key);
+        const bool ok = jpeg_decoder::probe(bytes(g.bytes), true, w, h, hw);
+        if (cpu.contains(g.key)) {
+            CHECK_FALSE(ok);
+            continue;
+        }
+        REQUIRE(ok);
+        CHECK(w == 150);
+        CHECK(h == 103);
+        CHECK(hw == engines.contains(g.key));
+    }
+}
+#endif
+
 TEST_CASE("cuda::decode_batches checks its options as decode_batches does, and its own")
 {
     using cv::error;
@@ -253,18 +305,38 @@ TEST_SUITE("gpu")
             return;
         }
         cv::runtime rt;
-        const image::decode_image_options d{.decode = {.size = {64, 48}, .crop = image::crop_mode::random_resized, .seed = 2}};
+        // CMYK is refused by both paths (skipped); the rest decode.
+        const image::decode_image_options d{.decode = {.size = {64, 48}, .crop = image::crop_mode::random_resized, .seed = 2},
+                                            .errors = cv::on_error::skip};
         const image::batch_options b{.size = 4};
         const collected cpu = from_cpu(blobs_of(files).on(rt) | image::decode_batches(d, b));
         auto stage = cc::decode_batches(d, b, {.cpu_share = 0});
         const collected gpu = from_gpu(blobs_of(files).on(rt) | stage);
-        CHECK(gpu.keys == cpu.keys);
-        const auto [mean, most] = difference(gpu.pixels, cpu.pixels);
+        REQUIRE(gpu.keys == cpu.keys);
         const auto s = stage.stats();
-        MESSAGE(files.size() << " Go test JPEGs (progressive, 4:1:0, 4:1:1, CMYK, ...): mean |diff| " << mean << ", max " << most
-                             << "; hardware " << s.hardware << ", hybrid " << s.hybrid << ", CPU " << s.cpu << " (refused "
-                             << s.refused << ")");
-        CHECK(mean <= 3.0); // odd subsamplings upsample differently in nvJPEG and libjpeg-turbo
+        // Image by image: the usual subsamplings must match as the photos do; the rare ones
+        // (4:1:0, 4:1:1, and chroma not 1x1) are reported, as nvJPEG upsamples them its own way.
+        const std::size_t item = std::size_t{64} * 48 * 3;
+        double usual_sum = 0;
+        std::size_t usual = 0;
+        for (std::size_t i = 0; i < gpu.keys.size(); ++i) {
+            const std::vector<std::uint8_t> a(gpu.pixels.begin() + i * item, gpu.pixels.begin() + (i + 1) * item);
+            const std::vector<std::uint8_t> c(cpu.pixels.begin() + i * item, cpu.pixels.begin() + (i + 1) * item);
+            const auto [m, most] = difference(a, c);
+            const bool rare = gpu.keys[i].find(".410") != std::string::npos || gpu.keys[i].find(".411") != std::string::npos ||
+                              gpu.keys[i].find("221212") != std::string::npos;
+            MESSAGE(gpu.keys[i] << ": mean |diff| " << m << ", max " << most << std::string(rare ? " (rare subsampling)" : ""));
+            CHECK(m <= 3.0); // each image: no decoder gets one wrong
+            if (!rare) {
+                usual_sum += m;
+                ++usual;
+            }
+        }
+        MESSAGE(files.size() << " Go test JPEGs: hardware " << s.hardware << ", hybrid " << s.hybrid << ", CPU " << s.cpu
+                             << " (refused " << s.refused << ", skipped " << s.skipped << ")");
+        CHECK(usual_sum / double(std::max<std::size_t>(usual, 1)) <= 2.0);
+        CHECK(s.hybrid > 0);   // progressive ones: not for the engines
+        CHECK(s.hardware > 0);
     }
 
     TEST_CASE("GPU decode: a corrupt JPEG fails the run naming it, or is skipped with its slot filled by the next image")

@@ -76,6 +76,8 @@ struct slot_result {
 };
 
 class gpu_batch_run;
+/// The stage's nvJPEG decoder, kept between its runs (setting one up takes a second).
+class gpu_decoder_cache;
 
 /// Makes the run's shared state on the run's thread: fails with `errc::no_device` where
 /// there is no usable device; says once, through `ctx.log`, when the GPU cannot decode.
@@ -83,7 +85,8 @@ CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx
                                                                 std::shared_ptr<const image::batch_options> b,
                                                                 std::shared_ptr<const gpu_decode_options> g,
                                                                 std::shared_ptr<const image::detail::batch_plan> plan,
-                                                                std::shared_ptr<gpu_decode_counters> counters);
+                                                                std::shared_ptr<gpu_decode_counters> counters,
+                                                                std::shared_ptr<gpu_decoder_cache> cache);
 
 /// The run's ring (device buffer sets) and its single GPU thread.
 CONVEYOR_DECL const std::shared_ptr<staging_ring>& ring_of(gpu_batch_run& r) noexcept;
@@ -102,7 +105,8 @@ CONVEYOR_DECL std::vector<slot_result> decode_part(gpu_batch_run& r, std::span<c
 CONVEYOR_DECL void move_slot(gpu_batch_run& r, std::size_t from, std::size_t to, bool on_gpu, std::byte* host, void* device);
 
 /** On the GPU thread: copies the CPU-decoded slots among the first `count` and the labels to
-    the device, after the decoding, and records the set's ready event. */
+    the device, after the decoding, and records the set's ready event. Does not wait for
+    them: the host batch must live until they are done (see `host_keepalive`). */
 CONVEYOR_DECL void finish_batch(gpu_batch_run& r, std::size_t set, std::size_t count, const std::vector<char>& on_gpu,
                                 const std::byte* host, const std::vector<device_tensor>& tensors);
 
@@ -135,6 +139,8 @@ private:
     std::shared_ptr<const gpu_decode_options> g_;
     std::shared_ptr<const image::detail::batch_plan> plan_;
     std::shared_ptr<detail::gpu_decode_counters> counters_;
+    std::shared_ptr<detail::gpu_decoder_cache> cache_;
+    std::shared_ptr<image::slab_pool> pool_; // pinned slabs (labels, CPU-decoded images), kept between runs
 };
 
 /** Decodes images straight into device batches: a stage on shard samples or file blobs

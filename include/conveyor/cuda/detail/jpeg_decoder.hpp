@@ -32,6 +32,7 @@ enum class gpu_outcome : std::uint8_t {
 struct gpu_job {
     std::span<const std::byte> bytes;
     std::uint32_t width = 0, height = 0;
+    bool hardware = true; ///< the engines take it (see `jpeg_decoder::probe`)
     image::crop_rect crop;
     bool flip = false;
     std::uint32_t slot = 0;
@@ -66,9 +67,19 @@ public:
     unsigned engines() const noexcept { return engines_; }
     unsigned cores_per_engine() const noexcept { return cores_; }
 
-    /// The header of a JPEG: false if nvJPEG cannot read it or the GPU path does not take
-    /// it (not 1 or 3 components); then the CPU decodes it (and names what is wrong).
-    CONVEYOR_DECL bool probe(std::span<const std::byte> bytes, std::uint32_t& width, std::uint32_t& height) noexcept;
+    /** What the header of a JPEG says, read here (its SOF segment): false if it is not one
+        the GPU path takes (not 1 or 3 components, 12-bit, lossless, arithmetic coded), or,
+        when `strict`, if the data does not end with an EOI marker (a truncated file: the
+        engines would decode what is there without a word, where the CPU path fails it).
+        Those go to the CPU, which decodes them or names what is wrong. `hardware` says
+        whether the engines take it (baseline or extended Huffman; YCbCr with chroma 1x1
+        and luma 1x1, 2x1, 2x2 or 1x2, or gray at 1x1); else nvJPEG's hybrid decoders get
+        it. */
+    CONVEYOR_DECL static bool probe(std::span<const std::byte> bytes, bool strict, std::uint32_t& width, std::uint32_t& height,
+                                    bool& hardware) noexcept;
+
+    /// The stream the device work goes on from now (each run of the stage has its own).
+    void set_stream(CUstream_st* s) noexcept { o_.stream = s; }
 
     /** Decodes `jobs` into `target`'s slots and waits until the device is done. `out[i]`
         says how job i went; refused ones left their slot untouched. Throws
@@ -90,7 +101,6 @@ private:
     nvjpeg_api::state_t hw_state_ = nullptr;
     unsigned engines_ = 0, cores_ = 0;
     std::vector<nvjpeg_api::params_t> hw_params_;
-    nvjpeg_api::stream_t hw_probe_ = nullptr;
     // The hybrid decoders (decoupled API), two pinned buffers and parse streams taken in turn.
     nvjpeg_api::handle_t handle_ = nullptr;
     nvjpeg_api::decoder_t hybrid_ = nullptr, gpu_hybrid_ = nullptr;

@@ -3,6 +3,8 @@
 #define CONVEYOR_CUDA_IMPL_DECODE_HPP
 
 #include <conveyor/core/detail/offload.hpp>
+
+#include <boost/asio/this_coro.hpp>
 #include <conveyor/cuda/decode.hpp>
 
 #include <deque>
@@ -24,21 +26,57 @@ template <class T>
     requires(std::is_same_v<T, shard::sample> || std::is_same_v<T, blob>)
 stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
 {
+    // Items, a batch's worth at a time, taken ahead while the batch before decodes.
+    auto ahead = ctx->make_channel<std::vector<T>>(2);
+    const std::size_t n = b_->size;
+    ctx->spawn(
+        [](stream<T> in, std::shared_ptr<conveyor::detail::channel<std::vector<T>>> ahead, std::size_t n) -> asio::awaitable<void> {
+            for (;;) {
+                std::vector<T> items;
+                items.reserve(n);
+                bool more = true;
+                while (items.size() < n && (more = co_await in.async_next_batch(items, n - items.size()))) {
+                }
+                if (!items.empty() && !co_await ahead->send(std::move(items))) break;
+                if (!more) break;
+            }
+            in.close();
+            ahead->close();
+        }(std::move(in), ahead, n),
+        "gpu_decode_batches");
     return make_stream<device_batch<image::image_batch>>(
         ctx, "gpu_decode_batches", g_->capacity,
-        [ctx = ctx.get(), in, d = d_, b = b_, g = g_, plan = plan_,
-         counters = counters_](conveyor::detail::channel<device_batch<image::image_batch>>& out) mutable -> asio::awaitable<void> {
-            auto run = detail::make_gpu_batch_run(*ctx, d, b, g, plan, counters);
+        [ctx = ctx.get(), ahead, d = d_, b = b_, g = g_, plan = plan_, counters = counters_, cache = cache_,
+         pool = pool_](conveyor::detail::channel<device_batch<image::image_batch>>& out) mutable -> asio::awaitable<void> {
+            struct closer {
+                conveyor::detail::channel<std::vector<T>>& ahead;
+                ~closer() { ahead.close_receiver(); }
+            } close_on_exit{*ahead};
+            auto run = detail::make_gpu_batch_run(*ctx, d, b, g, plan, counters, cache);
             const auto gpu = detail::gpu_executor_of(*run);
+            const asio::any_io_executor here = co_await asio::this_coro::executor;
             const std::size_t n = b->size;
-            std::shared_ptr<image::slab_pool> pool = b->pool;
-            if (!pool)
-                pool = std::make_shared<image::slab_pool>(plan->slab_bytes, b->slabs ? b->slabs : b->capacity + g->ring + 2,
-                                                          image::pinned_slab_allocator());
-            std::uint64_t index = 0;
+            std::deque<T> pending; // items taken from `ahead`, not yet decoded, in input order
             bool ended = false;
+            // Up to `want` items from the front of the input, into `got`.
+            auto next_items = [&](std::size_t want, std::vector<T>& got) -> asio::awaitable<void> {
+                while (got.size() < want) {
+                    if (pending.empty()) {
+                        if (ended) co_return;
+                        std::vector<std::vector<T>> one;
+                        if (!co_await ahead->receive_some(one, 1)) {
+                            ended = true;
+                            co_return;
+                        }
+                        for (auto& x : one.front()) pending.push_back(std::move(x));
+                    }
+                    got.push_back(std::move(pending.front()));
+                    pending.pop_front();
+                }
+            };
+            std::uint64_t index = 0;
             std::vector<T> got;
-            while (!ended) {
+            while (!ended || !pending.empty()) {
                 image::slab slab = co_await pool->async_acquire();
                 const std::size_t set = co_await detail::ring_of(*run)->async_acquire();
                 std::vector<device_tensor> tensors;
@@ -57,10 +95,8 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 std::size_t filled = 0;
                 while (filled < n) {
                     got.clear();
-                    if (!co_await in.async_next_batch(got, n - filled)) {
-                        ended = true;
-                        break;
-                    }
+                    co_await next_items(n - filled, got);
+                    if (got.empty()) break;
                     std::vector<image::encoded_image> part;
                     std::vector<std::string> part_keys;
                     for (auto& x : got) {
@@ -115,16 +151,22 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                     detail::ring_of(*run)->release(set, nullptr);
                     break;
                 }
+                auto hb = std::make_shared<image::image_batch>();
                 // The batch: labels into the slab, then the CPU's images and the labels to the device.
                 auto* label_out = reinterpret_cast<std::int64_t*>(host + plan->labels_offset);
                 for (std::size_t i = 0; i < filled; ++i) label_out[i] = labels[i];
                 try {
                     co_await conveyor::detail::offload(gpu, [&] { detail::finish_batch(*run, set, filled, on_gpu, host, tensors); });
                 } catch (...) {
+                    // Copies may be queued: the slab stays until the stream is past them.
+                    hb->slab = std::move(slab);
+                    try {
+                        detail::ring_of(*run)->when_done(detail::host_keepalive<image::image_batch>{hb, here});
+                    } catch (...) {
+                    }
                     detail::ring_of(*run)->release(set, nullptr);
                     throw;
                 }
-                auto hb = std::make_shared<image::image_batch>();
                 const std::int64_t h = plan->height, w = plan->width, c = plan->channels, count = static_cast<std::int64_t>(filled);
                 hb->layout = b->layout;
                 hb->images.type = b->type;
@@ -143,13 +185,11 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 tensors[1].bytes = filled * sizeof(std::int64_t);
                 items.clear();
                 counters->batches.fetch_add(1, std::memory_order_relaxed);
-                auto batch = detail::device_batch_access<image::image_batch>::make(hb, std::move(tensors), detail::ring_of(*run), set, {});
-                if (!co_await out.send(std::move(batch))) {
-                    in.close();
-                    co_return;
-                }
+                // The host batch (its slab feeds the copies) lives until they are done.
+                auto batch = detail::device_batch_access<image::image_batch>::make(hb, std::move(tensors), detail::ring_of(*run), set,
+                                                                                   detail::host_keepalive<image::image_batch>{hb, here});
+                if (!co_await out.send(std::move(batch))) co_return;
             }
-            in.close();
         });
 }
 

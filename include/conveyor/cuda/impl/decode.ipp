@@ -21,6 +21,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -30,16 +31,8 @@ namespace conveyor::cuda {
 
 namespace detail {
 
-namespace {
-
-/// The first bytes of a JPEG (SOI and the next marker's FF).
-inline bool looks_like_jpeg(std::span<const std::byte> b) noexcept
-{
-    return b.size() >= 3 && b[0] == std::byte{0xFF} && b[1] == std::byte{0xD8} && b[2] == std::byte{0xFF};
-}
-
 /// Waits for tasks posted elsewhere: each calls `done()` once.
-class countdown {
+class gpu_countdown {
 public:
     void add(std::size_t n = 1)
     {
@@ -63,14 +56,22 @@ private:
     std::size_t left_ = 0;
 };
 
-} // namespace
+class gpu_decoder_cache {
+public:
+    std::mutex mu;
+#if CONVEYOR_WITH_GPU_KERNELS
+    std::unique_ptr<jpeg_decoder> idle; // set up by an earlier run, free now
+#endif
+    std::string description;            // what that decoder is
+};
 
 class gpu_batch_run {
 public:
     gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d, std::shared_ptr<const image::batch_options> b,
                   std::shared_ptr<const gpu_decode_options> g, std::shared_ptr<const image::detail::batch_plan> plan,
-                  std::shared_ptr<gpu_decode_counters> counters)
+                  std::shared_ptr<gpu_decode_counters> counters, std::shared_ptr<gpu_decoder_cache> cache)
         : d_(std::move(d)), b_(std::move(b)), g_(std::move(g)), plan_(std::move(plan)), counters_(std::move(counters)),
+          cache_(std::move(cache)),
           rt_(&ctx.rt()), compute_(ctx.rt().compute_executor()), cpu_(ctx.rt().buffers()), epoch_(ctx.epoch()),
           threads_(std::max<std::size_t>(ctx.rt().options().compute_threads, 1)), split_(threads_)
     {
@@ -82,7 +83,18 @@ public:
     {
 #if CONVEYOR_WITH_GPU_KERNELS
         asio::post(gpu_, [this] {
-            decoder_.reset();
+            if (decoder_) {
+                // Kept for the stage's next run, once nothing of this one is queued on it.
+                device_scope on(g_->device);
+                if (cudaStreamSynchronize(ring_->stream()) == cudaSuccess) {
+                    decoder_->set_stream(nullptr);
+                    std::lock_guard lk(cache_->mu);
+                    if (!cache_->idle) cache_->idle = std::move(decoder_);
+                } else {
+                    (void)cudaGetLastError();
+                }
+                decoder_.reset();
+            }
             if (table_) {
                 device_scope on(g_->device);
                 (void)cudaFree(std::exchange(table_, nullptr));
@@ -120,7 +132,7 @@ public:
             for (std::size_t i = 0; i < part.size(); ++i) {
                 const image::encoded_image& e = part[i];
                 gpu_job j;
-                if (looks_like_jpeg(e.bytes) && decoder_->probe(e.bytes, j.width, j.height) &&
+                if (jpeg_decoder::probe(e.bytes, d_->decode.strict, j.width, j.height, j.hardware) &&
                     std::uint64_t{j.width} * j.height <= d_->decode.max_pixels) {
                     const image::decode_context c{.key = e.key, .origin = e.origin, .epoch = epoch_};
                     j.crop = image::crop_for(j.height, j.width, d_->decode, c);
@@ -152,7 +164,7 @@ public:
         }
 
         // The CPU's share starts first, on the compute pool; the GPU's runs on this thread.
-        countdown pending;
+        gpu_countdown pending;
         std::atomic<std::uint64_t> cpu_ns{0};
         std::size_t cpu_started = 0;
         auto start_cpu = [&](std::size_t i) {
@@ -259,9 +271,6 @@ public:
                               ring_->stream()),
               "cudaMemcpyAsync of labels");
         ring_->record_ready(set);
-        // The slab goes back to its pool when the consumer drops the batch, which may be
-        // before the copies would be done: wait for them here, on the GPU thread.
-        check(cudaStreamSynchronize(ring_->stream()), "cudaStreamSynchronize after the batch's copies");
     }
 
 private:
@@ -278,17 +287,27 @@ private:
             why = "cpu_share is 1";
         } else {
             try {
-                decoder_.emplace(*lib.api, jpeg_decoder_options{.device = g_->device,
-                                                                .stream = ring_->stream(),
-                                                                .hardware = g_->hardware,
-                                                                .format = d_->decode.format,
-                                                                .max_batch = b_->size,
-                                                                .preallocate_width = g_->preallocate_width,
-                                                                .preallocate_height = g_->preallocate_height});
-                description_ = "nvJPEG " + lib.version + " (" + lib.path + "), " +
-                               (decoder_->hardware() ? "hardware engines: " + std::to_string(decoder_->engines()) + " x " +
-                                                           std::to_string(decoder_->cores_per_engine()) + " cores"
-                                                     : std::string("no hardware engines: hybrid decoders"));
+                {
+                    std::lock_guard lk(cache_->mu);
+                    decoder_ = std::move(cache_->idle);
+                    description_ = decoder_ ? cache_->description : std::string();
+                }
+                if (!decoder_) {
+                    decoder_ = std::make_unique<jpeg_decoder>(*lib.api, jpeg_decoder_options{.device = g_->device,
+                                                                                             .stream = ring_->stream(),
+                                                                                             .hardware = g_->hardware,
+                                                                                             .format = d_->decode.format,
+                                                                                             .max_batch = b_->size,
+                                                                                             .preallocate_width = g_->preallocate_width,
+                                                                                             .preallocate_height = g_->preallocate_height});
+                    description_ = "nvJPEG " + lib.version + " (" + lib.path + "), " +
+                                   (decoder_->hardware() ? "hardware engines: " + std::to_string(decoder_->engines()) + " x " +
+                                                               std::to_string(decoder_->cores_per_engine()) + " cores"
+                                                         : std::string("no hardware engines: hybrid decoders"));
+                    std::lock_guard lk(cache_->mu);
+                    cache_->description = description_;
+                }
+                decoder_->set_stream(ring_->stream());
                 setup_table();
             } catch (const std::exception& e) {
                 decoder_.reset();
@@ -342,6 +361,7 @@ private:
     std::shared_ptr<const gpu_decode_options> g_;
     std::shared_ptr<const image::detail::batch_plan> plan_;
     std::shared_ptr<gpu_decode_counters> counters_;
+    std::shared_ptr<gpu_decoder_cache> cache_;
     runtime* rt_;
     runtime::pool_executor_type compute_;
     image::decoder cpu_;
@@ -353,7 +373,7 @@ private:
     bool set_up_ = false;
     std::string description_;
 #if CONVEYOR_WITH_GPU_KERNELS
-    std::optional<jpeg_decoder> decoder_;
+    std::unique_ptr<jpeg_decoder> decoder_;
     void* table_ = nullptr;
 #endif
 };
@@ -362,9 +382,11 @@ CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx
                                                                 std::shared_ptr<const image::batch_options> b,
                                                                 std::shared_ptr<const gpu_decode_options> g,
                                                                 std::shared_ptr<const image::detail::batch_plan> plan,
-                                                                std::shared_ptr<gpu_decode_counters> counters)
+                                                                std::shared_ptr<gpu_decode_counters> counters,
+                                                                std::shared_ptr<gpu_decoder_cache> cache)
 {
-    return std::make_shared<gpu_batch_run>(ctx, std::move(d), std::move(b), std::move(g), std::move(plan), std::move(counters));
+    return std::make_shared<gpu_batch_run>(ctx, std::move(d), std::move(b), std::move(g), std::move(plan), std::move(counters),
+                                           std::move(cache));
 }
 
 CONVEYOR_DECL const std::shared_ptr<staging_ring>& ring_of(gpu_batch_run& r) noexcept
@@ -432,6 +454,11 @@ CONVEYOR_DECL decode_batches_stage::decode_batches_stage(image::decode_image_opt
     g_ = std::make_shared<const gpu_decode_options>(g);
     plan_ = std::make_shared<const image::detail::batch_plan>(image::detail::make_batch_plan(d_->decode, *b_));
     counters_ = std::make_shared<detail::gpu_decode_counters>();
+    cache_ = std::make_shared<detail::gpu_decoder_cache>();
+    // Pinned (page-locked) host memory is dear to allocate: the stage's runs share one pool.
+    pool_ = b_->pool ? b_->pool
+                     : std::make_shared<image::slab_pool>(plan_->slab_bytes, b_->slabs ? b_->slabs : b_->capacity + g_->ring + 2,
+                                                          image::pinned_slab_allocator());
 }
 
 } // namespace conveyor::cuda

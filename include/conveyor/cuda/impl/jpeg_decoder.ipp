@@ -9,26 +9,22 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
 namespace conveyor::cuda::detail {
 
-namespace {
-
-inline constexpr std::size_t plane_alignment = 256;
-
-inline std::size_t align_up(std::size_t n) noexcept
+/// Decoded planes start at multiples of this in the arena.
+inline std::size_t plane_align_up(std::size_t n) noexcept
 {
-    return (n + plane_alignment - 1) / plane_alignment * plane_alignment;
+    return (n + 255) / 256 * 256;
 }
 
-inline const unsigned char* bytes_of(std::span<const std::byte> b) noexcept
+inline const unsigned char* jpeg_bytes_of(std::span<const std::byte> b) noexcept
 {
     return reinterpret_cast<const unsigned char*>(b.data());
 }
-
-} // namespace
 
 void jpeg_decoder::check(nvjpeg_api::status s, const char* what) const
 {
@@ -52,7 +48,6 @@ CONVEYOR_DECL jpeg_decoder::jpeg_decoder(const nvjpeg_api::functions& api, const
         if (o_.hardware && api_.nvjpegCreateEx(backend::hardware, nullptr, nullptr, 0, &hw_handle_) == status::success) {
             if (api_.nvjpegGetHardwareDecoderInfo(hw_handle_, &engines_, &cores_) != status::success) engines_ = cores_ = 0;
             check(api_.nvjpegJpegStateCreate(hw_handle_, &hw_state_), "nvjpegJpegStateCreate (hardware)");
-            check(api_.nvjpegJpegStreamCreate(hw_handle_, &hw_probe_), "nvjpegJpegStreamCreate (hardware)");
             // Pre-allocation: the engines' buffers for a full batch of typical images, now
             // rather than in the first batch (a hint: larger images grow them later).
             (void)api_.nvjpegDecodeBatchedPreAllocate(hw_handle_, hw_state_, static_cast<int>(o_.max_batch),
@@ -110,7 +105,6 @@ CONVEYOR_DECL void jpeg_decoder::release() noexcept
     if (hybrid_) (void)api_.nvjpegDecoderDestroy(std::exchange(hybrid_, nullptr));
     if (gpu_hybrid_) (void)api_.nvjpegDecoderDestroy(std::exchange(gpu_hybrid_, nullptr));
     if (handle_) (void)api_.nvjpegDestroy(std::exchange(handle_, nullptr));
-    if (hw_probe_) (void)api_.nvjpegJpegStreamDestroy(std::exchange(hw_probe_, nullptr));
     if (hw_state_) (void)api_.nvjpegJpegStateDestroy(std::exchange(hw_state_, nullptr));
     if (hw_handle_) (void)api_.nvjpegDestroy(std::exchange(hw_handle_, nullptr));
     if (arena_) (void)cudaFree(std::exchange(arena_, nullptr));
@@ -120,19 +114,66 @@ CONVEYOR_DECL void jpeg_decoder::release() noexcept
     (void)cudaGetLastError();
 }
 
-CONVEYOR_DECL bool jpeg_decoder::probe(std::span<const std::byte> bytes, std::uint32_t& width, std::uint32_t& height) noexcept
+CONVEYOR_DECL bool jpeg_decoder::probe(std::span<const std::byte> bytes, bool strict, std::uint32_t& width, std::uint32_t& height,
+                                       bool& hardware) noexcept
 {
-    int components = 0;
-    nvjpeg_api::chroma_subsampling css{};
-    int w[nvjpeg_api::max_component] = {}, h[nvjpeg_api::max_component] = {};
-    if (bytes.size() < 4 || api_.nvjpegGetImageInfo(handle_, bytes_of(bytes), bytes.size(), &components, &css, w, h) !=
-                                nvjpeg_api::status::success)
-        return false;
-    if ((components != 1 && components != 3) || css == nvjpeg_api::chroma_subsampling::unknown || w[0] <= 0 || h[0] <= 0)
-        return false;
-    width = static_cast<std::uint32_t>(w[0]);
-    height = static_cast<std::uint32_t>(h[0]);
-    return true;
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+    const std::size_t n = bytes.size();
+    if (n < 4 || p[0] != 0xFF || p[1] != 0xD8) return false;
+    if (strict) {
+        std::size_t end = n; // EOI last, but for padding after it (zero bytes, as some writers leave)
+        while (end > 2 && p[end - 1] == 0x00) --end;
+        if (end < 4 || p[end - 2] != 0xFF || p[end - 1] != 0xD9) return false;
+    }
+    // Walk the marker segments up to the frame header (SOFn).
+    std::size_t at = 2;
+    int adobe_transform = -1; // APP14 "Adobe": 0 says the three components are R, G, B, not YCbCr
+    while (at + 4 <= n) {
+        if (p[at] != 0xFF) return false;
+        const unsigned m = p[at + 1];
+        if (m == 0xFF) { // fill byte
+            ++at;
+            continue;
+        }
+        if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) {
+            at += 2;
+            continue;
+        }
+        const std::size_t len = (std::size_t{p[at + 2]} << 8) | p[at + 3];
+        if (len < 2 || at + 2 + len > n) return false;
+        const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+        if (!sof) {
+            if (m == 0xDA || m == 0xD9) return false; // scan or end before any frame header
+            if (m == 0xEE && len >= 14 && std::memcmp(p + at + 4, "Adobe", 5) == 0) adobe_transform = p[at + 4 + 11];
+            at += 2 + len;
+            continue;
+        }
+        const unsigned char* f = p + at + 4; // precision, height, width, components, then 3 bytes each
+        if (len < 8) return false;
+        const unsigned precision = f[0], comps = f[5];
+        const std::uint32_t h = (std::uint32_t{f[1]} << 8) | f[2], w = (std::uint32_t{f[3]} << 8) | f[4];
+        if (precision != 8 || (comps != 1 && comps != 3) || len < 8 + 3 * comps || w == 0 || h == 0) return false;
+        // Huffman-coded DCT only: baseline, extended, progressive (the engines: the first two).
+        if (m != 0xC0 && m != 0xC1 && m != 0xC2) return false;
+        width = w;
+        height = h;
+        hardware = m != 0xC2;
+        if (comps == 1 && f[7] != 0x11) hardware = false; // gray with sampling factors past 1x1: the engines decode it wrong
+        if (comps == 3) {
+            // Colour as libjpeg-turbo reads it: RGB when Adobe's transform is 0, or, without an
+            // Adobe segment, when the component ids are 'R', 'G', 'B'. nvJPEG would convert
+            // such data as YCbCr: the CPU decodes it.
+            const bool rgb_ids = f[6] == 'R' && f[9] == 'G' && f[12] == 'B';
+            if (adobe_transform == 0 || (adobe_transform < 0 && rgb_ids)) return false;
+            // The engines' subsamplings: chroma 1x1, luma 1x1 (4:4:4), 2x1 (4:2:2), 2x2 (4:2:0), 1x2 (4:4:0).
+            const unsigned y = f[7], cb = f[10], cr = f[13];
+            const unsigned yh = y >> 4, yv = y & 15;
+            if (cb != 0x11 || cr != 0x11 || !((yh == 1 && yv == 1) || (yh == 2 && yv == 1) || (yh == 2 && yv == 2) || (yh == 1 && yv == 2)))
+                hardware = false;
+        }
+        return true;
+    }
+    return false;
 }
 
 CONVEYOR_DECL void jpeg_decoder::reserve_arena(std::size_t bytes)
@@ -160,7 +201,7 @@ CONVEYOR_DECL bool jpeg_decoder::decode_hybrid(const gpu_job& j, const nvjpeg_ap
     // Pinned buffer k may still feed the copy of the image before last.
     detail::check(cudaEventSynchronize(pinned_free_[k]), "cudaEventSynchronize");
     if (api_.nvjpegStateAttachPinnedBuffer(st, pinned_[k]) != status::success) return false;
-    if (api_.nvjpegJpegStreamParse(handle_, bytes_of(j.bytes), j.bytes.size(), 0, 0, streams_[k]) != status::success) return false;
+    if (api_.nvjpegJpegStreamParse(handle_, jpeg_bytes_of(j.bytes), j.bytes.size(), 0, 0, streams_[k]) != status::success) return false;
     if (api_.nvjpegDecodeParamsSetOutputFormat(params_, format_) != status::success) return false;
     if (api_.nvjpegDecodeParamsSetROI(params_, static_cast<int>(j.crop.left), static_cast<int>(j.crop.top),
                                       static_cast<int>(j.crop.width), static_cast<int>(j.crop.height)) != status::success)
@@ -182,7 +223,7 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
     // Each crop's planes in the arena, one after the other.
     std::vector<nvjpeg_api::image> dst(jobs.size());
     std::size_t total = 0;
-    for (const gpu_job& j : jobs) total += planes_ * align_up(static_cast<std::size_t>(j.crop.width) * static_cast<std::size_t>(j.crop.height));
+    for (const gpu_job& j : jobs) total += planes_ * plane_align_up(static_cast<std::size_t>(j.crop.width) * static_cast<std::size_t>(j.crop.height));
     reserve_arena(total);
     {
         auto* base = static_cast<unsigned char*>(arena_);
@@ -193,7 +234,7 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
             for (unsigned p = 0; p < planes_; ++p) {
                 dst[i].channel[p] = base + at;
                 dst[i].pitch[p] = w;
-                at += align_up(w * h);
+                at += plane_align_up(w * h);
             }
         }
     }
@@ -214,19 +255,16 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
         for (std::size_t i = 0; i < jobs.size(); ++i) {
             const gpu_job& j = jobs[i];
             nvjpeg_api::params_t p = hw_params_[hw.size()];
-            int unsupported = 1;
-            const bool ok =
-                api_.nvjpegDecodeParamsSetOutputFormat(p, format_) == status::success &&
-                api_.nvjpegDecodeParamsSetROI(p, static_cast<int>(j.crop.left), static_cast<int>(j.crop.top),
-                                              static_cast<int>(j.crop.width), static_cast<int>(j.crop.height)) == status::success &&
-                api_.nvjpegJpegStreamParseHeader(hw_handle_, bytes_of(j.bytes), j.bytes.size(), hw_probe_) == status::success &&
-                api_.nvjpegDecodeBatchedSupportedEx(hw_handle_, hw_probe_, p, &unsupported) == status::success && unsupported == 0;
+            const bool ok = j.hardware && api_.nvjpegDecodeParamsSetOutputFormat(p, format_) == status::success &&
+                            api_.nvjpegDecodeParamsSetROI(p, static_cast<int>(j.crop.left), static_cast<int>(j.crop.top),
+                                                          static_cast<int>(j.crop.width), static_cast<int>(j.crop.height)) ==
+                                status::success;
             if (!ok) {
                 rest.push_back(i);
                 continue;
             }
             hw.push_back(i);
-            data.push_back(bytes_of(j.bytes));
+            data.push_back(jpeg_bytes_of(j.bytes));
             lengths.push_back(j.bytes.size());
             hw_dst.push_back(dst[i]);
             params.push_back(p);
