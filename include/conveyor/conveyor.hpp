@@ -16,8 +16,10 @@
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
 #if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/decode.hpp>
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/error.hpp>
+#include <conveyor/cuda/nvjpeg.hpp>
 #include <conveyor/cuda/staging.hpp>
 #endif
 #include <conveyor/file/error.hpp>
@@ -28,6 +30,7 @@
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/encode.hpp>
+#include <conveyor/image/split.hpp>
 #include <conveyor/image/synthetic.hpp>
 #include <conveyor/image/error.hpp>
 #include <conveyor/image/stage.hpp>

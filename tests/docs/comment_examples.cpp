@@ -249,6 +249,24 @@ void example_to_cuda(conveyor::runtime& rt, const std::vector<conveyor::shard::s
         b.done_on(my_stream);
     }
 }
+
+// cuda/decode.hpp: decode_batches (on the GPU)
+void example_gpu_decode_batches(conveyor::runtime& rt, const std::vector<conveyor::shard::shard_ref>& list, cudaStream_t my_stream)
+{
+    auto pipe = conveyor::shard::shards(list).on(rt)
+              | conveyor::cuda::decode_batches({.decode = {.size = {224, 224},
+                                                           .crop = conveyor::image::crop_mode::random_resized,
+                                                           .flip = 0.5, .seed = 7}},
+                                               {.size = 256, .layout = conveyor::image::tensor_layout::nchw,
+                                                .type = conveyor::image::dtype::float16,
+                                                .mean = conveyor::image::imagenet_mean, .std = conveyor::image::imagenet_std},
+                                               {.device = 0});
+    for (auto& b : pipe) {
+        cudaStreamWaitEvent(my_stream, b.ready(), 0);
+        train_step(b.tensors()[0], b.tensors()[1], my_stream);
+        b.done_on(my_stream);
+    }
+}
 #endif
 
 // Taking the compiled-only examples' addresses keeps them compiled and checked without
@@ -264,6 +282,7 @@ void example_to_cuda(conveyor::runtime& rt, const std::vector<conveyor::shard::s
     reinterpret_cast<const void*>(&example_s3_upload),
 #if CONVEYOR_WITH_CUDA
     reinterpret_cast<const void*>(&example_to_cuda),
+    reinterpret_cast<const void*>(&example_gpu_decode_batches),
 #endif
 };
 

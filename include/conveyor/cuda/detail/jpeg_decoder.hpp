@@ -90,7 +90,7 @@ private:
     CONVEYOR_DECL void release() noexcept;
     CONVEYOR_DECL void reserve_arena(std::size_t bytes);
     CONVEYOR_DECL bool decode_hybrid(const gpu_job& j, const nvjpeg_api::image& dst);
-    void check(nvjpeg_api::status s, const char* what) const;
+    CONVEYOR_DECL void check(nvjpeg_api::status s, const char* what) const;
 
     const nvjpeg_api::functions& api_;
     jpeg_decoder_options o_;

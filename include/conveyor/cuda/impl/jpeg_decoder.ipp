@@ -26,7 +26,7 @@ inline const unsigned char* jpeg_bytes_of(std::span<const std::byte> b) noexcept
     return reinterpret_cast<const unsigned char*>(b.data());
 }
 
-void jpeg_decoder::check(nvjpeg_api::status s, const char* what) const
+CONVEYOR_DECL void jpeg_decoder::check(nvjpeg_api::status s, const char* what) const
 {
     if (s != nvjpeg_api::status::success)
         throw conveyor::error(make_error_code(errc::cuda_failed),
