@@ -4,6 +4,7 @@
 
 #include <conveyor/file/chunks.hpp>
 
+#include <conveyor/core/detail/chunk_window.hpp>
 #include <conveyor/core/detail/offload.hpp>
 #include <conveyor/file/detail/uring.hpp>
 // ring_for: the calling lane's ring, or none (pread), as the file source decides it.
@@ -152,115 +153,29 @@ CONVEYOR_DECL asio::awaitable<buffer> read_ranged_here(std::shared_ptr<const ran
     co_return std::move(got);
 }
 
-/** The state of a file's chunk reader that its reads' handlers share: they may complete
-    after the reader is gone (a cancelled read the kernel still holds), so they hold it by
-    `shared_ptr`. Touched only on the reader's lane. */
-struct chunk_stream : std::enable_shared_from_this<chunk_stream> {
-    /// One chunk being read, read, or failed.
-    struct slot {
-        std::uint64_t offset = 0;
-        std::size_t length = 0;
-        bool done = false;
-        std::error_code ec;
-        buffer buf;
-        memory_lease lease;
-        asio::cancellation_signal cancel; // its budget wait or its read
-    };
-
-    chunk_stream(runtime& r, std::string p, chunk_options opts, runtime::io_executor_type ex)
-        : rt(r), path(std::move(p)), o(opts), lane(ex), wake(ex)
-    {
-    }
-
-    // Starts reads until `chunks_in_flight` are ahead of the consumer or the range is done.
-    void fill()
-    {
-        while (!closed && slots.size() < o.chunks_in_flight && next < end) {
-            auto s = std::make_shared<slot>();
-            s->offset = next;
-            s->length = static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, end - next));
-            next += s->length;
-            slots.push_back(s);
-            if (auto lease = conveyor::detail::chunk_memory_now(rt.memory(), s->length, o)) {
-                s->lease = std::move(*lease);
-                read(s);
-                continue;
-            }
-            conveyor::detail::async_wait_chunk_memory(
-                rt.memory(), s->length, o, asio::bind_cancellation_slot(
-                               s->cancel.slot(), asio::bind_executor(lane, [self = shared_from_this(), s](std::error_code ec, memory_lease l) {
-                                   if (self->closed) return;
-                                   if (ec) return self->finished(*s, ec);
-                                   s->lease = std::move(l);
-                                   self->read(s);
-                               })));
-        }
-    }
-
-    void read(const std::shared_ptr<slot>& s)
-    {
-        buffer buf = rt.buffers().acquire(s->length);
-        async_read_at(*file, ring, std::move(buf), s->offset,
-                      asio::bind_cancellation_slot(s->cancel.slot(),
-                                                   asio::bind_executor(lane, [self = shared_from_this(), s](std::error_code ec, buffer b) {
-                                                       if (self->closed) return;
-                                                       s->buf = std::move(b);
-                                                       self->finished(*s, ec);
-                                                   })));
-    }
-
-    void finished(slot& s, std::error_code ec)
-    {
-        s.done = true;
-        s.ec = ec;
-        wake.cancel(); // the consumer, if it waits
-    }
-
-    // Stops everything in flight. On the lane.
-    void close()
-    {
-        if (closed) return;
-        closed = true;
-        for (auto& s : slots)
-            if (!s->done) s->cancel.emit(asio::cancellation_type::terminal);
-        slots.clear();
-        wake.cancel();
-    }
-
-    runtime& rt;
-    std::string path;
-    chunk_options o;
-    runtime::io_executor_type lane;
-    asio::steady_timer wake; // waited on by the consumer, cancelled to wake it
-    std::shared_ptr<const ranged_state> file;
-    uring* ring = nullptr;
-    std::uint64_t next = 0; // the next byte to request
-    std::uint64_t end = 0;  // one past the last byte to read
-    std::deque<std::shared_ptr<slot>> slots;
-    bool closed = false;
-};
-
-/// A file's `chunk_reader` (see `read_chunks`).
+/// A file's `chunk_reader` (see `read_chunks`): ranged reads of its chunks, several in
+/// flight, through the `chunk_window` every chunk reader shares.
 class file_chunk_reader final : public chunk_reader {
 public:
     file_chunk_reader(runtime& rt, std::string path, chunk_options o) : rt_(rt), path_(std::move(path)), o_(o)
     {
         if (o_.chunk_size == 0) o_.chunk_size = 1;
         if (o_.chunks_in_flight == 0) o_.chunks_in_flight = 1;
+        refill_ = [this] { fill(); };
     }
 
     ~file_chunk_reader() override
     {
-        if (!st_) return;
-        if (st_->lane.running_in_this_thread()) st_->close();
-        else asio::post(st_->lane, [st = st_] { st->close(); });
+        if (!win_) return;
+        if (win_->lane().running_in_this_thread()) win_->close();
+        else asio::post(win_->lane(), [w = win_] { w->close(); });
     }
 
     asio::awaitable<std::optional<chunk>> async_next() override
     {
-        if (st_ && !st_->lane.running_in_this_thread())
-            co_return co_await asio::co_spawn(st_->lane, next_here(), asio::use_awaitable);
-        if (!st_ && !rt_.current_io_lane())
+        if (win_ && !win_->lane().running_in_this_thread())
+            co_return co_await asio::co_spawn(win_->lane(), next_here(), asio::use_awaitable);
+        if (!win_ && !rt_.current_io_lane())
             co_return co_await asio::co_spawn(rt_.next_io_executor(), next_here(), asio::use_awaitable);
         co_return co_await next_here();
     }
@@ -272,59 +187,78 @@ public:
 private:
     CONVEYOR_DECL asio::awaitable<std::optional<chunk>> next_here();
     CONVEYOR_DECL asio::awaitable<void> open();
+    CONVEYOR_DECL void fill();
 
     runtime& rt_;
     std::string path_;
     chunk_options o_;
-    std::shared_ptr<chunk_stream> st_;
+    std::shared_ptr<conveyor::detail::chunk_window> win_;
+    std::shared_ptr<const ranged_state> file_;
+    uring* ring_ = nullptr;
+    std::uint64_t next_ = 0; // the next byte to ask for
+    std::uint64_t end_ = 0;  // one past the last byte to read
     std::exception_ptr failed_;
     std::int64_t size_ = -1;
+    std::function<void()> refill_; // fill(), for the window's consumer loop
 };
 
 CONVEYOR_DECL asio::awaitable<void> file_chunk_reader::open()
 {
     open_ranged_call call{&rt_, path_}; // named: see async_open
     auto file = co_await conveyor::detail::offload(rt_.blocking_executor(), std::move(call));
-    auto st = std::make_shared<chunk_stream>(rt_, path_, o_, rt_.io_executor(*rt_.current_io_lane()));
-    st->ring = ring_here(rt_);
-    st->next = o_.offset;
-    st->end = o_.offset >= file->size ? o_.offset : o_.offset + std::min(o_.length, file->size - o_.offset);
-    st->file = std::move(file);
-    size_ = static_cast<std::int64_t>(st->file->size);
-    st_ = std::move(st);
+    auto lane = rt_.io_executor(*rt_.current_io_lane());
+    ring_ = ring_here(rt_);
+    next_ = o_.offset;
+    end_ = o_.offset >= file->size ? o_.offset : o_.offset + std::min(o_.length, file->size - o_.offset);
+    size_ = static_cast<std::int64_t>(file->size);
+    file_ = std::move(file);
+    // `chunks_in_flight` reads ahead of the consumer.
+    win_ = std::make_shared<conveyor::detail::chunk_window>(rt_, o_, lane, o_.chunks_in_flight);
+}
+
+// Starts reads until the window is full or the range is asked for; then says the end.
+CONVEYOR_DECL void file_chunk_reader::fill()
+{
+    while (win_->has_room() && next_ < end_) {
+        const auto len = static_cast<std::size_t>(std::min<std::uint64_t>(o_.chunk_size, end_ - next_));
+        const std::uint64_t at = next_;
+        next_ += len;
+        win_->reserve(at, len, [win = std::weak_ptr(win_), file = file_, ring = ring_](const std::shared_ptr<conveyor::detail::chunk_window::slot>& s) {
+            auto w = win.lock();
+            if (!w) return;
+            buffer buf = w->rt().buffers().acquire(s->length);
+            async_read_at(*file, ring, std::move(buf), s->offset,
+                          asio::bind_cancellation_slot(s->cancel.slot(), asio::bind_executor(w->lane(), [w, s](std::error_code ec, buffer b) {
+                                                           if (w->closed()) return;
+                                                           w->complete(*s, std::move(b), ec);
+                                                       })));
+        });
+    }
+    if (next_ >= end_) win_->finish(nullptr); // the chunks in the window are the last
 }
 
 CONVEYOR_DECL asio::awaitable<std::optional<chunk>> file_chunk_reader::next_here()
 {
     if (failed_) std::rethrow_exception(failed_);
     try {
-        if (!st_) co_await open();
-        auto& st = *st_;
-        st.fill();
-        if (st.slots.empty()) co_return std::nullopt;
-        auto s = st.slots.front();
-        while (!s->done) {
-            st.wake.expires_at(asio::steady_timer::time_point::max());
-            co_await st.wake.async_wait(asio::as_tuple(asio::use_awaitable));
-            const auto cs = co_await asio::this_coro::cancellation_state; // (not inside the condition: GCC 12)
-            if (cs.cancelled() != asio::cancellation_type::none)
-                throw std::system_error(std::make_error_code(std::errc::operation_canceled));
-        }
-        st.slots.pop_front();
+        if (!win_) co_await open();
+        // The next read starts as soon as there is room, while the consumer works on this chunk.
+        auto s = co_await win_->async_take(refill_);
+        if (!s) co_return std::nullopt;
         if (s->ec) throw ranged_error(s->ec, path_, static_cast<std::int64_t>(s->offset),
                                       "reading a chunk of " + std::to_string(s->length) + " bytes");
         if (s->buf.size() != s->length)
             throw ranged_error(make_error_code(errc::file_shrank), path_, static_cast<std::int64_t>(s->offset + s->buf.size()),
                                "the file ended " + std::to_string(s->length - s->buf.size()) + " bytes before the " +
-                                   std::to_string(st.file->size) + " it had when opened");
-        st.fill(); // the next read starts now, while the consumer works on this chunk
+                                   std::to_string(file_->size) + " it had when opened");
+        fill();
         co_return chunk{leased_slice(std::move(s->buf), std::move(s->lease)), s->offset};
     } catch (const std::system_error& e) {
         if (e.code() == std::errc::operation_canceled) throw; // the caller went away: not the file's fault
         failed_ = std::current_exception();
         if (const auto* ce = dynamic_cast<const conveyor::error*>(&e); !ce)
             failed_ = std::make_exception_ptr(ranged_error(e.code(), path_, -1, e.what()));
-        if (st_) st_->close();
+        if (win_) win_->close();
         std::rethrow_exception(failed_);
     }
 }

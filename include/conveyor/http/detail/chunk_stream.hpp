@@ -8,6 +8,7 @@
 
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/chunks.hpp>
+#include <conveyor/core/detail/chunk_window.hpp>
 #include <conveyor/core/memory_budget.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/client.hpp>
@@ -68,10 +69,10 @@ inline bool parse_content_range_field(std::string_view v, std::uint64_t& first, 
     return true;
 }
 
-/** One resource's stream: the sink its GETs' bodies go into, the chunks filled and waiting
-    for the consumer, and what lets a GET after a failure ask for the rest. The producer
-    (the GETs, run by the reader) and the consumer (`async_take`) run on the same lane and
-    wake each other through two timers. `bad_reply` and `changed` are the codes of a reply
+/** One resource's stream: the sink its GETs' bodies go into, cut into the chunks of a
+    `chunk_window` (the prefetcher every chunk reader shares) for the consumer, and what
+    lets a GET after a failure ask for the rest. The producer (the GETs, run by the reader)
+    and the consumer (`async_take`) run on the same lane. `bad_reply` and `changed` are the codes of a reply
     that does not hold the range asked for and of a resource whose ETag changed (each
     module has its own). */
 struct chunk_stream : resumable_sink {
@@ -79,8 +80,10 @@ struct chunk_stream : resumable_sink {
 
     chunk_stream(runtime& r, std::string name, chunk_options opts, runtime::io_executor_type ex, std::error_code bad_reply,
                  std::error_code changed)
-        : rt(r), url(std::move(name)), o(opts), lane(ex), consumer_wake(ex), producer_wake(ex), next(opts.offset),
-          cur_offset(opts.offset), bad_reply_code(bad_reply), changed_code(changed)
+        : rt(r), url(std::move(name)), o(opts), lane(ex),
+          // `chunks_in_flight` chunks ahead of the consumer: filled, or the one being filled.
+          window(std::make_shared<conveyor::detail::chunk_window>(r, opts, ex, opts.chunks_in_flight)),
+          next(opts.offset), bad_reply_code(bad_reply), changed_code(changed)
     {
         if (o.length != unknown && o.length <= unknown - o.offset) end = o.offset + o.length;
     }
@@ -140,30 +143,18 @@ struct chunk_stream : resumable_sink {
 
     asio::awaitable<std::span<std::byte>> async_prepare() override
     {
-        if (cur.capacity() == 0) {
-            while (ready.size() >= o.chunks_in_flight && !closed) {
-                producer_wake.expires_at(asio::steady_timer::time_point::max());
-                co_await producer_wake.async_wait(asio::as_tuple(asio::use_awaitable));
-                const auto cs = co_await asio::this_coro::cancellation_state; // (not inside the condition: GCC 12)
-                if (cs.cancelled() != asio::cancellation_type::none) co_return std::span<std::byte>{};
-            }
+        if (!cur) {
             if (closed) co_return std::span<std::byte>{};
             const std::size_t len =
                 end == unknown ? o.chunk_size
                                : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_size, std::max<std::uint64_t>(end - next, 1)));
-            auto& budget = rt.memory(); // or the source's share of it (chunk_options::budget)
-            if (auto l = conveyor::detail::chunk_memory_now(budget, len, o)) {
-                cur_lease = std::move(*l);
-            } else {
-                auto [ec, l2] = co_await conveyor::detail::async_wait_chunk_memory(budget, len, o, asio::as_tuple(asio::use_awaitable));
-                if (ec || closed) co_return std::span<std::byte>{};
-                cur_lease = std::move(l2);
-            }
-            cur = rt.buffers().acquire(len);
+            auto s = co_await window->async_reserve(next, len); // room in the window, then the chunk's memory
+            if (!s || closed) co_return std::span<std::byte>{};
+            s->buf = rt.buffers().acquire(len);
+            cur = std::move(s);
             cur_fill = 0;
-            cur_offset = next;
         }
-        co_return std::span<std::byte>(cur.data() + cur_fill, cur.size() - cur_fill);
+        co_return std::span<std::byte>(cur->buf.data() + cur_fill, cur->buf.size() - cur_fill);
     }
 
     void commit(std::size_t n) override
@@ -171,19 +162,18 @@ struct chunk_stream : resumable_sink {
         cur_fill += n;
         next += n;
         progress = true;
-        if (cur_fill == cur.size()) flush();
+        if (cur_fill == cur->buf.size()) flush();
     }
 
     /// Hands the chunk being filled to the consumer, if it holds anything.
     void flush()
     {
-        if (cur_fill == 0) return;
-        cur.resize(cur_fill);
-        ready.push_back(chunk{leased_slice(std::move(cur), std::move(cur_lease)), cur_offset});
-        cur = buffer{};
-        cur_lease = memory_lease{};
+        if (!cur || cur_fill == 0) return;
+        cur->buf.resize(cur_fill);
+        buffer b = std::move(cur->buf);
+        window->complete(*cur, std::move(b));
+        cur = nullptr;
         cur_fill = 0;
-        consumer_wake.cancel();
     }
 
     /// The GETs are over: `error` (null: the resource ended) is what the consumer gets after
@@ -191,9 +181,12 @@ struct chunk_stream : resumable_sink {
     void finish(std::exception_ptr error_ptr)
     {
         if (!error_ptr) flush();
-        error = std::move(error_ptr);
-        done = true;
-        consumer_wake.cancel();
+        if (cur) { // asked for and not handed on: nothing came, or the GETs failed
+            window->drop_last(cur);
+            cur = nullptr;
+            cur_fill = 0;
+        }
+        window->finish(std::move(error_ptr));
     }
 
     /// Ends the GETs (their connection is closed) and wakes whoever waits.
@@ -201,7 +194,7 @@ struct chunk_stream : resumable_sink {
     {
         closed = true;
         stop.emit(asio::cancellation_type::terminal);
-        producer_wake.cancel();
+        window->close();
     }
 
     std::error_code refuse(std::error_code e, std::string why)
@@ -217,43 +210,26 @@ struct chunk_stream : resumable_sink {
     /// came before it. Cancelling the awaiting coroutine ends the wait with operation_canceled.
     asio::awaitable<std::optional<chunk>> async_take()
     {
-        for (;;) {
-            if (!ready.empty()) {
-                chunk c = std::move(ready.front());
-                ready.pop_front();
-                producer_wake.cancel(); // room for one more
-                co_return c;
-            }
-            if (error) std::rethrow_exception(error);
-            if (done) co_return std::nullopt;
-            consumer_wake.expires_at(asio::steady_timer::time_point::max());
-            co_await consumer_wake.async_wait(asio::as_tuple(asio::use_awaitable));
-            const auto cs = co_await asio::this_coro::cancellation_state; // (not inside the condition: GCC 12)
-            if (cs.cancelled() != asio::cancellation_type::none)
-                throw std::system_error(std::make_error_code(std::errc::operation_canceled));
-        }
+        auto s = co_await window->async_take();
+        if (!s) co_return std::nullopt;
+        co_return chunk{leased_slice(std::move(s->buf), std::move(s->lease)), s->offset};
     }
 
     runtime& rt;
     std::string url;
     chunk_options o;
     runtime::io_executor_type lane;
-    asio::steady_timer consumer_wake; // waited on by async_take, cancelled when a chunk is ready or the GETs end
-    asio::steady_timer producer_wake; // waited on by async_prepare, cancelled when the consumer takes a chunk
-    asio::cancellation_signal stop;   // the GETs'
+    asio::cancellation_signal stop; // the GETs'
 
-    std::deque<chunk> ready;
-    buffer cur;                   // the chunk being filled
-    memory_lease cur_lease;
+    std::shared_ptr<conveyor::detail::chunk_window> window; // the chunks asked for and not yet taken
+    std::shared_ptr<conveyor::detail::chunk_window::slot> cur; // the one being filled
     std::size_t cur_fill = 0;
     std::uint64_t next = 0;       // the next byte of the resource to arrive
-    std::uint64_t cur_offset = 0; // where `cur` starts in the resource
     std::uint64_t end = unknown;  // one past the last byte wanted, once known
     std::int64_t total = -1;      // the resource's size, once known
     std::string etag;             // of the first reply: later attempts must match it
     bool progress = false;
-    bool started = false, done = false, closed = false;
-    std::exception_ptr error;
+    bool started = false, closed = false;
     std::string problem;          // why a reply was refused here
     std::error_code problem_code;
     std::error_code bad_reply_code, changed_code;
