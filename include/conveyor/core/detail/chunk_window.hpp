@@ -76,10 +76,7 @@ public:
         slot with its error. For producers that start reads of their own (files). */
     void reserve(std::uint64_t offset, std::size_t length, std::function<void(const std::shared_ptr<slot>&)> start)
     {
-        auto s = std::make_shared<slot>();
-        s->offset = offset;
-        s->length = length;
-        slots_.push_back(s);
+        auto s = push_slot(offset, length);
         if (auto lease = chunk_memory_now(rt_.memory(), length, o_)) {
             s->lease = std::move(*lease);
             start(s);
@@ -108,10 +105,7 @@ public:
             const auto cs = co_await asio::this_coro::cancellation_state; // (not inside the condition: GCC 12)
             if (cs.cancelled() != asio::cancellation_type::none) co_return nullptr;
         }
-        auto s = std::make_shared<slot>();
-        s->offset = offset;
-        s->length = length;
-        slots_.push_back(s);
+        auto s = push_slot(offset, length);
         if (auto lease = chunk_memory_now(rt_.memory(), length, o_)) {
             s->lease = std::move(*lease);
         } else {
@@ -193,6 +187,15 @@ public:
     }
 
 private:
+    std::shared_ptr<slot> push_slot(std::uint64_t offset, std::size_t length)
+    {
+        auto s = std::make_shared<slot>();
+        s->offset = offset;
+        s->length = length;
+        slots_.push_back(s);
+        return s;
+    }
+
     runtime& rt_;
     chunk_options o_;
     runtime::io_executor_type lane_;
