@@ -76,6 +76,21 @@ struct slot_result {
 };
 
 class gpu_batch_run;
+
+/// A device buffer set taken from a ring: given back when this goes, unless a device batch
+/// took it out (`hand_over`).
+struct held_set {
+    std::shared_ptr<staging_ring> ring;
+    std::size_t set = 0;
+    held_set(std::shared_ptr<staging_ring> r, std::size_t s) noexcept : ring(std::move(r)), set(s) {}
+    held_set(const held_set&) = delete;
+    held_set& operator=(const held_set&) = delete;
+    ~held_set()
+    {
+        if (ring) ring->release(set, nullptr);
+    }
+    std::shared_ptr<staging_ring> hand_over() noexcept { return std::move(ring); }
+};
 /// The stage's nvJPEG decoder, kept between its runs (setting one up takes a second).
 class gpu_decoder_cache;
 

@@ -245,6 +245,12 @@ struct batch_plan {
 
 CONVEYOR_DECL batch_plan make_batch_plan(const decode_options& d, const batch_options& b);
 
+/** The batch of the first `count` images of `slab` (laid out as `plan` says: images, then
+    labels at `plan.labels_offset`), with their `keys` (resized to `count`) and its
+    position `index`: the tensors' shapes, strides and types as `o` asks. */
+CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::string> keys, std::size_t count, std::uint64_t index,
+                                          const batch_options& o, const batch_plan& plan);
+
 /** Decodes `e` into `slot` (one image of the batch tensor): straight there with
     `decode_into` for uint8 nhwc, else into a per-thread scratch and converted from it. */
 CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d, const batch_options& b,

@@ -79,13 +79,8 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
             while (!ended || !pending.empty()) {
                 image::slab slab = co_await pool->async_acquire();
                 const std::size_t set = co_await detail::ring_of(*run)->async_acquire();
-                std::vector<device_tensor> tensors;
-                try {
-                    tensors = co_await conveyor::detail::offload(gpu, [&] { return detail::prepare_batch(*run, set); });
-                } catch (...) {
-                    detail::ring_of(*run)->release(set, nullptr);
-                    throw;
-                }
+                detail::held_set held{detail::ring_of(*run), set}; // given back unless a batch takes it out
+                std::vector<device_tensor> tensors = co_await conveyor::detail::offload(gpu, [&] { return detail::prepare_batch(*run, set); });
                 std::byte* host = slab.data();
                 void* device = tensors[0].data;
                 std::deque<T> items; // owners of the encoded images' bytes, until the batch is done
@@ -107,7 +102,6 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                         } catch (...) {
                             if (d->errors == on_error::fail || ctx->stopping()) {
                                 ctx->fail(std::current_exception(), "gpu_decode_batches", conveyor::detail::item_key(item));
-                                detail::ring_of(*run)->release(set, nullptr);
                                 co_return;
                             }
                             ctx->note_skip(conveyor::detail::skip_line("gpu_decode_batches", conveyor::detail::item_key(item),
@@ -116,20 +110,14 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                         }
                     }
                     const std::size_t first = filled;
-                    std::vector<detail::slot_result> results;
-                    try {
-                        results = co_await conveyor::detail::offload(gpu, [&] { return detail::decode_part(*run, part, first, host, device); });
-                    } catch (...) {
-                        detail::ring_of(*run)->release(set, nullptr);
-                        throw;
-                    }
+                    std::vector<detail::slot_result> results =
+                        co_await conveyor::detail::offload(gpu, [&] { return detail::decode_part(*run, part, first, host, device); });
                     std::vector<std::pair<std::size_t, std::size_t>> moves; // (from, to)
                     for (std::size_t i = 0; i < part.size(); ++i) {
                         detail::slot_result& r = results[i];
                         if (!r.ok) {
                             if (d->errors == on_error::fail || ctx->stopping()) {
                                 ctx->fail(r.error, "gpu_decode_batches", part_keys[i]);
-                                detail::ring_of(*run)->release(set, nullptr);
                                 co_return;
                             }
                             ctx->note_skip(conveyor::detail::skip_line("gpu_decode_batches", part_keys[i], r.error));
@@ -147,46 +135,31 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                             for (auto [from, to] : moves) detail::move_slot(*run, from, to, on_gpu[to] != 0, host, device);
                         });
                 }
-                if (filled == 0 || (filled < n && !b->partial) || ctx->stopping()) {
-                    detail::ring_of(*run)->release(set, nullptr);
-                    break;
-                }
-                auto hb = std::make_shared<image::image_batch>();
+                if (filled == 0 || (filled < n && !b->partial) || ctx->stopping()) break;
                 // The batch: labels into the slab, then the CPU's images and the labels to the device.
                 auto* label_out = reinterpret_cast<std::int64_t*>(host + plan->labels_offset);
                 for (std::size_t i = 0; i < filled; ++i) label_out[i] = labels[i];
+                auto hb = std::make_shared<image::image_batch>(
+                    image::detail::batch_over_slab(std::move(slab), std::move(keys), filled, index++, *b, *plan));
+                hb->images.data = nullptr; // the pixels are on the device only
                 try {
                     co_await conveyor::detail::offload(gpu, [&] { detail::finish_batch(*run, set, filled, on_gpu, host, tensors); });
                 } catch (...) {
                     // Copies may be queued: the slab stays until the stream is past them.
-                    hb->slab = std::move(slab);
                     try {
                         detail::ring_of(*run)->when_done(detail::host_keepalive<image::image_batch>{hb, here});
                     } catch (...) {
                     }
-                    detail::ring_of(*run)->release(set, nullptr);
                     throw;
                 }
-                const std::int64_t h = plan->height, w = plan->width, c = plan->channels, count = static_cast<std::int64_t>(filled);
-                hb->layout = b->layout;
-                hb->images.type = b->type;
-                hb->images.shape = b->layout == image::tensor_layout::nhwc ? std::vector<std::int64_t>{count, h, w, c}
-                                                                           : std::vector<std::int64_t>{count, c, h, w};
-                hb->images.strides = b->layout == image::tensor_layout::nhwc ? std::vector<std::int64_t>{h * w * c, w * c, c, 1}
-                                                                            : std::vector<std::int64_t>{c * h * w, h * w, w, 1};
-                hb->labels = {label_out, image::dtype::int64, {count}, {1}};
-                keys.resize(filled);
-                hb->keys = std::move(keys);
-                hb->slab = std::move(slab);
-                hb->index = index++;
                 tensors[0].shape = hb->images.shape;
                 tensors[0].bytes = filled * plan->item_bytes;
-                tensors[1].shape = {count};
+                tensors[1].shape = hb->labels.shape;
                 tensors[1].bytes = filled * sizeof(std::int64_t);
                 items.clear();
                 counters->batches.fetch_add(1, std::memory_order_relaxed);
                 // The host batch (its slab feeds the copies) lives until they are done.
-                auto batch = detail::device_batch_access<image::image_batch>::make(hb, std::move(tensors), detail::ring_of(*run), set,
+                auto batch = detail::device_batch_access<image::image_batch>::make(hb, std::move(tensors), held.hand_over(), set,
                                                                                    detail::host_keepalive<image::image_batch>{hb, here});
                 if (!co_await out.send(std::move(batch))) co_return;
             }

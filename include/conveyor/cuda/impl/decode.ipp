@@ -23,7 +23,6 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -73,7 +72,7 @@ public:
         : d_(std::move(d)), b_(std::move(b)), g_(std::move(g)), plan_(std::move(plan)), counters_(std::move(counters)),
           cache_(std::move(cache)),
           rt_(&ctx.rt()), compute_(ctx.rt().compute_executor()), cpu_(ctx.rt().buffers()), epoch_(ctx.epoch()),
-          threads_(std::max<std::size_t>(ctx.rt().options().compute_threads, 1)), split_(threads_)
+          split_(std::max<std::size_t>(ctx.rt().options().compute_threads, 1))
     {
         ring_ = std::make_shared<staging_ring>(
             staging_options{.device = g_->device, .stream = g_->stream, .ring = g_->ring, .capacity = g_->capacity});
@@ -366,7 +365,6 @@ private:
     runtime::pool_executor_type compute_;
     image::decoder cpu_;
     std::uint64_t epoch_;
-    std::size_t threads_;
     image::decode_split split_;
     std::shared_ptr<staging_ring> ring_;
     asio::thread_pool gpu_{1};

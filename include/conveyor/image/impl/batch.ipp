@@ -312,17 +312,15 @@ CONVEYOR_DECL std::uint64_t place_result(batch_run& run, batch_result& r, std::s
     return q;
 }
 
-CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const batch_options& o,
-                                       const batch_plan& plan)
+CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::string> keys, std::size_t count, std::uint64_t index,
+                                          const batch_options& o, const batch_plan& plan)
 {
-    auto it = run.open.find(b);
     image_batch out;
-    out.slab = std::move(it->second.slab);
-    out.keys = std::move(it->second.keys);
+    out.slab = std::move(slab);
+    out.keys = std::move(keys);
     out.keys.resize(count);
-    run.open.erase(it);
     out.layout = o.layout;
-    out.index = b;
+    out.index = index;
     const auto n = static_cast<std::int64_t>(count);
     const std::int64_t h = plan.height, w = plan.width, c = plan.channels;
     out.images.data = out.slab.data();
@@ -339,6 +337,16 @@ CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::siz
     out.labels.shape = {n};
     out.labels.strides = {1};
     return out;
+}
+
+CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const batch_options& o,
+                                       const batch_plan& plan)
+{
+    auto it = run.open.find(b);
+    image::slab slab = std::move(it->second.slab);
+    std::vector<std::string> keys = std::move(it->second.keys);
+    run.open.erase(it);
+    return batch_over_slab(std::move(slab), std::move(keys), count, b, o, plan);
 }
 
 } // namespace detail
