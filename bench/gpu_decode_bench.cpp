@@ -1,7 +1,8 @@
 // conveyor-bench gpu-decode: the rate of cuda::decode_batches over JPEGs held in memory (no
 // reading), GPU only, so that it compares with a plain batched nvJPEG loop over the same
 // files (bench/gpu/nvjpeg_loop.cpp) and torchvision.io.decode_jpeg on the GPU
-// (bench/gpu/torchvision_decode.py): what the stage adds to nvJPEG, or saves.
+// (bench/gpu/torchvision_decode.py): what the stage adds to nvJPEG, or saves. The passes run
+// back to back in one run of the stage, timed between the batches that end them.
 //
 //     conveyor-bench gpu-decode DIR --count 2048 --batch 256 --repeats 5            full images
 //     conveyor-bench gpu-decode DIR --rrc 224                                        random-resized crops
@@ -67,35 +68,47 @@ int cmd_gpu_decode(const gpu_decode_args& a)
     std::vector<double> rates;
     std::string decoder;
     double hardware_share = 0;
-    // One stage for every pass, as a training loop keeps its pipeline: nvJPEG is set up once.
+    // One run over every pass, as a training loop runs an epoch: nvJPEG, the ring and the
+    // pools are set up once, and each pass is the time between the batches that close it
+    // (pass 0 warms up). The blobs of every pass are made before the clock starts, so the
+    // stage gets JPEGs already in memory (as from a shard reader) and nothing is copied in
+    // the timed part; each pass's keys differ, so its crops do too.
+    const std::size_t n = jpegs->size(), passes = a.repeats + 1;
+    auto blobs = std::make_shared<std::vector<cv::blob>>(passes * n);
+    for (std::size_t k = 0; k < passes * n; ++k) {
+        cv::blob& b = (*blobs)[k];
+        b.key = std::to_string(k);
+        b.index = k;
+        b.data = cv::buffer::copy_of(std::string_view((*jpegs)[k % n]));
+    }
     auto stage = cv::cuda::decode_batches(d, {.size = a.batch}, {.device = 0, .cpu_share = a.cpu_share});
-    for (std::size_t r = 0; r <= a.repeats; ++r) { // repeat 0 warms up (nvJPEG's set-up, the pools)
-        const auto before = stage.stats();
-        auto source = cv::generate(jpegs->size(), [jpegs](std::uint64_t k) {
-            cv::blob b;
-            b.key = std::to_string(k);
-            b.index = k;
-            b.data = cv::buffer::copy_of(std::string_view((*jpegs)[k]));
-            return b;
-        });
-        std::uint64_t images = 0;
-        cb::stopwatch clock;
-        for (auto& b : source.on(rt) | stage) {
-            b.synchronize();
-            images += b.host().size();
-        }
-        const double s = clock.seconds();
+    auto source = cv::generate(passes * n, [blobs](std::uint64_t k) { return std::move((*blobs)[k]); });
+    std::uint64_t images = 0;
+    std::size_t pass = 0;
+    auto before = stage.stats();
+    cb::stopwatch clock;
+    double pass_start = 0;
+    for (auto& b : source.on(rt) | stage) {
+        b.synchronize();
+        images += b.host().size();
+        if (images < (pass + 1) * n) continue;
+        // This batch closes a pass.
+        const double now = clock.seconds();
         const auto g = stage.stats();
         decoder = g.decoder;
-        hardware_share = static_cast<double>(g.hardware - before.hardware) / std::max<double>(1, static_cast<double>(images));
-        if (r == 0) continue;
-        rates.push_back(static_cast<double>(images) / s);
+        const std::uint64_t in_pass = images - pass * n;
+        hardware_share = static_cast<double>(g.hardware - before.hardware) / std::max<double>(1, static_cast<double>(in_pass));
+        before = g;
+        const double s = now - pass_start;
+        pass_start = now;
+        if (pass++ == 0) continue;
+        rates.push_back(static_cast<double>(in_pass) / s);
         cb::json_line()
             .add("bench", "gpu_decode")
             .add("engine", "conveyor-gpu-decode")
             .add("mode", a.rrc ? "rrc" + std::to_string(a.rrc) : std::string("full"))
-            .add("repeat", r)
-            .add("images", images)
+            .add("repeat", pass - 1)
+            .add("images", in_pass)
             .add("batch", a.batch)
             .add("mb", static_cast<double>(bytes) / 1e6)
             .add("seconds", s)
@@ -103,6 +116,10 @@ int cmd_gpu_decode(const gpu_decode_args& a)
             .add("hardware_share", hardware_share, 4)
             .add("cpu_share_set", a.cpu_share)
             .print();
+    }
+    if (rates.empty()) {
+        std::fprintf(stderr, "gpu-decode: too few batches for one timed pass\n");
+        return 1;
     }
     const double med = cb::median(rates);
     std::fprintf(stderr, "gpu-decode: %zu JPEGs (%.1f MB, %ux%u), batches of %zu, %s: median %.0f images/s over %zu repeats (%.0f..%.0f); %s; hardware %.1f%%\n",

@@ -58,6 +58,7 @@ struct pipeline_args {
     bool cuda = false;
     bool gpu_decode = false; // decode on the GPU (cuda::decode_batches) instead of decode_batches | to_cuda
     double cpu_share = -1;   // --gpu-decode: the CPU's share of the JPEGs (negative: measured)
+    bool source_rate = false; // also time shards → shuffle alone (no decoding)
 };
 
 /// One epoch's figures.
@@ -211,12 +212,13 @@ int cmd_pipeline(const pipeline_args& a)
                 .add("refused", g.refused)
                 .add("gpu_rate", g.split.gpu_rate)
                 .add("cpu_rate", g.split.cpu_rate)
+                .add("input_rate", g.split.input_rate)
                 .add("gpu_s", g.gpu_seconds)
                 .add("cpu_thread_s", g.cpu_thread_seconds)
                 .print();
-            std::fprintf(stderr, "pipeline: GPU decode (%s): hardware %.1f%%, hybrid %.1f%%, CPU %.1f%% of the images; measured GPU %.0f images/s, CPU %.0f images/s\n",
+            std::fprintf(stderr, "pipeline: GPU decode (%s): hardware %.1f%%, hybrid %.1f%%, CPU %.1f%% of the images; measured GPU %.0f images/s, CPU %.0f images/s, input %.0f images/s\n",
                          g.decoder.c_str(), 100 * g.hardware / all, 100 * g.hybrid / all, 100 * g.cpu / all, g.split.gpu_rate,
-                         g.split.cpu_rate);
+                         g.split.cpu_rate, g.split.input_rate);
         }
 #else
         const auto r = run_epoch(*pipe, e);
@@ -257,6 +259,27 @@ int cmd_pipeline(const pipeline_args& a)
         std::fprintf(stderr, "pipeline: busy share per stage: %s\n", cv::format_shares(r.stats).c_str());
         std::fprintf(stderr, "pipeline: the consumer%s waited for its next batch %.1f%% of the epoch\n",
                      a.cuda || a.gpu_decode ? " (standing for the GPU: each batch is awaited)" : "", 100 * wait_share(r));
+    }
+    // The source alone: shards → shuffle on the same I/O thread, nothing decoded. No decode
+    // stage fed by this source can deliver more samples per second.
+    if (shuffled && a.source_rate) {
+        std::vector<double> source_rates;
+        for (std::size_t e = 0; e < std::max<std::size_t>(a.epochs, 1); ++e) {
+            std::uint64_t n = 0;
+            cb::stopwatch clock;
+            auto run = shuffled->run(e);
+            for (auto& sample : run) n += sample.key.empty() ? 0 : 1;
+            source_rates.push_back(static_cast<double>(n) / clock.seconds());
+            cb::json_line()
+                .add("bench", "pipeline")
+                .add("engine", "source-only")
+                .add("epoch", e)
+                .add("images", n)
+                .add("images_per_s", source_rates.back())
+                .print();
+        }
+        std::fprintf(stderr, "pipeline: the source alone (shards -> shuffle, nothing decoded): median %.0f samples/s over %zu epochs\n",
+                     cb::median(source_rates), source_rates.size());
     }
     // Decode only: the same decode on the same threads over JPEGs already in memory.
     if (samples && a.decode_only > 0) {
@@ -306,6 +329,7 @@ std::function<int()> add_pipeline_subcommands(CLI::App& app)
     p->add_option("--seed", a->seed, "seed of order and augmentation")->capture_default_str();
     p->add_option("--pool-MB", a->pool_mb, "idle memory the runtime's buffer pool may keep (0: its default)")->capture_default_str();
     p->add_flag("--cuda", a->cuda, "copy each batch to GPU 0 (cuda::to_cuda); needs a build with CUDA and a device");
+    p->add_flag("--source-rate", a->source_rate, "also time the shards and the shuffle alone (nothing decoded): the ceiling of any decoder they feed");
     p->add_flag("--gpu-decode", a->gpu_decode, "decode on GPU 0 and the CPU at once (cuda::decode_batches) into device batches");
     p->add_option("--cpu-share", a->cpu_share, "--gpu-decode: the CPU decoders' share of the JPEGs (negative: measured each batch)")
         ->capture_default_str();

@@ -253,6 +253,42 @@ TEST_SUITE("gpu")
         }
     }
 
+    TEST_CASE("GPU decode: batches queued back to back, all held and read at the end, each hold their own images")
+    {
+        // The decoder's sides and the stage's items are reused while earlier batches are
+        // still on the device: nothing of a later batch may land in an earlier one.
+        cv::runtime rt;
+        const image::decode_image_options d{
+            .decode = {.size = {64, 64}, .crop = image::crop_mode::random_resized, .flip = 0.5, .seed = 23}};
+        const image::batch_options b{.size = 8};
+        const std::uint64_t count = 80; // 10 batches
+        const collected cpu = from_cpu(blobs_of(photos(count, 320, 240)).on(rt) | image::decode_batches(d, b));
+        auto stage = cc::decode_batches(d, b, {.ring = 10, .cpu_share = 0});
+        std::vector<cc::device_batch<image::image_batch>> held;
+        for (auto& batch : blobs_of(photos(count, 320, 240)).on(rt) | stage) held.push_back(std::move(batch));
+        REQUIRE(held.size() == 10);
+        collected gpu;
+        for (auto& batch : held) {
+            batch.synchronize();
+            const auto px = to_host(batch.tensors()[0].data, batch.tensors()[0].bytes);
+            gpu.pixels.insert(gpu.pixels.end(), px.begin(), px.end());
+            gpu.keys.insert(gpu.keys.end(), batch.host().keys.begin(), batch.host().keys.end());
+        }
+        CHECK(gpu.keys == cpu.keys);
+        REQUIRE(gpu.pixels.size() == cpu.pixels.size());
+        const std::size_t per_batch = gpu.pixels.size() / held.size();
+        double worst = 0;
+        for (std::size_t k = 0; k < held.size(); ++k) {
+            const auto at = static_cast<std::ptrdiff_t>(k * per_batch), end = at + static_cast<std::ptrdiff_t>(per_batch);
+            const auto [mean, most] = difference(std::vector<std::uint8_t>(gpu.pixels.begin() + at, gpu.pixels.begin() + end),
+                                                 std::vector<std::uint8_t>(cpu.pixels.begin() + at, cpu.pixels.begin() + end));
+            CHECK_MESSAGE(mean <= 2.0, "batch " << k << ": mean |diff| " << mean << ", max " << most);
+            worst = std::max(worst, mean);
+        }
+        MESSAGE("10 batches held, then read: the worst batch's mean |diff| " << worst);
+        CHECK(stage.stats().hardware + stage.stats().hybrid == count);
+    }
+
     TEST_CASE("GPU decode: normalized float16 NCHW matches the CPU path's within its tolerance")
     {
         cv::runtime rt;

@@ -95,3 +95,33 @@ TEST_CASE("decode_split: a much faster GPU leaves the CPU one image to keep meas
     ci::decode_split one(4);
     CHECK(one.cpu_count(1) == 0); // a batch of one image before measuring: the GPU takes it
 }
+
+TEST_CASE("decode_split: the CPU takes only what the GPU cannot keep up with while the input delivers")
+{
+    // GPU 4000 images/s, 8 CPU threads at 150 each: balanced, the CPU would take ~61 of 256.
+    fake_decoders f;
+    f.gpu_overhead = 0;
+    ci::decode_split s(f.threads);
+    run(s, f, 256, 20);
+    const std::size_t balanced = s.cpu_count(256);
+    CHECK(balanced >= 55);
+    // An input slower than the GPU alone: decoding more on the CPU gains nothing.
+    s.record_input(256, 256.0 / 3000);
+    CHECK(s.stats().input_rate == doctest::Approx(3000));
+    CHECK(s.cpu_count(256) == 1);
+    // An input a quarter faster than the GPU: the CPU takes the fifth the GPU cannot do.
+    ci::decode_split t(f.threads);
+    run(t, f, 256, 20);
+    for (int i = 0; i < 30; ++i) t.record_input(256, 256.0 / 5000);
+    const std::size_t capped = t.cpu_count(256); // 256 * (1 - 4000 / 5000) = 51.2
+    CHECK(capped >= 48);
+    CHECK(capped <= 54);
+    // An input much faster than both: the balanced split again.
+    ci::decode_split u(f.threads);
+    run(u, f, 256, 20);
+    u.record_input(256, 256.0 / 1e6);
+    CHECK(u.cpu_count(256) == balanced);
+    u.record_input(0, 1.0); // nothing delivered: no measurement
+    u.record_input(10, 0.0);
+    CHECK(u.stats().input_rate == doctest::Approx(1e6));
+}

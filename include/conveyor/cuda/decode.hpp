@@ -68,6 +68,11 @@ struct gpu_decode_counters {
     std::string decoder;
 };
 
+/// What a run's input delivered, and the time spent waiting for it (the split's input rate).
+struct input_meter {
+    std::atomic<std::uint64_t> items{0}, wait_ns{0};
+};
+
 /// Where an image of a batch was decoded, or why not.
 struct slot_result {
     bool ok = false;
@@ -101,7 +106,8 @@ CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx
                                                                 std::shared_ptr<const gpu_decode_options> g,
                                                                 std::shared_ptr<const image::detail::batch_plan> plan,
                                                                 std::shared_ptr<gpu_decode_counters> counters,
-                                                                std::shared_ptr<gpu_decoder_cache> cache);
+                                                                std::shared_ptr<gpu_decoder_cache> cache,
+                                                                std::shared_ptr<const input_meter> input);
 
 /// The run's ring (device buffer sets) and its single GPU thread.
 CONVEYOR_DECL const std::shared_ptr<staging_ring>& ring_of(gpu_batch_run& r) noexcept;
@@ -112,7 +118,9 @@ CONVEYOR_DECL std::vector<device_tensor> prepare_batch(gpu_batch_run& r, std::si
 
 /** On the GPU thread: decodes `part` into slots `first`, `first + 1`, ... of the batch
     (`host` the slab's images, `device` the device batch's), the GPU and the CPU decoders
-    at once, and waits for both. One result per image. */
+    at once. Waits for the CPU's share; the GPU's is queued on the stream (its results are
+    known on return), so `part`'s bytes must live until the stream is past it. One result
+    per image. */
 CONVEYOR_DECL std::vector<slot_result> decode_part(gpu_batch_run& r, std::span<const image::encoded_image> part, std::size_t first,
                                                    std::byte* host, void* device);
 

@@ -81,14 +81,32 @@ public:
     /// The stream the device work goes on from now (each run of the stage has its own).
     void set_stream(CUstream_st* s) noexcept { o_.stream = s; }
 
-    /** Decodes `jobs` into `target`'s slots and waits until the device is done. `out[i]`
-        says how job i went; refused ones left their slot untouched. Throws
+    /** Enqueues the decoding of `jobs` into `target`'s slots on the stream and returns
+        without waiting for the device: `out[i]` says how job i went (known on the host
+        once the call returns); refused ones leave their slot untouched. The decoder has
+        two sides (the engines' state, the crops' arena, the job table), taken in turn: a
+        call waits only for the device to finish the call before last, so the host work of
+        one batch overlaps the device work of the one before. The jobs' bytes and the
+        target must stay valid until the stream is past this call. Throws
         `conveyor::error` when CUDA itself fails. */
     CONVEYOR_DECL void decode(std::span<const gpu_job> jobs, const batch_target& target, std::vector<gpu_outcome>& out);
 
 private:
+    /// What one call in flight owns on the device; two are used in turn.
+    struct side {
+        nvjpeg_api::state_t hw_state = nullptr;         // the engines' batched state
+        std::vector<nvjpeg_api::params_t> hw_params;    // one per image (its region)
+        void* arena = nullptr;                          // decoded crops (planar)
+        std::size_t arena_bytes = 0;
+        resample_job* jobs_host = nullptr;              // the resampler's job table (pinned)
+        resample_job* jobs_device = nullptr;            // and its device copy
+        std::size_t jobs_capacity = 0;
+        CUevent_st* done = nullptr;                     // recorded after the side's last call
+        bool in_flight = false;
+    };
+
     CONVEYOR_DECL void release() noexcept;
-    CONVEYOR_DECL void reserve_arena(std::size_t bytes);
+    CONVEYOR_DECL static void reserve_arena(side& s, std::size_t bytes);
     CONVEYOR_DECL bool decode_hybrid(const gpu_job& j, const nvjpeg_api::image& dst);
     CONVEYOR_DECL void check(nvjpeg_api::status s, const char* what) const;
 
@@ -98,9 +116,7 @@ private:
     unsigned planes_ = 3;
     // The engines (batched).
     nvjpeg_api::handle_t hw_handle_ = nullptr;
-    nvjpeg_api::state_t hw_state_ = nullptr;
     unsigned engines_ = 0, cores_ = 0;
-    std::vector<nvjpeg_api::params_t> hw_params_;
     // The hybrid decoders (decoupled API), two pinned buffers and parse streams taken in turn.
     nvjpeg_api::handle_t handle_ = nullptr;
     nvjpeg_api::decoder_t hybrid_ = nullptr, gpu_hybrid_ = nullptr;
@@ -111,12 +127,8 @@ private:
     CUevent_st* pinned_free_[2] = {};
     nvjpeg_api::params_t params_ = nullptr;
     unsigned turn_ = 0;
-    // Decoded crops (planar), and the resampler's job table (pinned and device copies).
-    void* arena_ = nullptr;
-    std::size_t arena_bytes_ = 0;
-    resample_job* jobs_host_ = nullptr;
-    resample_job* jobs_device_ = nullptr;
-    std::size_t jobs_capacity_ = 0;
+    side sides_[2];
+    unsigned side_turn_ = 0;
 };
 
 } // namespace conveyor::cuda::detail

@@ -68,9 +68,10 @@ class gpu_batch_run {
 public:
     gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d, std::shared_ptr<const image::batch_options> b,
                   std::shared_ptr<const gpu_decode_options> g, std::shared_ptr<const image::detail::batch_plan> plan,
-                  std::shared_ptr<gpu_decode_counters> counters, std::shared_ptr<gpu_decoder_cache> cache)
+                  std::shared_ptr<gpu_decode_counters> counters, std::shared_ptr<gpu_decoder_cache> cache,
+                  std::shared_ptr<const input_meter> input)
         : d_(std::move(d)), b_(std::move(b)), g_(std::move(g)), plan_(std::move(plan)), counters_(std::move(counters)),
-          cache_(std::move(cache)),
+          cache_(std::move(cache)), input_(std::move(input)),
           rt_(&ctx.rt()), compute_(ctx.rt().compute_executor()), cpu_(ctx.rt().buffers()), epoch_(ctx.epoch()),
           split_(std::max<std::size_t>(ctx.rt().options().compute_threads, 1))
     {
@@ -196,6 +197,8 @@ public:
                 pending.wait(); // the CPU tasks use this frame
                 throw;
             }
+            // The GPU thread's time for its share: queuing it, and waiting for the decoder
+            // side it reuses, which in a steady state is the device's time per batch.
             gpu_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::uint64_t hw = 0, hy = 0;
             for (std::size_t k = 0; k < gpu_jobs.size(); ++k) {
@@ -222,6 +225,12 @@ public:
         counters_->cpu_ns.fetch_add(cpu_ns.load(), std::memory_order_relaxed);
 #if CONVEYOR_WITH_GPU_KERNELS
         if (decoder_ && g_->cpu_share < 0) {
+            // What the input delivered since the last batch, and the time spent waiting for it.
+            const std::uint64_t items = input_->items.load(std::memory_order_relaxed);
+            const std::uint64_t wait_ns = input_->wait_ns.load(std::memory_order_relaxed);
+            split_.record_input(items - input_items_seen_, static_cast<double>(wait_ns - input_wait_seen_) * 1e-9);
+            input_items_seen_ = items;
+            input_wait_seen_ = wait_ns;
             // The CPU's time for its share only (what it was given before the GPU refused any),
             // so a refused image does not count as the GPU's time or the CPU's share.
             const std::size_t gpu_done = gpu_jobs.size() - refused;
@@ -361,6 +370,8 @@ private:
     std::shared_ptr<const image::detail::batch_plan> plan_;
     std::shared_ptr<gpu_decode_counters> counters_;
     std::shared_ptr<gpu_decoder_cache> cache_;
+    std::shared_ptr<const input_meter> input_;
+    std::uint64_t input_items_seen_ = 0, input_wait_seen_ = 0;
     runtime* rt_;
     runtime::pool_executor_type compute_;
     image::decoder cpu_;
@@ -381,10 +392,11 @@ CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx
                                                                 std::shared_ptr<const gpu_decode_options> g,
                                                                 std::shared_ptr<const image::detail::batch_plan> plan,
                                                                 std::shared_ptr<gpu_decode_counters> counters,
-                                                                std::shared_ptr<gpu_decoder_cache> cache)
+                                                                std::shared_ptr<gpu_decoder_cache> cache,
+                                                                std::shared_ptr<const input_meter> input)
 {
     return std::make_shared<gpu_batch_run>(ctx, std::move(d), std::move(b), std::move(g), std::move(plan), std::move(counters),
-                                           std::move(cache));
+                                           std::move(cache), std::move(input));
 }
 
 CONVEYOR_DECL const std::shared_ptr<staging_ring>& ring_of(gpu_batch_run& r) noexcept

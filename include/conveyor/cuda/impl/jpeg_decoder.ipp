@@ -47,13 +47,15 @@ CONVEYOR_DECL jpeg_decoder::jpeg_decoder(const nvjpeg_api::functions& api, const
         // elsewhere (JPEG_NOT_SUPPORTED or ARCH_MISMATCH), and the hybrid decoders do all.
         if (o_.hardware && api_.nvjpegCreateEx(backend::hardware, nullptr, nullptr, 0, &hw_handle_) == status::success) {
             if (api_.nvjpegGetHardwareDecoderInfo(hw_handle_, &engines_, &cores_) != status::success) engines_ = cores_ = 0;
-            check(api_.nvjpegJpegStateCreate(hw_handle_, &hw_state_), "nvjpegJpegStateCreate (hardware)");
-            // Pre-allocation: the engines' buffers for a full batch of typical images, now
-            // rather than in the first batch (a hint: larger images grow them later).
-            (void)api_.nvjpegDecodeBatchedPreAllocate(hw_handle_, hw_state_, static_cast<int>(o_.max_batch),
-                                                      static_cast<int>(o_.preallocate_width),
-                                                      static_cast<int>(o_.preallocate_height),
-                                                      nvjpeg_api::chroma_subsampling::css_420, format_);
+            for (side& sd : sides_) {
+                check(api_.nvjpegJpegStateCreate(hw_handle_, &sd.hw_state), "nvjpegJpegStateCreate (hardware)");
+                // Pre-allocation: the engines' buffers for a full batch of typical images,
+                // now rather than in the first batch (a hint: larger images grow them later).
+                (void)api_.nvjpegDecodeBatchedPreAllocate(hw_handle_, sd.hw_state, static_cast<int>(o_.max_batch),
+                                                          static_cast<int>(o_.preallocate_width),
+                                                          static_cast<int>(o_.preallocate_height),
+                                                          nvjpeg_api::chroma_subsampling::css_420, format_);
+            }
         } else {
             hw_handle_ = nullptr;
         }
@@ -71,6 +73,8 @@ CONVEYOR_DECL jpeg_decoder::jpeg_decoder(const nvjpeg_api::functions& api, const
             cudaEvent_t e = nullptr;
             detail::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
             pinned_free_[k] = e;
+            detail::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+            sides_[k].done = e;
         }
         check(api_.nvjpegDecodeParamsCreate(handle_, &params_), "nvjpegDecodeParamsCreate");
     } catch (...) {
@@ -90,8 +94,8 @@ CONVEYOR_DECL void jpeg_decoder::release() noexcept
     if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     if (previous != o_.device) (void)cudaSetDevice(o_.device);
     if (o_.stream) (void)cudaStreamSynchronize(o_.stream);
-    for (auto p : hw_params_) (void)api_.nvjpegDecodeParamsDestroy(p);
-    hw_params_.clear();
+    for (side& sd : sides_)
+        if (sd.in_flight) (void)cudaEventSynchronize(sd.done); // work from before a set_stream
     if (params_) (void)api_.nvjpegDecodeParamsDestroy(std::exchange(params_, nullptr));
     for (int k = 0; k < 2; ++k) {
         if (streams_[k]) (void)api_.nvjpegJpegStreamDestroy(std::exchange(streams_[k], nullptr));
@@ -105,11 +109,17 @@ CONVEYOR_DECL void jpeg_decoder::release() noexcept
     if (hybrid_) (void)api_.nvjpegDecoderDestroy(std::exchange(hybrid_, nullptr));
     if (gpu_hybrid_) (void)api_.nvjpegDecoderDestroy(std::exchange(gpu_hybrid_, nullptr));
     if (handle_) (void)api_.nvjpegDestroy(std::exchange(handle_, nullptr));
-    if (hw_state_) (void)api_.nvjpegJpegStateDestroy(std::exchange(hw_state_, nullptr));
+    for (side& sd : sides_) {
+        for (auto p : sd.hw_params) (void)api_.nvjpegDecodeParamsDestroy(p);
+        sd.hw_params.clear();
+        if (sd.hw_state) (void)api_.nvjpegJpegStateDestroy(std::exchange(sd.hw_state, nullptr));
+        if (sd.arena) (void)cudaFree(std::exchange(sd.arena, nullptr));
+        if (sd.jobs_device) (void)cudaFree(std::exchange(sd.jobs_device, nullptr));
+        if (sd.jobs_host) (void)cudaFreeHost(std::exchange(sd.jobs_host, nullptr));
+        if (sd.done) (void)cudaEventDestroy(std::exchange(sd.done, nullptr));
+        sd.in_flight = false;
+    }
     if (hw_handle_) (void)api_.nvjpegDestroy(std::exchange(hw_handle_, nullptr));
-    if (arena_) (void)cudaFree(std::exchange(arena_, nullptr));
-    if (jobs_device_) (void)cudaFree(std::exchange(jobs_device_, nullptr));
-    if (jobs_host_) (void)cudaFreeHost(std::exchange(jobs_host_, nullptr));
     if (previous >= 0 && previous != o_.device) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
 }
@@ -176,18 +186,18 @@ CONVEYOR_DECL bool jpeg_decoder::probe(std::span<const std::byte> bytes, bool st
     return false;
 }
 
-CONVEYOR_DECL void jpeg_decoder::reserve_arena(std::size_t bytes)
+CONVEYOR_DECL void jpeg_decoder::reserve_arena(side& s, std::size_t bytes)
 {
-    if (bytes <= arena_bytes_) return;
-    if (arena_) {
-        detail::check(cudaStreamSynchronize(o_.stream), "cudaStreamSynchronize");
-        (void)cudaFree(arena_);
-        arena_ = nullptr;
-        arena_bytes_ = 0;
+    // The side's last call is done (see `decode`): nothing reads the old arena any more.
+    if (bytes <= s.arena_bytes) return;
+    if (s.arena) {
+        (void)cudaFree(s.arena);
+        s.arena = nullptr;
+        s.arena_bytes = 0;
     }
     const std::size_t want = bytes + bytes / 4;
-    detail::check(cudaMalloc(&arena_, want), ("cudaMalloc of " + std::to_string(want) + " bytes for decoded JPEGs").c_str());
-    arena_bytes_ = want;
+    detail::check(cudaMalloc(&s.arena, want), ("cudaMalloc of " + std::to_string(want) + " bytes for decoded JPEGs").c_str());
+    s.arena_bytes = want;
 }
 
 CONVEYOR_DECL bool jpeg_decoder::decode_hybrid(const gpu_job& j, const nvjpeg_api::image& dst)
@@ -219,14 +229,21 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
     device_scope on(o_.device);
     out.assign(jobs.size(), gpu_outcome::refused);
     if (jobs.empty()) return;
+    // This call's side: free once the device is past the call before last on it.
+    side& sd = sides_[side_turn_];
+    side_turn_ ^= 1u;
+    if (sd.in_flight) {
+        detail::check(cudaEventSynchronize(sd.done), "cudaEventSynchronize (a decoder side)");
+        sd.in_flight = false;
+    }
 
     // Each crop's planes in the arena, one after the other.
     std::vector<nvjpeg_api::image> dst(jobs.size());
     std::size_t total = 0;
     for (const gpu_job& j : jobs) total += planes_ * plane_align_up(static_cast<std::size_t>(j.crop.width) * static_cast<std::size_t>(j.crop.height));
-    reserve_arena(total);
+    reserve_arena(sd, total);
     {
-        auto* base = static_cast<unsigned char*>(arena_);
+        auto* base = static_cast<unsigned char*>(sd.arena);
         std::size_t at = 0;
         for (std::size_t i = 0; i < jobs.size(); ++i) {
             const auto w = static_cast<std::size_t>(jobs[i].crop.width), h = static_cast<std::size_t>(jobs[i].crop.height);
@@ -242,10 +259,10 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
     // The engines take what they can, in one batched call with a region per image.
     std::vector<std::size_t> rest; // jobs for the hybrid decoders
     if (hw_handle_) {
-        while (hw_params_.size() < jobs.size()) {
+        while (sd.hw_params.size() < jobs.size()) {
             nvjpeg_api::params_t p = nullptr;
             check(api_.nvjpegDecodeParamsCreate(hw_handle_, &p), "nvjpegDecodeParamsCreate (hardware)");
-            hw_params_.push_back(p);
+            sd.hw_params.push_back(p);
         }
         std::vector<std::size_t> hw;
         std::vector<const unsigned char*> data;
@@ -254,7 +271,7 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
         std::vector<nvjpeg_api::params_t> params;
         for (std::size_t i = 0; i < jobs.size(); ++i) {
             const gpu_job& j = jobs[i];
-            nvjpeg_api::params_t p = hw_params_[hw.size()];
+            nvjpeg_api::params_t p = sd.hw_params[hw.size()];
             const bool ok = j.hardware && api_.nvjpegDecodeParamsSetOutputFormat(p, format_) == status::success &&
                             api_.nvjpegDecodeParamsSetROI(p, static_cast<int>(j.crop.left), static_cast<int>(j.crop.top),
                                                           static_cast<int>(j.crop.width), static_cast<int>(j.crop.height)) ==
@@ -270,8 +287,8 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
             params.push_back(p);
         }
         if (!hw.empty()) {
-            const status s1 = api_.nvjpegDecodeBatchedInitialize(hw_handle_, hw_state_, static_cast<int>(hw.size()), 1, format_);
-            const status s2 = s1 == status::success ? api_.nvjpegDecodeBatchedEx(hw_handle_, hw_state_, data.data(), lengths.data(),
+            const status s1 = api_.nvjpegDecodeBatchedInitialize(hw_handle_, sd.hw_state, static_cast<int>(hw.size()), 1, format_);
+            const status s2 = s1 == status::success ? api_.nvjpegDecodeBatchedEx(hw_handle_, sd.hw_state, data.data(), lengths.data(),
                                                                                 hw_dst.data(), params.data(), o_.stream)
                                                     : s1;
             if (s2 == status::success) {
@@ -290,20 +307,20 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
 
     // Resample every decoded crop into its slot, in one launch.
     std::size_t n = 0;
-    if (jobs_capacity_ < jobs.size()) {
-        if (jobs_host_) (void)cudaFreeHost(std::exchange(jobs_host_, nullptr));
-        if (jobs_device_) (void)cudaFree(std::exchange(jobs_device_, nullptr));
-        jobs_capacity_ = 0;
+    if (sd.jobs_capacity < jobs.size()) {
+        if (sd.jobs_host) (void)cudaFreeHost(std::exchange(sd.jobs_host, nullptr));
+        if (sd.jobs_device) (void)cudaFree(std::exchange(sd.jobs_device, nullptr));
+        sd.jobs_capacity = 0;
         void* p = nullptr;
         detail::check(cudaHostAlloc(&p, jobs.size() * sizeof(resample_job), cudaHostAllocDefault), "cudaHostAlloc");
-        jobs_host_ = static_cast<resample_job*>(p);
+        sd.jobs_host = static_cast<resample_job*>(p);
         detail::check(cudaMalloc(&p, jobs.size() * sizeof(resample_job)), "cudaMalloc");
-        jobs_device_ = static_cast<resample_job*>(p);
-        jobs_capacity_ = jobs.size();
+        sd.jobs_device = static_cast<resample_job*>(p);
+        sd.jobs_capacity = jobs.size();
     }
     for (std::size_t i = 0; i < jobs.size(); ++i) {
         if (out[i] == gpu_outcome::refused) continue;
-        resample_job& r = jobs_host_[n++];
+        resample_job& r = sd.jobs_host[n++];
         r = {};
         for (unsigned p = 0; p < planes_; ++p) r.planes[p] = dst[i].channel[p];
         r.pitch = static_cast<std::uint32_t>(dst[i].pitch[0]);
@@ -317,12 +334,13 @@ CONVEYOR_DECL void jpeg_decoder::decode(std::span<const gpu_job> jobs, const bat
         r.slot = jobs[i].slot;
     }
     if (n > 0) {
-        detail::check(cudaMemcpyAsync(jobs_device_, jobs_host_, n * sizeof(resample_job), cudaMemcpyHostToDevice, o_.stream),
+        detail::check(cudaMemcpyAsync(sd.jobs_device, sd.jobs_host, n * sizeof(resample_job), cudaMemcpyHostToDevice, o_.stream),
                       "cudaMemcpyAsync of the resampling jobs");
-        detail::check(launch_resample(jobs_device_, static_cast<std::uint32_t>(n), target, o_.stream), "launch_resample");
+        detail::check(launch_resample(sd.jobs_device, static_cast<std::uint32_t>(n), target, o_.stream), "launch_resample");
     }
-    // Done when the device is: the arena, the job table and the pinned buffers are free again.
-    detail::check(cudaStreamSynchronize(o_.stream), "cudaStreamSynchronize after decoding");
+    // The side is free again once the device is past this point.
+    detail::check(cudaEventRecord(sd.done, o_.stream), "cudaEventRecord (a decoder side)");
+    sd.in_flight = true;
 }
 
 } // namespace conveyor::cuda::detail

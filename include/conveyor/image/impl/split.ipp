@@ -18,7 +18,8 @@ CONVEYOR_DECL std::size_t decode_split::cpu_count(std::size_t n) const noexcept
 {
     if (n == 0 || threads_ == 0) return 0;
     if (gpu_rate_ <= 0 || cpu_rate_ <= 0) return std::min(n - 1, first_cpu_); // nothing measured yet
-    const double share = cpu_rate_ / (cpu_rate_ + gpu_rate_);
+    double share = cpu_rate_ / (cpu_rate_ + gpu_rate_);
+    if (input_rate_ > 0) share = std::min(share, std::max(0.0, 1.0 - gpu_rate_ / input_rate_)); // what the GPU cannot keep up with
     const auto c = static_cast<std::size_t>(std::llround(share * static_cast<double>(n)));
     return n == 1 ? c : std::clamp<std::size_t>(c, 1, n - 1); // both sides keep being measured
 }
@@ -37,9 +38,16 @@ CONVEYOR_DECL void decode_split::record(std::size_t gpu_images, double gpu_secon
     ++batches_;
 }
 
+CONVEYOR_DECL void decode_split::record_input(std::uint64_t images, double seconds) noexcept
+{
+    if (images == 0 || !(seconds > 0)) return;
+    const double now = static_cast<double>(images) / seconds;
+    input_rate_ = input_rate_ > 0 ? input_rate_ + smoothing_ * (now - input_rate_) : now;
+}
+
 CONVEYOR_DECL split_stats decode_split::stats() const noexcept
 {
-    return {gpu_rate_, cpu_rate_, last_share_, gpu_images_, cpu_images_, batches_};
+    return {gpu_rate_, cpu_rate_, input_rate_, last_share_, gpu_images_, cpu_images_, batches_};
 }
 
 } // namespace conveyor::image
