@@ -10,6 +10,7 @@
 #include <conveyor/s3/credentials.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,8 @@ namespace conveyor::s3 {
     CORTX, Samsung DSS...).
 */
 enum class addressing { automatic, path, virtual_hosted };
+
+class credentials_provider; // conveyor/s3/provider.hpp
 
 /// "automatic", "path" or "virtual-hosted".
 CONVEYOR_DECL std::string_view to_string(addressing a) noexcept;
@@ -55,6 +58,10 @@ struct config_options {
 /// The resolved configuration: what the S3 client needs to address and sign requests.
 struct config {
     credentials creds;          ///< `.source` says where they came from
+    /// Where temporary credentials come from (web identity, the container endpoint, the
+    /// instance metadata service): the client fetches them on first use and refreshes
+    /// them before they expire; `creds` is then empty. Null: `creds` is all there is.
+    std::shared_ptr<credentials_provider> provider;
     std::string region;         ///< never empty
     http::endpoint endpoint;    ///< where requests go (before the bucket is added to the host)
     bool aws_endpoint = true;   ///< the endpoint is AWS's own (virtual-hosted addressing possible)
@@ -73,11 +80,20 @@ struct config {
     2. `o.anonymous` (unsigned requests);
     3. the JSON file `o.credentials_file`;
     4. `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`);
-    5. the profile (`o.profile`, else `AWS_PROFILE`, else "default"): its section of the
+    5. web identity: `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN` (+
+       `AWS_ROLE_SESSION_NAME`), else the profile's `web_identity_token_file` + `role_arn`
+       (+ `role_session_name`): STS `AssumeRoleWithWebIdentity` (`web_identity_provider`);
+    6. the profile (`o.profile`, else `AWS_PROFILE`, else "default"): its section of the
        shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else ~/.aws/credentials),
        then its `[profile name]` (or `[default]`) section of the config file
        (`AWS_CONFIG_FILE`, else ~/.aws/config);
-    6. anonymous access, with a source that says no credentials were found.
+    7. the container credentials endpoint: `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or
+       `_FULL_URI` (`container_provider`);
+    8. the EC2 instance metadata service, unless `AWS_EC2_METADATA_DISABLED=true`
+       (`instance_metadata_provider`): where it does not answer, anonymous access;
+    9. anonymous access, with a source that says no credentials were found.
+    Steps 5, 7 and 8 set `provider`: their credentials are fetched by the client, on first
+    use, and refreshed in the background before they expire.
 
     Region: `o.region`, `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's `region`,
     "us-east-1". Endpoint: `o.endpoint_url`, the JSON file's `endpoint_url`,
@@ -92,7 +108,8 @@ struct config {
     @throws conveyor::error naming the file (and line), variable or option at fault and
     what is wrong with it: an unreadable file, bad JSON, a missing or non-string key, an
     INI line that is neither a section, a comment nor `key = value`, half a key pair, a
-    profile that needs a credential provider conveyor lacks (SSO, roles, processes), an
+    profile that needs a credential provider conveyor lacks (SSO, `role_arn` with
+    `source_profile`, `credential_process`), an
     endpoint that is not an http(s) URL, a region that is not a region name. The message
     never contains a secret access key or session token.
 

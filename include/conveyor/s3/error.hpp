@@ -37,6 +37,9 @@ enum class errc {
     /// parts stored so far are not kept. The cause is in the error's detail and nested
     /// in it (`std::rethrow_if_nested`); `request_error::reply()` is the cause's reply.
     upload_aborted,
+    /// A credentials provider (instance metadata, container endpoint, STS) failed, or
+    /// answered something that holds no usable credentials.
+    credentials_failed,
 };
 
 /// The category of `conveyor::s3::errc`.

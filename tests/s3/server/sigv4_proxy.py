@@ -164,16 +164,33 @@ def _split_target(raw_target):
 
 
 class Identity:
-    def __init__(self, access_key, secret_key, session_token=None):
+    def __init__(self, access_key, secret_key, session_token=None, expiry_epoch=None):
         self.access_key = access_key
         self.secret_key = secret_key
         self.session_token = session_token
+        self.expiry_epoch = expiry_epoch  # temporary credentials: refused after this time
+
+
+# Derived temporary credentials, as fake_aws.py hands them out (keep the two in step; README.md
+# describes the scheme): the key id ASIAFAKE<expiry epoch><2-letter provider tag>, the secret an
+# HMAC-SHA256 of the key id under a master secret, the session token a function of the key id.
+DERIVED_KEY_RE = re.compile(r"^ASIAFAKE(\d+)([A-Z]{2})$")
+
+
+def derived_identity(master, access_key):
+    """The Identity of a derived access key id, or None when the key id is not one."""
+    m = DERIVED_KEY_RE.match(access_key)
+    if m is None:
+        return None
+    secret = hmac.new(master.encode(), access_key.encode(), hashlib.sha256).hexdigest()[:40]
+    return Identity(access_key, secret, "FAKETOKEN/" + access_key + "/+==", int(m.group(1)))
 
 
 class Verifier:
-    def __init__(self, identities, region):
+    def __init__(self, identities, region, derived_master=None):
         self.identities = {i.access_key: i for i in identities}
         self.region = region
+        self.derived_master = derived_master
 
     # The returned dict tells the forwarder what to do; S3Error is raised on any failure.
     def verify(self, method, raw_target, headers, body, now=None):
@@ -200,6 +217,8 @@ class Verifier:
 
     def _identity(self, access_key):
         ident = self.identities.get(access_key)
+        if ident is None and self.derived_master is not None:
+            ident = derived_identity(self.derived_master, access_key)
         if ident is None:
             raise S3Error(403, "InvalidAccessKeyId",
                           "The AWS Access Key Id you provided does not exist in our records.",
@@ -283,12 +302,15 @@ class Verifier:
             err.log_detail = "canonical_request=%r" % canonical
             raise err
 
-    def _check_token(self, ident, token):
+    def _check_token(self, ident, token, now):
         if ident.session_token is None and token is None:
             return
         if ident.session_token is None or token != ident.session_token:
             raise S3Error(403, "InvalidToken",
                           "The provided token is malformed or otherwise invalid.")
+        if ident.expiry_epoch is not None and now > ident.expiry_epoch:
+            raise S3Error(400, "ExpiredToken", "The provided token has expired.",
+                          **{"Token-0": token})
 
     def _verify_header(self, method, raw_target, headers, body, auth_header, now):
         algorithm, _, rest = auth_header.strip().partition(" ")
@@ -362,7 +384,7 @@ class Verifier:
         request = self._build_request(method, "http://proxy" + raw_target, headers, names, body)
         request.context["timestamp"] = timestamp
         self._compare(signer, request, fields["Signature"], access_key)
-        self._check_token(ident, headers.get("x-amz-security-token"))
+        self._check_token(ident, headers.get("x-amz-security-token"), now)
 
         if content_sha != UNSIGNED_PAYLOAD:
             check_content_sha256(body, content_sha)
@@ -420,7 +442,7 @@ class Verifier:
         request = self._build_request(method, url, headers, names, body)
         request.context["timestamp"] = amz_date
         self._compare(signer, request, params["X-Amz-Signature"], access_key)
-        self._check_token(ident, params.get("X-Amz-Security-Token"))
+        self._check_token(ident, params.get("X-Amz-Security-Token"), now)
         content_sha = headers.get("x-amz-content-sha256")
         if content_sha and "x-amz-content-sha256" in names and content_sha != UNSIGNED_PAYLOAD:
             check_content_sha256(body, content_sha)
@@ -502,6 +524,7 @@ class State:
         self.upstream_errors = 0
         self.by_method = {}
         self.rejected_by_code = {}
+        self.expired_token = 0  # requests refused because their temporary credentials expired
         self.by_path = {}  # (method, raw path) -> count
         self._request_ids = itertools.count(1)
 
@@ -523,6 +546,8 @@ class State:
             elif result == "rejected":
                 self.rejected += 1
                 self.rejected_by_code[code] = self.rejected_by_code.get(code, 0) + 1
+                if code == "ExpiredToken":
+                    self.expired_token += 1
 
     def take_fault(self, method, raw_path):
         with self.lock:
@@ -552,6 +577,7 @@ class State:
                     "upstream_errors": self.upstream_errors,
                     "requests_by_method": dict(self.by_method),
                     "rejected_by_code": dict(self.rejected_by_code),
+                    "expired_token": self.expired_token,
                     "faults_armed": [f.describe() for f in self.faults]}
 
     def summary(self):
@@ -600,7 +626,7 @@ class ProxyServer(http.server.ThreadingHTTPServer):
     def __init__(self, address, config):
         self.config = config
         self.state = State()
-        self.verifier = Verifier(config.identities, config.region)
+        self.verifier = Verifier(config.identities, config.region, config.derived_master)
         self.log = config.logger
         super().__init__(address, ProxyHandler)
 
@@ -1123,8 +1149,11 @@ def main(argv=None):
     parser.add_argument("--upstream-access-key", default="S3RVER",
                         help="access key id the upstream server knows (s3rver: S3RVER)")
     parser.add_argument("--upstream-timeout", type=float, default=120.0)
-    parser.add_argument("--credentials", required=True,
+    parser.add_argument("--credentials",
                         help="JSON file: [{\"access_key\", \"secret_key\", \"session_token\"?}]")
+    parser.add_argument("--derived-credentials", metavar="MASTER",
+                        help="also accept the temporary credentials fake_aws.py derives from "
+                             "this master secret (access key ids ASIAFAKE...)")
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--public-bucket", action="append", default=[],
                         help="bucket whose GET/HEAD need no signature (repeatable)")
@@ -1139,11 +1168,14 @@ def main(argv=None):
                         help="directory to remove (after stopping --upstream-pgid) when exiting "
                              "because the parent died")
     args = parser.parse_args(argv)
+    if args.credentials is None and args.derived_credentials is None:
+        parser.error("--credentials or --derived-credentials is required")
 
     log_stream = open(args.log, "a", encoding="utf-8") if args.log else sys.stderr
     cfg = Config()
     cfg.logger = Logger(log_stream)
-    cfg.identities = load_identities(args.credentials)
+    cfg.identities = load_identities(args.credentials) if args.credentials else []
+    cfg.derived_master = args.derived_credentials
     cfg.region = args.region
     host, _, port = args.upstream.rpartition(":")
     cfg.upstream_host, cfg.upstream_port = host, int(port)
@@ -1154,9 +1186,10 @@ def main(argv=None):
 
     server = ProxyServer((args.listen, args.port), cfg)
     port = server.server_address[1]
-    cfg.logger.line("sigv4-proxy listening on %s:%d, upstream %s, region %s, %d credential(s), "
+    cfg.logger.line("sigv4-proxy listening on %s:%d, upstream %s, region %s, %d credential(s)%s, "
                     "public bucket(s): %s" % (args.listen, port, args.upstream, cfg.region,
                                               len(cfg.identities),
+                                              " + derived" if cfg.derived_master else "",
                                               ", ".join(sorted(cfg.public_buckets)) or "none"))
     if args.port_file:
         tmp = args.port_file + ".tmp"

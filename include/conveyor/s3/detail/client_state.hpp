@@ -18,6 +18,7 @@
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/detail/chunk_stream.hpp>
 #include <conveyor/s3/config.hpp>
+#include <conveyor/s3/detail/credentials_cache.hpp>
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
 
@@ -118,7 +119,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
     runtime& rt;
     config cfg;
     client_options opts;
-    signer sign;
+    std::shared_ptr<credentials_cache> creds; // the signer for now (temporary credentials refreshed)
     std::mutex mu;
     std::map<std::string, std::shared_ptr<http::client>, std::less<>> pools;  // by endpoint URL
     std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0};

@@ -14,7 +14,7 @@ namespace conveyor::s3 {
 namespace detail {
 
 CONVEYOR_DECL client_state::client_state(runtime& r, config c, client_options o)
-    : rt(r), cfg(std::move(c)), opts(std::move(o)), sign(cfg.creds, cfg.region)
+    : rt(r), cfg(std::move(c)), opts(std::move(o)), creds(std::make_shared<credentials_cache>(rt, cfg.creds, cfg.region, cfg.provider))
 {
     if (opts.retry.max_attempts == 0) opts.retry.max_attempts = 1;
     if (opts.parts_in_flight == 0) opts.parts_in_flight = 1;

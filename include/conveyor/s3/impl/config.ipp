@@ -5,6 +5,7 @@
 #define CONVEYOR_S3_IMPL_CONFIG_IPP
 
 #include <conveyor/s3/config.hpp>
+#include <conveyor/s3/provider.hpp>
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/detail/ascii.hpp>
@@ -163,7 +164,7 @@ CONVEYOR_DECL credentials profile_credentials(profile_source& p)
                                                 "' has aws_secret_access_key but no aws_access_key_id");
     // Profiles that get credentials some other way would silently turn into anonymous
     // requests (and 403s) if skipped: say so instead.
-    for (const char* key : {"credential_process", "role_arn", "sso_session", "sso_start_url", "web_identity_token_file"})
+    for (const char* key : {"credential_process", "role_arn", "sso_session", "sso_start_url"})
         if (auto v = p.get(key))
             throw_config_error(std::make_error_code(std::errc::operation_not_supported), v->file,
                                "line " + std::to_string(v->line) + ": profile '" + p.name() + "' gets credentials from " + key +
@@ -235,6 +236,94 @@ CONVEYOR_DECL bool is_host_labels(std::string_view s) noexcept
 // S3 encodes every byte but the unreserved ones (and '/' in paths), %XX in uppercase.
 inline constexpr boost::urls::grammar::lut_chars path_chars = boost::urls::unreserved_chars + boost::urls::grammar::lut_chars('/');
 
+/// "true", any case: the SDKs' spelling of a boolean setting.
+inline bool env_true(const char* name)
+{
+    std::string v = env(name);
+    for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return v == "true";
+}
+
+/// Where STS requests go: the SDKs' endpoint settings, else AWS's regional endpoint.
+CONVEYOR_DECL http::endpoint sts_endpoint(profile_source& p, const std::string& region)
+{
+    if (auto v = env("AWS_ENDPOINT_URL_STS"); !v.empty()) return checked_endpoint(v, "AWS_ENDPOINT_URL_STS", "");
+    if (auto v = env("AWS_ENDPOINT_URL"); !v.empty()) return checked_endpoint(v, "AWS_ENDPOINT_URL", "");
+    if (auto q = p.get("sts.endpoint_url")) return checked_endpoint(q->value, q->file, "line " + std::to_string(q->line) + ": ");
+    if (auto q = p.get("endpoint_url")) return checked_endpoint(q->value, q->file, "line " + std::to_string(q->line) + ": ");
+    std::string mode = env("AWS_STS_REGIONAL_ENDPOINTS");
+    if (mode.empty())
+        if (auto q = p.get("sts_regional_endpoints")) mode = q->value;
+    if (mode == "legacy") return {.tls = true, .host = "sts.amazonaws.com", .port = 443, .base_path = ""};
+    const char* domain = region.starts_with("cn-") ? ".amazonaws.com.cn" : ".amazonaws.com";
+    return {.tls = true, .host = "sts." + region + domain, .port = 443, .base_path = ""};
+}
+
+/// Step 5: a web identity, from the environment or the profile.
+CONVEYOR_DECL std::shared_ptr<credentials_provider> web_identity_from(profile_source& p, const std::string& region)
+{
+    web_identity_options w;
+    w.token_file = env("AWS_WEB_IDENTITY_TOKEN_FILE");
+    w.role_arn = env("AWS_ROLE_ARN");
+    w.session_name = env("AWS_ROLE_SESSION_NAME");
+    if (w.token_file.empty() != w.role_arn.empty())
+        throw_invalid("environment", w.token_file.empty() ? "AWS_ROLE_ARN is set but AWS_WEB_IDENTITY_TOKEN_FILE is not"
+                                                          : "AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not");
+    if (w.token_file.empty()) {
+        auto file = p.get("web_identity_token_file");
+        if (!file) return nullptr;
+        auto role = p.get("role_arn");
+        if (!role)
+            throw_invalid(file->file, "line " + std::to_string(file->line) + ": profile '" + p.name() +
+                                          "' has web_identity_token_file but no role_arn");
+        w.token_file = file->value;
+        w.role_arn = role->value;
+        if (auto n = p.get("role_session_name")) w.session_name = n->value;
+    }
+    w.sts = sts_endpoint(p, region);
+    return web_identity_provider(std::move(w));
+}
+
+/// Step 7: the container credentials endpoint, when the environment names one.
+CONVEYOR_DECL std::shared_ptr<credentials_provider> container_from_environment()
+{
+    container_options c;
+    if (auto rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"); !rel.empty()) {
+        if (rel.front() != '/') rel.insert(rel.begin(), '/');
+        c.url = "http://169.254.170.2" + rel;
+    } else if (auto full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI"); !full.empty()) {
+        c.url = std::move(full);
+    } else {
+        return nullptr;
+    }
+    c.token_file = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+    c.token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+    return container_provider(std::move(c));
+}
+
+/// Step 8: the instance metadata service, unless it is disabled.
+CONVEYOR_DECL std::shared_ptr<credentials_provider> instance_metadata_from_environment()
+{
+    if (env_true("AWS_EC2_METADATA_DISABLED")) return nullptr;
+    instance_metadata_options m;
+    if (auto e = env("AWS_EC2_METADATA_SERVICE_ENDPOINT"); !e.empty()) m.endpoint = checked_endpoint(e, "AWS_EC2_METADATA_SERVICE_ENDPOINT", "");
+    else if (env("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE") == "IPv6") m.endpoint = {.tls = false, .host = "fd00:ec2::254", .port = 80, .base_path = ""};
+    if (auto t = env("AWS_METADATA_SERVICE_TIMEOUT"); !t.empty()) {
+        char* end = nullptr;
+        const double sec = std::strtod(t.c_str(), &end);
+        if (end == t.c_str() || *end || !(sec > 0) || sec > 3600) throw_invalid("AWS_METADATA_SERVICE_TIMEOUT", "'" + t + "' is not a number of seconds");
+        m.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(sec * 1000));
+    }
+    if (auto a = env("AWS_METADATA_SERVICE_NUM_ATTEMPTS"); !a.empty()) {
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(a.c_str(), &end, 10);
+        if (end == a.c_str() || *end || n == 0 || n > 10) throw_invalid("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "'" + a + "' is not a count from 1 to 10");
+        m.attempts = static_cast<unsigned>(n);
+    }
+    m.allow_v1 = !env_true("AWS_EC2_METADATA_V1_DISABLED");
+    return instance_metadata_provider(std::move(m));
+}
+
 } // namespace detail
 
 CONVEYOR_DECL std::string_view to_string(addressing a) noexcept
@@ -258,7 +347,7 @@ CONVEYOR_DECL std::string config::describe() const
     case addressing::virtual_hosted: s += "virtual-hosted addressing"; break;
     }
     if (!default_bucket.empty()) s += ", default bucket " + default_bucket;
-    return s + ", " + creds.describe();
+    return s + ", " + (provider ? "credentials from the " + provider->name() : creds.describe());
 }
 
 CONVEYOR_DECL config resolve_config(const config_options& o)
@@ -269,13 +358,6 @@ CONVEYOR_DECL config resolve_config(const config_options& o)
     std::optional<detail::json_credentials> json;
     if (!o.credentials_file.empty()) json = detail::read_json_credentials(o.credentials_file);
     if (json) c.default_bucket = json->bucket;
-
-    // Credentials.
-    if (o.creds) c.creds = detail::checked_explicit(*o.creds);
-    else if (o.anonymous) c.creds.source = "requested";
-    else if (json) c.creds = json->creds;
-    else if (auto e = detail::environment_credentials()) c.creds = std::move(*e);
-    else c.creds = detail::profile_credentials(profile);
 
     // Region.
     if (!o.region.empty()) {
@@ -293,6 +375,18 @@ CONVEYOR_DECL config resolve_config(const config_options& o)
     } else {
         c.region = "us-east-1";
     }
+
+    // Credentials: static ones first, then the providers of temporary ones.
+    if (o.creds) c.creds = detail::checked_explicit(*o.creds);
+    else if (o.anonymous) c.creds.source = "requested";
+    else if (json) c.creds = json->creds;
+    else if (auto e = detail::environment_credentials()) c.creds = std::move(*e);
+    else if (auto w = detail::web_identity_from(profile, c.region)) c.provider = std::move(w);
+    else if (c.creds = detail::profile_credentials(profile); !c.creds.anonymous()) {
+    } else if (auto k = detail::container_from_environment()) c.provider = std::move(k);
+    else if (auto m = detail::instance_metadata_from_environment()) c.provider = std::move(m);
+    if (c.provider) c.creds = credentials{.access_key_id = {}, .secret_access_key = {}, .session_token = {},
+                                          .source = "the " + c.provider->name() + ", fetched on first use"};
 
     // Endpoint.
     bool custom = true;

@@ -25,6 +25,7 @@ public:
         case errc::bad_reply: return "malformed reply from the server";
         case errc::object_changed: return "object changed while being read";
         case errc::upload_aborted: return "multipart upload aborted";
+        case errc::credentials_failed: return "no usable credentials from the credentials provider";
         }
         return "unknown conveyor.s3 error";
     }

@@ -82,7 +82,10 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
             req.body_to = o.stream;
         }
         req.deadline = deadline;
-        sign.sign(o.method, target, req.headers, payload);
+        // The credentials valid now: each attempt is signed afresh, so a retry after a
+        // refresh goes with the new ones.
+        const std::shared_ptr<const signer> sign = co_await creds->async_signer();
+        sign->sign(o.method, target, req.headers, payload);
         requests.fetch_add(1, std::memory_order_relaxed);
         if (attempt > 1) retries.fetch_add(1, std::memory_order_relaxed);
         auto [ec, resp] = co_await pool.async_send(req);

@@ -8,6 +8,7 @@
 #endif
 
 // One line per impl/*.ipp file of the module, e.g. #include <conveyor/s3/impl/x.ipp>
+#include <conveyor/s3/detail/impl/credentials_cache.ipp>
 #include <conveyor/s3/detail/impl/xml.ipp>
 #include <conveyor/s3/impl/client.ipp>
 #include <conveyor/s3/impl/config.ipp>
@@ -16,6 +17,7 @@
 #include <conveyor/s3/impl/execute.ipp>
 #include <conveyor/s3/impl/list.ipp>
 #include <conveyor/s3/impl/multipart.ipp>
+#include <conveyor/s3/impl/provider.ipp>
 #include <conveyor/s3/impl/sigv4.ipp>
 #include <conveyor/s3/impl/source.ipp>
 #include <conveyor/s3/impl/transfer.ipp>
