@@ -6,6 +6,7 @@
 // variables pointing into a fresh temporary directory. The real ~/.aws is never read.
 #include <conveyor/core/location.hpp>
 #include <conveyor/s3/config.hpp>
+#include <conveyor/s3/provider.hpp>
 #include <conveyor/s3/source.hpp>
 
 #include "../support/common.hpp"
@@ -413,20 +414,30 @@ TEST_CASE("credentials chain: a profile with only half a key pair is an error na
     CHECK_FALSE(contains(w, "profile-secret"));
 }
 
-TEST_CASE("credentials chain: a profile that needs SSO, a role or a process is an error, not silent anonymity")
+TEST_CASE("credentials chain: SSO, an MFA role or a role without a usable source is an error, not silent anonymity")
 {
     aws_sandbox sb;
     sb.config_file("[profile sso]\nsso_session = corp\nsso_account_id = 1\n"
                    "[profile proc]\ncredential_process = /usr/bin/get-creds\n"
-                   "[profile role]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = default\n");
+                   "[profile role]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = default\n"
+                   "[profile mfa]\nrole_arn = arn:aws:iam::1:role/x\nsource_profile = proc\nmfa_serial = arn:aws:iam::1:mfa/u\n"
+                   "[profile loop-a]\nrole_arn = arn:aws:iam::1:role/a\nsource_profile = loop-b\n"
+                   "[profile loop-b]\nrole_arn = arn:aws:iam::1:role/b\nsource_profile = loop-a\n"
+                   "[profile nosource]\nrole_arn = arn:aws:iam::1:role/x\n");
     std::error_code code;
-    auto w = error_text([] { s3::resolve_config({.profile = "proc"}); }, &code);
+    auto w = error_text([] { s3::resolve_config({.profile = "sso"}); }, &code);
     CHECK(code == std::errc::operation_not_supported);
     CHECK(contains(w, sb.config_path));
-    CHECK(contains(w, "line 5"));
-    CHECK(contains(w, "credential_process"));
-    CHECK(contains(error_text([] { s3::resolve_config({.profile = "sso"}); }), "sso_session"));
-    CHECK(contains(error_text([] { s3::resolve_config({.profile = "role"}); }), "role_arn"));
+    CHECK(contains(w, "line 2"));
+    CHECK(contains(w, "sso_session"));
+    CHECK(contains(error_text([] { s3::resolve_config({.profile = "role"}); }), "profile 'default' (named by source_profile in profile 'role') is not in"));
+    CHECK(contains(error_text([] { s3::resolve_config({.profile = "mfa"}); }), "needs an MFA code"));
+    CHECK(contains(error_text([] { s3::resolve_config({.profile = "loop-a"}); }), "loop (loop-a -> loop-b -> loop-a)"));
+    CHECK(contains(error_text([] { s3::resolve_config({.profile = "nosource"}); }), "neither source_profile nor credential_source"));
+    // A credential process is a provider now.
+    const auto c = s3::resolve_config({.profile = "proc"});
+    REQUIRE(c.provider);
+    CHECK(c.provider->name() == "credential_process of profile proc (/usr/bin/get-creds)");
 }
 
 // ---------------------------------------------------------------------------------------

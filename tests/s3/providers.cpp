@@ -511,3 +511,133 @@ TEST_SUITE("fake AWS")
         fake_admin("/__fake/lifetime", R"({"seconds":3600})");
     }
 }
+
+TEST_CASE("credential_process: its JSON read, its failures named with its exit status and stderr, a hung one stopped")
+{
+    sandbox sb;
+    auto script = [&](const std::string& name, const std::string& body) {
+        const std::string p = sb.write(name, "#!/bin/sh\n" + body);
+        std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+        return p;
+    };
+    const std::string good = script("good.sh", R"(printf '{"Version": 1, "AccessKeyId": "AKIAPROCESS000000001", "SecretAccessKey": "proc-secret", "SessionToken": "proc-token", "Expiration": "2099-01-01T00:00:00Z"}')");
+    auto t = fetch(s3::process_provider({.command = good + " --arg 'two words'", .profile = "p"}));
+    REQUIRE(t);
+    CHECK(t->creds.access_key_id == "AKIAPROCESS000000001");
+    CHECK(t->creds.secret_access_key == "proc-secret");
+    CHECK(t->creds.session_token == "proc-token");
+    REQUIRE(t->expiration);
+    CHECK(iso(*t->expiration) == "2099-01-01T00:00:00Z");
+    CHECK(contains(t->creds.source, "credential_process of profile p (" + good + ")"));
+    // Without an Expiration: credentials that do not expire.
+    const std::string forever = script("forever.sh", R"(echo '{"Version": 1, "AccessKeyId": "AKIAPROCESS000000002", "SecretAccessKey": "s"}')");
+    t = fetch(s3::process_provider({.command = forever, .profile = "p"}));
+    REQUIRE(t);
+    CHECK_FALSE(t->expiration);
+
+    const std::string fails = script("fails.sh", "echo 'no session: run login first' >&2\nexit 3\n");
+    std::string e = error_text([&] { fetch(s3::process_provider({.command = fails, .profile = "p"})); });
+    CHECK(contains(e, "exited with status 3: no session: run login first"));
+    const std::string v2 = script("v2.sh", R"(echo '{"Version": 2, "AccessKeyId": "A", "SecretAccessKey": "SECRET-v2"}')");
+    e = error_text([&] { fetch(s3::process_provider({.command = v2, .profile = "p"})); });
+    CHECK(contains(e, "\"Version\": 1"));
+    CHECK_FALSE(contains(e, "SECRET-v2"));
+    const std::string text = script("text.sh", "echo hello\n");
+    CHECK(contains(error_text([&] { fetch(s3::process_provider({.command = text, .profile = "p"})); }), "did not print a JSON object"));
+    CHECK(contains(error_text([&] { fetch(s3::process_provider({.command = sb.dir + "/missing", .profile = "p"})); }),
+                   "could not be started"));
+    CHECK(contains(error_text([&] { fetch(s3::process_provider({.command = "'unterminated", .profile = "p"})); }), "unterminated quote"));
+    const std::string hangs = script("hangs.sh", "sleep 30\n");
+    const auto t0 = std::chrono::steady_clock::now();
+    e = error_text([&] { fetch(s3::process_provider({.command = hangs, .profile = "p", .timeout = std::chrono::milliseconds(300)})); });
+    CHECK(contains(e, "stopped after"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+
+    // In the chain: after the profile's static keys, before the container endpoint.
+    sb.write("config", "[default]\ncredential_process = " + good + "\n");
+    const auto c = s3::resolve_config();
+    REQUIRE(c.provider);
+    CHECK(contains(c.provider->name(), "credential_process of profile default"));
+}
+
+TEST_SUITE("fake AWS")
+{
+    TEST_CASE("assume role: a profile's role signed with its source profile's keys, a chain of roles, a container source; as botocore")
+    {
+        if (fake_url().empty()) {
+            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
+            return;
+        }
+        sandbox sb;
+        fake_admin("/__fake/reset", "{}");
+        const char* key = std::getenv("CONVEYOR_TEST_FAKE_AWS_STS_KEY");
+        const char* secret = std::getenv("CONVEYOR_TEST_FAKE_AWS_STS_SECRET");
+        REQUIRE(key);
+        REQUIRE(secret);
+        sb.write("credentials", std::string("[base]\naws_access_key_id = ") + key + "\naws_secret_access_key = " + secret +
+                                    "\n[wrong]\naws_access_key_id = " + key + "\naws_secret_access_key = not-the-secret\n");
+        sb.write("config", "[profile trainer]\nrole_arn = arn:aws:iam::123456789012:role/trainer\nsource_profile = base\n"
+                           "role_session_name = conveyor-test\nregion = us-east-1\n"
+                           "[profile chained]\nrole_arn = arn:aws:iam::123456789012:role/second\nsource_profile = trainer\n"
+                           "role_session_name = conveyor-second\nregion = us-east-1\n"
+                           "[profile ecs]\nrole_arn = arn:aws:iam::123456789012:role/from-ecs\ncredential_source = EcsContainer\n"
+                           "role_session_name = conveyor-ecs\nregion = us-east-1\n"
+                           "[profile bad]\nrole_arn = arn:aws:iam::123456789012:role/trainer\nsource_profile = wrong\nregion = us-east-1\n");
+        sb.env.set("AWS_ENDPOINT_URL_STS", fake_url()).set("AWS_DEFAULT_REGION", "us-east-1");
+
+        sb.env.set("AWS_PROFILE", "trainer");
+        auto c = s3::resolve_config();
+        REQUIRE(c.provider);
+        auto t = fetch(c.provider);
+        REQUIRE(t);
+        CHECK(tag_of(*t) == "AR");
+        same_as_botocore(*t);
+
+        sb.env.set("AWS_PROFILE", "chained");
+        c = s3::resolve_config();
+        REQUIRE(c.provider);
+        CHECK(contains(c.provider->name(), "with credentials from the assume role (role arn:aws:iam::123456789012:role/trainer"));
+        t = fetch(c.provider);
+        REQUIRE(t);
+        same_as_botocore(*t);
+
+        sb.env.set("AWS_PROFILE", "ecs").set("AWS_CONTAINER_CREDENTIALS_FULL_URI", fake_url() + "/container/ecs");
+        c = s3::resolve_config();
+        REQUIRE(c.provider);
+        t = fetch(c.provider);
+        REQUIRE(t);
+        CHECK(tag_of(*t) == "AR");
+        same_as_botocore(*t);
+
+        auto stats = boost::json::parse(fake_admin("/__fake/stats")).as_object();
+        CHECK(stats.at("sts_assume_role").as_int64() >= 4);
+        bool second = false;
+        for (const auto& n : stats.at("session_names").as_array()) second |= n.as_string() == "conveyor-second";
+        CHECK(second);
+
+        sb.env.set("AWS_PROFILE", "bad");
+        const std::string e = error_text([] { fetch(s3::resolve_config().provider); });
+        CHECK(contains(e, "SignatureDoesNotMatch"));
+        CHECK_FALSE(contains(e, "not-the-secret"));
+        fake_admin("/__fake/reset", "{}");
+    }
+
+    TEST_CASE("credential_process: the same credentials as botocore")
+    {
+        if (fake_url().empty()) {
+            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
+            return;
+        }
+        sandbox sb;
+        const std::string p = sb.write("creds.sh", "#!/bin/sh\nprintf '{\"Version\": 1, \"AccessKeyId\": \"AKIAPROCESS000000001\", "
+                                                   "\"SecretAccessKey\": \"proc-secret\", \"SessionToken\": \"proc-token\", "
+                                                   "\"Expiration\": \"2099-01-01T00:00:00Z\"}'\n");
+        std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+        sb.write("config", "[default]\ncredential_process = " + p + "\n");
+        const auto c = s3::resolve_config();
+        REQUIRE(c.provider);
+        const auto t = fetch(c.provider);
+        REQUIRE(t);
+        same_as_botocore(*t);
+    }
+}

@@ -80,19 +80,24 @@ struct config {
     2. `o.anonymous` (unsigned requests);
     3. the JSON file `o.credentials_file`;
     4. `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`);
-    5. web identity: `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN` (+
+    5. the profile's role: `role_arn` with `source_profile` (whose own role, web identity,
+       static keys or credential process sign the request) or `credential_source`
+       (`Environment`, `Ec2InstanceMetadata`, `EcsContainer`): STS `AssumeRole`
+       (`assume_role_provider`); the profile is `o.profile`, else `AWS_PROFILE`, else
+       "default";
+    6. web identity: `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN` (+
        `AWS_ROLE_SESSION_NAME`), else the profile's `web_identity_token_file` + `role_arn`
        (+ `role_session_name`): STS `AssumeRoleWithWebIdentity` (`web_identity_provider`);
-    6. the profile (`o.profile`, else `AWS_PROFILE`, else "default"): its section of the
-       shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`, else ~/.aws/credentials),
-       then its `[profile name]` (or `[default]`) section of the config file
-       (`AWS_CONFIG_FILE`, else ~/.aws/config);
-    7. the container credentials endpoint: `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or
+    7. the profile's static keys: its section of the shared credentials file
+       (`AWS_SHARED_CREDENTIALS_FILE`, else ~/.aws/credentials), then its `[profile name]`
+       (or `[default]`) section of the config file (`AWS_CONFIG_FILE`, else ~/.aws/config);
+    8. the profile's `credential_process` (`process_provider`);
+    9. the container credentials endpoint: `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` or
        `_FULL_URI` (`container_provider`);
-    8. the EC2 instance metadata service, unless `AWS_EC2_METADATA_DISABLED=true`
+    10. the EC2 instance metadata service, unless `AWS_EC2_METADATA_DISABLED=true`
        (`instance_metadata_provider`): where it does not answer, anonymous access;
-    9. anonymous access, with a source that says no credentials were found.
-    Steps 5, 7 and 8 set `provider`: their credentials are fetched by the client, on first
+    11. anonymous access, with a source that says no credentials were found.
+    Steps 5, 6 and 8 to 10 set `provider`: their credentials are fetched by the client, on first
     use, and refreshed in the background before they expire.
 
     Region: `o.region`, `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's `region`,
@@ -108,8 +113,8 @@ struct config {
     @throws conveyor::error naming the file (and line), variable or option at fault and
     what is wrong with it: an unreadable file, bad JSON, a missing or non-string key, an
     INI line that is neither a section, a comment nor `key = value`, half a key pair, a
-    profile that needs a credential provider conveyor lacks (SSO, `role_arn` with
-    `source_profile`, `credential_process`), an
+    profile that needs a credential provider conveyor lacks (SSO) or an MFA code, a role
+    whose source profiles make a loop, an
     endpoint that is not an http(s) URL, a region that is not a region name. The message
     never contains a secret access key or session token.
 

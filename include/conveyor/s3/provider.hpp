@@ -116,6 +116,39 @@ struct web_identity_options {
     token) when STS refuses it. */
 CONVEYOR_DECL std::shared_ptr<credentials_provider> web_identity_provider(web_identity_options o);
 
+/// Settings of the assume-role provider.
+struct assume_role_options {
+    std::string role_arn;        ///< the profile's `role_arn`
+    std::string session_name;    ///< `role_session_name`; else "conveyor-" and the time in milliseconds
+    std::string external_id;     ///< `external_id`, if the role's trust policy asks for one
+    std::chrono::seconds duration{0}; ///< `duration_seconds`; 0: STS's default (an hour)
+    std::string region = "us-east-1"; ///< the signature's region
+    http::endpoint sts;          ///< as for `web_identity_options::sts`
+    std::chrono::milliseconds timeout{5000};
+    unsigned attempts = 3;
+};
+
+/** STS `AssumeRole`, signed (SigV4, service "sts") with the source credentials: `source`'s
+    when given (fetched again for each call: they may be temporary themselves, as with a
+    chain of roles, a web identity or the container endpoint), else `source_creds`. */
+CONVEYOR_DECL std::shared_ptr<credentials_provider> assume_role_provider(assume_role_options o, credentials source_creds,
+                                                                         std::shared_ptr<credentials_provider> source = nullptr);
+
+/// Settings of the credential-process provider.
+struct process_options {
+    std::string command; ///< the profile's `credential_process`: a program and its arguments,
+                         ///< split as a POSIX shell would (quotes, backslashes), run without one
+    std::string profile; ///< for messages
+    std::chrono::milliseconds timeout{60'000};
+};
+
+/** Runs the profile's `credential_process` and reads the JSON it prints: `Version` 1,
+    `AccessKeyId`, `SecretAccessKey`, `SessionToken` and `Expiration` (both optional; with
+    no `Expiration` the credentials do not expire). A command that fails, prints something
+    else or outlives the timeout is an error naming the profile, the program and its exit
+    status, with the first line of what it wrote to stderr. */
+CONVEYOR_DECL std::shared_ptr<credentials_provider> process_provider(process_options o);
+
 /** Parses an ISO 8601 UTC time as these services send it: "2026-11-28T07:00:00Z", with or
     without fractional seconds, "Z" or "+00:00". nullopt for anything else. */
 CONVEYOR_DECL std::optional<std::chrono::system_clock::time_point> parse_iso8601(std::string_view text) noexcept;

@@ -164,7 +164,7 @@ CONVEYOR_DECL credentials profile_credentials(profile_source& p)
                                                 "' has aws_secret_access_key but no aws_access_key_id");
     // Profiles that get credentials some other way would silently turn into anonymous
     // requests (and 403s) if skipped: say so instead.
-    for (const char* key : {"credential_process", "role_arn", "sso_session", "sso_start_url"})
+    for (const char* key : {"sso_session", "sso_start_url", "sso_account_id"})
         if (auto v = p.get(key))
             throw_config_error(std::make_error_code(std::errc::operation_not_supported), v->file,
                                "line " + std::to_string(v->line) + ": profile '" + p.name() + "' gets credentials from " + key +
@@ -284,6 +284,94 @@ CONVEYOR_DECL std::shared_ptr<credentials_provider> web_identity_from(profile_so
     return web_identity_provider(std::move(w));
 }
 
+/// A profile's `credential_process`, if it has one.
+CONVEYOR_DECL std::shared_ptr<credentials_provider> process_from(profile_source& p)
+{
+    auto cmd = p.get("credential_process");
+    if (!cmd) return nullptr;
+    return process_provider({.command = cmd->value, .profile = p.name()});
+}
+
+CONVEYOR_DECL std::shared_ptr<credentials_provider> container_from_environment();
+CONVEYOR_DECL std::shared_ptr<credentials_provider> instance_metadata_from_environment();
+
+/** A profile's role (`role_arn` with `source_profile` or `credential_source`): STS
+    `AssumeRole` signed with the source's credentials. A source profile may have a role
+    itself (a chain of roles), a web identity, a credential process or static keys; a
+    profile that is its own source uses its static keys. `visited` catches loops. */
+CONVEYOR_DECL std::shared_ptr<credentials_provider> assume_role_from(profile_source& p, const std::string& region,
+                                                                     std::vector<std::string> visited = {})
+{
+    auto role = p.get("role_arn");
+    if (!role || p.get("web_identity_token_file")) return nullptr;
+    const std::string at = "line " + std::to_string(role->line) + ": profile '" + p.name() + "'";
+    auto source_profile = p.get("source_profile");
+    auto credential_source = p.get("credential_source");
+    if (!source_profile && !credential_source)
+        throw_invalid(role->file, at + " has role_arn but neither source_profile nor credential_source");
+    if (source_profile && credential_source)
+        throw_invalid(role->file, at + " has both source_profile and credential_source; give one");
+    if (auto mfa = p.get("mfa_serial"))
+        throw_config_error(std::make_error_code(std::errc::operation_not_supported), mfa->file,
+                           "line " + std::to_string(mfa->line) + ": profile '" + p.name() +
+                               "' needs an MFA code (mfa_serial), which conveyor cannot ask for");
+    assume_role_options o;
+    o.role_arn = role->value;
+    if (auto n = p.get("role_session_name")) o.session_name = n->value;
+    if (auto x = p.get("external_id")) o.external_id = x->value;
+    if (auto d = p.get("duration_seconds")) {
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(d->value.c_str(), &end, 10);
+        if (end == d->value.c_str() || *end || n < 900 || n > 43200)
+            throw_invalid(d->file, "line " + std::to_string(d->line) + ": duration_seconds '" + d->value + "' is not 900 to 43200");
+        o.duration = std::chrono::seconds(n);
+    }
+    std::string scope_region = region;
+    if (auto r = p.get("region")) scope_region = r->value;
+    o.region = scope_region;
+    o.sts = sts_endpoint(p, scope_region);
+
+    if (credential_source) {
+        const std::string& what = credential_source->value;
+        std::shared_ptr<credentials_provider> src;
+        if (what == "Environment") {
+            auto e = environment_credentials();
+            if (!e) throw_invalid(credential_source->file, at + " has credential_source = Environment, but AWS_ACCESS_KEY_ID is not set");
+            return assume_role_provider(std::move(o), std::move(*e));
+        }
+        if (what == "Ec2InstanceMetadata") src = instance_metadata_from_environment();
+        else if (what == "EcsContainer") src = container_from_environment();
+        else
+            throw_invalid(credential_source->file, at + " has credential_source '" + what +
+                                                       "', not Environment, Ec2InstanceMetadata or EcsContainer");
+        if (!src)
+            throw_invalid(credential_source->file, at + " has credential_source = " + what + ", but " +
+                                                       (what == "EcsContainer" ? "no AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI is set"
+                                                                               : "AWS_EC2_METADATA_DISABLED is true"));
+        return assume_role_provider(std::move(o), {}, std::move(src));
+    }
+
+    const std::string& source_name = source_profile->value;
+    visited.push_back(p.name());
+    if (source_name == p.name()) {
+        // Its own source: its static keys sign the request.
+        credentials c = profile_credentials(p);
+        if (c.anonymous()) throw_invalid(source_profile->file, at + " is its own source_profile but has no static keys");
+        return assume_role_provider(std::move(o), std::move(c));
+    }
+    if (std::find(visited.begin(), visited.end(), source_name) != visited.end()) {
+        std::string chain;
+        for (const auto& v : visited) chain += v + " -> ";
+        throw_invalid(source_profile->file, at + ": its source profiles make a loop (" + chain + source_name + ")");
+    }
+    profile_source src(source_name, "named by source_profile in profile '" + p.name() + "'");
+    if (auto chained = assume_role_from(src, scope_region, visited)) return assume_role_provider(std::move(o), {}, std::move(chained));
+    if (auto w = web_identity_from(src, scope_region)) return assume_role_provider(std::move(o), {}, std::move(w));
+    if (credentials c = profile_credentials(src); !c.anonymous()) return assume_role_provider(std::move(o), std::move(c));
+    if (auto proc = process_from(src)) return assume_role_provider(std::move(o), {}, std::move(proc));
+    throw_invalid(source_profile->file, at + ": its source profile '" + source_name + "' has no credentials");
+}
+
 /// Step 7: the container credentials endpoint, when the environment names one.
 CONVEYOR_DECL std::shared_ptr<credentials_provider> container_from_environment()
 {
@@ -381,9 +469,11 @@ CONVEYOR_DECL config resolve_config(const config_options& o)
     else if (o.anonymous) c.creds.source = "requested";
     else if (json) c.creds = json->creds;
     else if (auto e = detail::environment_credentials()) c.creds = std::move(*e);
+    else if (auto a = detail::assume_role_from(profile, c.region)) c.provider = std::move(a);
     else if (auto w = detail::web_identity_from(profile, c.region)) c.provider = std::move(w);
     else if (c.creds = detail::profile_credentials(profile); !c.creds.anonymous()) {
-    } else if (auto k = detail::container_from_environment()) c.provider = std::move(k);
+    } else if (auto proc = detail::process_from(profile)) c.provider = std::move(proc);
+    else if (auto k = detail::container_from_environment()) c.provider = std::move(k);
     else if (auto m = detail::instance_metadata_from_environment()) c.provider = std::move(m);
     if (c.provider) c.creds = credentials{.access_key_id = {}, .secret_access_key = {}, .session_token = {},
                                           .source = "the " + c.provider->name() + ", fetched on first use"};

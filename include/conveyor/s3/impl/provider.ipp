@@ -4,8 +4,11 @@
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/http/client.hpp>
+#include <conveyor/core/detail/offload.hpp>
+#include <conveyor/core/runtime.hpp>
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/provider.hpp>
+#include <conveyor/s3/sigv4.hpp>
 
 #include <boost/asio/this_coro.hpp>
 #include <boost/json/parse.hpp>
@@ -13,14 +16,26 @@
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <utility>
+#include <vector>
+
+extern char** environ;
 
 namespace conveyor::s3 {
 
@@ -290,14 +305,50 @@ inline boost::property_tree::ptree sts_xml(const std::string& provider, std::str
     return doc;
 }
 
+/// The credentials of an STS reply to `action` (AssumeRole, AssumeRoleWithWebIdentity), or
+/// STS's refusal as an error naming the provider.
+inline timed_credentials sts_credentials(const std::string& me, const http::response& r, const std::string& action)
+{
+    const std::string_view text = r.body.view();
+    if (r.status != 200) {
+        std::string why = status_text(r);
+        try {
+            const auto doc = sts_xml(me, text);
+            if (auto code = doc.get_optional<std::string>("ErrorResponse.Error.Code"))
+                why = "STS refused: " + *code + ": " + doc.get<std::string>("ErrorResponse.Error.Message", "");
+        } catch (const std::exception&) {
+            // Not STS's XML (a proxy's page): the status and an excerpt say enough.
+        }
+        throw_credentials(me, why);
+    }
+    const boost::property_tree::ptree doc = sts_xml(me, text);
+    const auto* c = doc.get_child_optional(action + "Response." + action + "Result.Credentials").get_ptr();
+    if (!c) throw_credentials(me, "STS's reply has no Credentials", make_error_code(errc::bad_reply));
+    timed_credentials t;
+    t.creds.access_key_id = c->get<std::string>("AccessKeyId", "");
+    t.creds.secret_access_key = c->get<std::string>("SecretAccessKey", "");
+    t.creds.session_token = c->get<std::string>("SessionToken", "");
+    t.creds.source = me;
+    if (t.creds.access_key_id.empty() || t.creds.secret_access_key.empty())
+        throw_credentials(me, "STS's Credentials have no AccessKeyId and SecretAccessKey", make_error_code(errc::bad_reply));
+    const std::string e = c->get<std::string>("Expiration", "");
+    t.expiration = parse_iso8601(e);
+    if (!t.expiration) throw_credentials(me, "STS's Expiration '" + e + "' is not an ISO 8601 time", make_error_code(errc::bad_reply));
+    return t;
+}
+
+/// "conveyor-" and the time in milliseconds: a session name when none is set.
+inline std::string default_session_name()
+{
+    return "conveyor-" +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+
 class web_identity_provider_impl final : public credentials_provider {
 public:
     explicit web_identity_provider_impl(web_identity_options o) : o_(std::move(o))
     {
-        if (o_.session_name.empty())
-            o_.session_name = "conveyor-" + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                               std::chrono::system_clock::now().time_since_epoch())
-                                                               .count());
+        if (o_.session_name.empty()) o_.session_name = default_session_name();
     }
 
     std::string name() const override { return "web identity (role " + o_.role_arn + ", STS at " + o_.sts.url() + ")"; }
@@ -316,37 +367,227 @@ public:
         p.body = std::as_bytes(std::span(body.data(), body.size()));
         auto [ec, r] = co_await credentials_request(rt, o_.sts, p, o_.timeout, o_.attempts);
         if (ec) throw_credentials(me, ec.message(), ec);
-        const std::string_view text = r.body.view();
-        if (r.status != 200) {
-            std::string why = status_text(r);
-            try {
-                const auto doc = sts_xml(me, text);
-                if (auto code = doc.get_optional<std::string>("ErrorResponse.Error.Code"))
-                    why = "STS refused: " + *code + ": " + doc.get<std::string>("ErrorResponse.Error.Message", "");
-            } catch (const std::exception&) {
-                // Not STS's XML (a proxy's page): the status and an excerpt say enough.
-            }
-            throw_credentials(me, why);
-        }
-        const boost::property_tree::ptree doc = sts_xml(me, text);
-        const auto* c = doc.get_child_optional("AssumeRoleWithWebIdentityResponse.AssumeRoleWithWebIdentityResult.Credentials").get_ptr();
-        if (!c) throw_credentials(me, "STS's reply has no Credentials", make_error_code(errc::bad_reply));
-        timed_credentials t;
-        t.creds.access_key_id = c->get<std::string>("AccessKeyId", "");
-        t.creds.secret_access_key = c->get<std::string>("SecretAccessKey", "");
-        t.creds.session_token = c->get<std::string>("SessionToken", "");
-        t.creds.source = me;
-        if (t.creds.access_key_id.empty() || t.creds.secret_access_key.empty())
-            throw_credentials(me, "STS's Credentials have no AccessKeyId and SecretAccessKey", make_error_code(errc::bad_reply));
-        const std::string e = c->get<std::string>("Expiration", "");
-        t.expiration = parse_iso8601(e);
-        if (!t.expiration) throw_credentials(me, "STS's Expiration '" + e + "' is not an ISO 8601 time", make_error_code(errc::bad_reply));
-        co_return t;
+        co_return sts_credentials(me, r, "AssumeRoleWithWebIdentity");
     }
 
 private:
     web_identity_options o_;
 };
+
+class assume_role_provider_impl final : public credentials_provider {
+public:
+    assume_role_provider_impl(assume_role_options o, credentials source_creds, std::shared_ptr<credentials_provider> source)
+        : o_(std::move(o)), static_(std::move(source_creds)), source_(std::move(source))
+    {
+        if (o_.session_name.empty()) o_.session_name = default_session_name();
+    }
+
+    std::string name() const override
+    {
+        return "assume role (role " + o_.role_arn + ", STS at " + o_.sts.url() + ", with " +
+               (source_ ? "credentials from the " + source_->name() : static_.describe()) + ")";
+    }
+
+    asio::awaitable<std::optional<timed_credentials>> async_fetch(runtime& rt) override
+    {
+        const std::string me = name();
+        credentials from = static_;
+        if (source_) {
+            std::optional<timed_credentials> s = co_await source_->async_fetch(rt);
+            if (!s) throw_credentials(me, "its source, the " + source_->name() + ", has no credentials");
+            from = std::move(s->creds);
+        }
+        if (from.anonymous()) throw_credentials(me, "it has no source credentials to sign the AssumeRole request with");
+        std::string body = "Action=AssumeRole&Version=2011-06-15&RoleArn=" + form_encoded(o_.role_arn) +
+                           "&RoleSessionName=" + form_encoded(o_.session_name);
+        if (!o_.external_id.empty()) body += "&ExternalId=" + form_encoded(o_.external_id);
+        if (o_.duration.count() > 0) body += "&DurationSeconds=" + std::to_string(o_.duration.count());
+        http::request p;
+        p.method = boost::beast::http::verb::post;
+        p.target = o_.sts.base_path.empty() ? "/" : o_.sts.base_path + "/";
+        p.headers.set(boost::beast::http::field::host, o_.sts.host_header());
+        p.headers.set(boost::beast::http::field::content_type, "application/x-www-form-urlencoded; charset=utf-8");
+        p.body = std::as_bytes(std::span(body.data(), body.size()));
+        const signer sign(std::move(from), o_.region, "sts");
+        sign.sign(p.method, p.target, p.headers, sha256_hex(std::string_view(body)));
+        auto [ec, r] = co_await credentials_request(rt, o_.sts, p, o_.timeout, o_.attempts);
+        if (ec) throw_credentials(me, ec.message(), ec);
+        co_return sts_credentials(me, r, "AssumeRole");
+    }
+
+private:
+    assume_role_options o_;
+    credentials static_;
+    std::shared_ptr<credentials_provider> source_;
+};
+
+/** A command line split as a POSIX shell splits words: blanks separate them; '...' keeps
+    everything; "..." keeps everything but \", \\, \$ and \` escapes; \ outside quotes
+    escapes the next character. nullopt for an unterminated quote. */
+inline std::optional<std::vector<std::string>> split_command(std::string_view cmd)
+{
+    std::vector<std::string> words;
+    std::string w;
+    bool in_word = false;
+    for (std::size_t i = 0; i < cmd.size(); ++i) {
+        const char ch = cmd[i];
+        if (ch == ' ' || ch == '\t' || ch == '\n') {
+            if (in_word) words.push_back(std::exchange(w, {}));
+            in_word = false;
+        } else if (ch == '\'') {
+            const auto end = cmd.find('\'', i + 1);
+            if (end == std::string_view::npos) return std::nullopt;
+            w.append(cmd.substr(i + 1, end - i - 1));
+            i = end;
+            in_word = true;
+        } else if (ch == '"') {
+            std::size_t j = i + 1;
+            for (; j < cmd.size() && cmd[j] != '"'; ++j) {
+                if (cmd[j] == '\\' && j + 1 < cmd.size() && std::string_view("\"\\$`").find(cmd[j + 1]) != std::string_view::npos) ++j;
+                w += cmd[j];
+            }
+            if (j >= cmd.size()) return std::nullopt;
+            i = j;
+            in_word = true;
+        } else if (ch == '\\' && i + 1 < cmd.size()) {
+            w += cmd[++i];
+            in_word = true;
+        } else {
+            w += ch;
+            in_word = true;
+        }
+    }
+    if (in_word) words.push_back(std::move(w));
+    return words;
+}
+
+/// What a finished process left: its exit status (-1: killed or not started) and output.
+struct process_result {
+    int status = -1;
+    std::string out, err;
+    std::string failure; ///< why it could not run, or was stopped
+};
+
+/// Runs `argv` (looked up in PATH) without a shell, stdin from /dev/null; stops it after `timeout`.
+CONVEYOR_DECL process_result run_process(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+class process_provider_impl final : public credentials_provider {
+public:
+    explicit process_provider_impl(process_options o) : o_(std::move(o)) {}
+
+    std::string name() const override
+    {
+        const auto words = split_command(o_.command);
+        const std::string program = words && !words->empty() ? words->front() : std::string("?");
+        return "credential_process of profile " + o_.profile + " (" + program + ")";
+    }
+
+    asio::awaitable<std::optional<timed_credentials>> async_fetch(runtime& rt) override
+    {
+        const std::string me = name();
+        const auto argv = split_command(o_.command);
+        if (!argv || argv->empty()) throw_credentials(me, "the command has an unterminated quote, or is empty");
+        const process_result r = co_await conveyor::detail::offload(rt.blocking_executor(), [&] { return run_process(*argv, o_.timeout); });
+        auto first_line = [](std::string t) {
+            if (const auto nl = t.find('\n'); nl != std::string::npos) t.resize(nl);
+            if (t.size() > 200) t = t.substr(0, 200) + "...";
+            return t;
+        };
+        if (!r.failure.empty()) throw_credentials(me, r.failure);
+        if (r.status != 0)
+            throw_credentials(me, "it exited with status " + std::to_string(r.status) +
+                                      (r.err.empty() ? std::string() : ": " + first_line(r.err)));
+        boost::system::error_code ec;
+        const boost::json::value v = boost::json::parse(r.out, ec);
+        if (ec || !v.is_object()) throw_credentials(me, "it did not print a JSON object", make_error_code(errc::bad_reply));
+        const auto& o = v.as_object();
+        const auto* version = o.if_contains("Version");
+        if (!version || !version->is_int64() || version->as_int64() != 1)
+            throw_credentials(me, "its JSON has no \"Version\": 1", make_error_code(errc::bad_reply));
+        timed_credentials t;
+        t.creds.access_key_id = json_string(o, "AccessKeyId");
+        t.creds.secret_access_key = json_string(o, "SecretAccessKey");
+        t.creds.session_token = json_string(o, "SessionToken");
+        t.creds.source = me;
+        if (t.creds.access_key_id.empty() || t.creds.secret_access_key.empty())
+            throw_credentials(me, "its JSON has no AccessKeyId and SecretAccessKey", make_error_code(errc::bad_reply));
+        if (const std::string e = json_string(o, "Expiration"); !e.empty()) {
+            t.expiration = parse_iso8601(e);
+            if (!t.expiration) throw_credentials(me, "its Expiration '" + e + "' is not an ISO 8601 time", make_error_code(errc::bad_reply));
+        }
+        co_return t;
+    }
+
+private:
+    process_options o_;
+};
+
+CONVEYOR_DECL process_result run_process(const std::vector<std::string>& argv, std::chrono::milliseconds timeout)
+{
+    process_result res;
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+        res.failure = std::string("pipe: ") + std::strerror(errno);
+        for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]})
+            if (fd >= 0) ::close(fd);
+        return res;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = ::posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    if (rc != 0) {
+        res.failure = "it could not be started: " + std::string(std::strerror(rc));
+        ::close(out_pipe[0]);
+        ::close(err_pipe[0]);
+        return res;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+    int open_fds = 2;
+    bool killed = false;
+    char buf[4096];
+    while (open_fds > 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) {
+            ::kill(pid, SIGKILL);
+            killed = true;
+            break;
+        }
+        const int n = ::poll(fds, 2, static_cast<int>(std::min<long long>(left, 1000)));
+        if (n < 0 && errno != EINTR) break;
+        for (int k = 0; k < 2; ++k) {
+            if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            const ssize_t got = ::read(fds[k].fd, buf, sizeof buf);
+            if (got > 0) {
+                std::string& into = k == 0 ? res.out : res.err;
+                if (into.size() < (1u << 20)) into.append(buf, static_cast<std::size_t>(got));
+            } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+                ::close(fds[k].fd);
+                fds[k].fd = -1;
+                --open_fds;
+            }
+        }
+    }
+    for (auto& f : fds)
+        if (f.fd >= 0) ::close(f.fd);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (killed) res.failure = "it was stopped after " + std::to_string(timeout.count() / 1000) + " s without finishing";
+    else if (WIFEXITED(status)) res.status = WEXITSTATUS(status);
+    else res.failure = "it ended by signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return res;
+}
 
 } // namespace detail
 
@@ -363,6 +604,17 @@ CONVEYOR_DECL std::shared_ptr<credentials_provider> container_provider(container
 CONVEYOR_DECL std::shared_ptr<credentials_provider> web_identity_provider(web_identity_options o)
 {
     return std::make_shared<detail::web_identity_provider_impl>(std::move(o));
+}
+
+CONVEYOR_DECL std::shared_ptr<credentials_provider> assume_role_provider(assume_role_options o, credentials source_creds,
+                                                                         std::shared_ptr<credentials_provider> source)
+{
+    return std::make_shared<detail::assume_role_provider_impl>(std::move(o), std::move(source_creds), std::move(source));
+}
+
+CONVEYOR_DECL std::shared_ptr<credentials_provider> process_provider(process_options o)
+{
+    return std::make_shared<detail::process_provider_impl>(std::move(o));
 }
 
 } // namespace conveyor::s3

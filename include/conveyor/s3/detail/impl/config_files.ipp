@@ -140,11 +140,11 @@ struct profile_value {
     the config file, key by key (as botocore merges them). */
 class profile_source {
 public:
-    explicit profile_source(const std::string& explicit_name)
+    explicit profile_source(const std::string& explicit_name, std::string named_by = "named in the options")
     {
         if (!explicit_name.empty()) {
             name_ = explicit_name;
-            named_by_ = "named in the options";
+            named_by_ = std::move(named_by);
         } else if (auto p = env("AWS_PROFILE"); !p.empty()) {
             name_ = std::move(p);
             named_by_ = "named by AWS_PROFILE";
