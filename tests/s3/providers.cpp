@@ -6,6 +6,7 @@
 // expiry, the token file read again each time.
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/client.hpp>
+#include <conveyor/s3/client.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/detail/credentials_cache.hpp>
 #include <conveyor/s3/error.hpp>
@@ -23,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
 #include <openssl/sha.h>
 #include <optional>
 #include <string>
@@ -172,15 +174,15 @@ std::string fake_url()
     return v ? v : "";
 }
 
-/// A request to the fake's admin API; the reply's body.
-std::string fake_admin(const std::string& path, const std::string& json_body = {})
+/// A request to an admin API (the fake's, by default); the reply's body.
+std::string fake_admin(const std::string& path, const std::string& json_body = {}, std::string base = {})
 {
-    const cv::http::endpoint ep = cv::http::parse_endpoint(fake_url());
+    const cv::http::endpoint ep = cv::http::parse_endpoint(base.empty() ? fake_url() : base);
     return run([&]() -> asio::awaitable<std::string> {
         cv::http::client c(rt(), ep);
         cv::http::request r;
         r.method = json_body.empty() ? boost::beast::http::verb::get : boost::beast::http::verb::post;
-        r.target = path;
+        r.target = ep.base_path + path;
         r.headers.set(boost::beast::http::field::host, ep.host_header());
         r.headers.set(boost::beast::http::field::content_type, "application/json");
         r.body = std::as_bytes(std::span(json_body.data(), json_body.size()));
@@ -639,5 +641,78 @@ TEST_SUITE("fake AWS")
         const auto t = fetch(c.provider);
         REQUIRE(t);
         same_as_botocore(*t);
+    }
+}
+
+TEST_SUITE("fake AWS and S3")
+{
+    TEST_CASE("reading S3 through several expiries of 20-second credentials: no failed request, none signed with expired ones")
+    {
+        const char* endpoint = std::getenv("CONVEYOR_TEST_S3_ENDPOINT");
+        if (fake_url().empty() || !endpoint) {
+            MESSAGE("skipped: run through with_fake_aws.sh and with_s3_server.sh");
+            return;
+        }
+        sandbox sb;
+        const std::string bucket = std::getenv("CONVEYOR_TEST_S3_BUCKET");
+        const std::string key = "providers/through-expiries.bin";
+        std::string data(64 * 1024, '\0');
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+        {
+            s3::credentials keys;
+            keys.access_key_id = std::getenv("CONVEYOR_TEST_S3_ACCESS_KEY");
+            keys.secret_access_key = std::getenv("CONVEYOR_TEST_S3_SECRET_KEY");
+            s3::client writer(rt(), s3::resolve_config({.creds = keys, .region = "us-east-1", .endpoint_url = endpoint}));
+            (void)writer.run(writer.async_put(bucket, key, std::as_bytes(std::span(data.data(), data.size()))));
+        }
+        fake_admin("/__fake/reset", "{}");
+        fake_admin("/__fake/lifetime", R"({"seconds":20})");
+        const std::string token = sb.write("token", "token-0");
+        sb.env.set("AWS_WEB_IDENTITY_TOKEN_FILE", token)
+            .set("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/reader")
+            .set("AWS_ROLE_SESSION_NAME", "conveyor-reader")
+            .set("AWS_ENDPOINT_URL_STS", fake_url());
+        const auto cfg = s3::resolve_config({.region = "us-east-1", .endpoint_url = endpoint});
+        REQUIRE(cfg.provider);
+        s3::client reader(rt(), cfg);
+        const std::string admin = std::string(endpoint) + "/__conveyor";
+        const auto before = boost::json::parse(fake_admin("/stats", {}, admin)).as_object();
+
+        // Four readers for a minute: three lifetimes of the credentials.
+        std::atomic<unsigned> reads{0}, failures{0}, wrong{0};
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(62);
+        std::vector<std::jthread> readers;
+        for (int r = 0; r < 4; ++r)
+            readers.emplace_back([&] {
+                while (std::chrono::steady_clock::now() < end) {
+                    try {
+                        const cv::buffer b = reader.run(reader.async_get(bucket, key));
+                        if (b.view() != data) ++wrong;
+                        ++reads;
+                    } catch (const std::exception& e) {
+                        if (++failures <= 3) MESSAGE("failed read: " << e.what());
+                    }
+                    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                }
+            });
+        for (int i = 1; std::chrono::steady_clock::now() < end; ++i) {
+            std::this_thread::sleep_for(std::chrono::seconds(5));
+            sb.write("token", "token-" + std::to_string(i)); // Kubernetes rotates the token
+        }
+        readers.clear();
+        const auto after = boost::json::parse(fake_admin("/stats", {}, admin)).as_object();
+        const auto fake = boost::json::parse(fake_admin("/__fake/stats")).as_object();
+        MESSAGE(reads.load() << " reads over 62 s of 20-second credentials; " << fake.at("sts_web_identity").as_int64()
+                             << " AssumeRoleWithWebIdentity calls; proxy refusals for expiry: "
+                             << after.at("expired_token").as_int64() - before.at("expired_token").as_int64());
+        CHECK(failures == 0);
+        CHECK(wrong == 0);
+        CHECK(reads > 500);
+        CHECK(after.at("expired_token").as_int64() == before.at("expired_token").as_int64());
+        CHECK(after.at("rejected").as_int64() == before.at("rejected").as_int64());
+        CHECK(fake.at("sts_web_identity").as_int64() >= 4);
+        const auto& tokens = fake.at("web_identity_tokens").as_array();
+        CHECK(tokens.back().as_string() != "token-0");
+        fake_admin("/__fake/reset", "{}");
     }
 }

@@ -9,6 +9,8 @@
 #
 # Environment: CONVEYOR_CACHE_DIR (default ${XDG_CACHE_HOME:-$HOME/.cache}/conveyor),
 # CONVEYOR_S3_KEEP_TMP=1 keeps the temp dir (data and logs) for a look afterwards.
+# Under with_fake_aws.sh (CONVEYOR_TEST_FAKE_AWS_MASTER set), the proxy also takes the fake's
+# derived temporary credentials, and refuses them once expired (ExpiredToken).
 # shellcheck disable=SC2317,SC2094  # functions called from traps; the proxy's stderr joins its log
 set -euo pipefail
 
@@ -194,6 +196,7 @@ EOF
   exec setsid "$PY" "$here/sigv4_proxy.py" --listen 127.0.0.1 --port 0 --port-file "$tmp/proxy.port" \
     --upstream "127.0.0.1:$upstream_port" --credentials "$tmp/credentials.json" --region "$REGION" \
     --public-bucket "$PUBLIC_BUCKET" --log "$proxy_log" \
+    ${CONVEYOR_TEST_FAKE_AWS_MASTER:+--derived-credentials "$CONVEYOR_TEST_FAKE_AWS_MASTER"} \
     --watch-parent --upstream-pgid "$s3rver_pid" --orphan-cleanup-dir "$tmp"
 ) </dev/null >>"$proxy_log" 2>&1 &
 proxy_pid=$!
