@@ -58,6 +58,21 @@ struct retry_options {
     std::chrono::milliseconds max_delay{20'000};
 };
 
+/// How the client backs off when a store throttles (503 SlowDown, 429, the throttling
+/// error codes) or fails.
+struct throttle_options {
+    /// Requests in flight per endpoint and bucket start at `ceiling`, fall to 0.7 times as
+    /// many on a throttling reply (once per round trip) and grow back by half a request per
+    /// window of healthy replies; never under `floor`. false: no limit but the connections'.
+    bool adaptive = true;
+    unsigned floor = 1;
+    unsigned ceiling = 0; ///< 0: `http.max_connections`
+    /// The retry quota (the AWS SDKs' standard mode): retries take 5 tokens (10 after a
+    /// timeout), successes give 1 back (a retried success its cost); with none left, a
+    /// request fails at its first error rather than retry. Shared by the client's requests.
+    unsigned retry_tokens = 500;
+};
+
 /// Settings of an S3 client.
 struct client_options {
     /// Connections (per endpoint, over all I/O threads), timeouts, TLS. `timeouts.total`
@@ -66,6 +81,7 @@ struct client_options {
     /// API call timeout does; `timeouts.attempt` bounds each attempt alone.
     http::client_options http;
     retry_options retry;
+    throttle_options throttle;
     /// GETs of objects larger than this are split into ranged parts of this size, fetched
     /// in parallel and reassembled in place. 0: never split.
     std::uint64_t part_size = 8u << 20;
@@ -103,6 +119,10 @@ struct client_stats {
     std::uint64_t retries = 0;    ///< attempts that were retries
     std::uint64_t bytes_in = 0;   ///< body bytes received in 2xx replies
     std::uint64_t bytes_out = 0;  ///< body bytes sent
+    std::uint64_t throttled = 0;  ///< throttling replies (503 SlowDown, 429, throttling codes)
+    std::uint64_t retries_refused = 0; ///< retries the retry quota did not allow
+    double limit = 0;             ///< requests in flight allowed now (the lowest over endpoints and buckets; 0: none yet)
+    double lowest_limit = 0;      ///< the lowest the limit has been
 };
 
 /// One object of a listing.

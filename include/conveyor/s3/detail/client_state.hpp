@@ -19,6 +19,7 @@
 #include <conveyor/http/detail/chunk_stream.hpp>
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/detail/credentials_cache.hpp>
+#include <conveyor/s3/detail/throttle.hpp>
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
 
@@ -44,6 +45,9 @@ namespace conveyor::s3::detail {
 
 /// A uniformly random number of milliseconds in [0, bound_ms] (the backoff's full jitter).
 CONVEYOR_DECL std::uint64_t jitter_draw(std::uint64_t bound_ms);
+
+/// Whether an error code says "slow down" (SlowDown, Throttling, TooManyRequestsException...).
+CONVEYOR_DECL bool is_throttling_code(std::string_view code) noexcept;
 
 // A whole decimal number, nothing else (no sign, no spaces).
 CONVEYOR_DECL bool parse_decimal(std::string_view s, std::uint64_t& out);
@@ -122,9 +126,13 @@ struct client_state : std::enable_shared_from_this<client_state> {
     std::shared_ptr<credentials_cache> creds; // the signer for now (temporary credentials refreshed)
     std::mutex mu;
     std::map<std::string, std::shared_ptr<http::client>, std::less<>> pools;  // by endpoint URL
-    std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0};
+    std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0}, retries_refused{0};
+    retry_quota quota;
+    std::map<std::string, std::shared_ptr<concurrency_limit>, std::less<>> limits; // by endpoint URL and bucket (under mu)
 
     CONVEYOR_DECL http::client& pool_for(const http::endpoint& ep);
+    /// The in-flight limit of an endpoint and bucket; null when throttling is not adaptive.
+    CONVEYOR_DECL std::shared_ptr<concurrency_limit> limit_for(const http::endpoint& ep, std::string_view bucket);
 
     bool on_lane() const { return rt.current_io_lane().has_value(); }
 

@@ -14,7 +14,8 @@ namespace conveyor::s3 {
 namespace detail {
 
 CONVEYOR_DECL client_state::client_state(runtime& r, config c, client_options o)
-    : rt(r), cfg(std::move(c)), opts(std::move(o)), creds(std::make_shared<credentials_cache>(rt, cfg.creds, cfg.region, cfg.provider))
+    : rt(r), cfg(std::move(c)), opts(std::move(o)), creds(std::make_shared<credentials_cache>(rt, cfg.creds, cfg.region, cfg.provider)),
+      quota(opts.throttle.retry_tokens)
 {
     if (opts.retry.max_attempts == 0) opts.retry.max_attempts = 1;
     if (opts.parts_in_flight == 0) opts.parts_in_flight = 1;
@@ -30,6 +31,19 @@ CONVEYOR_DECL http::client& client_state::pool_for(const http::endpoint& ep)
     auto it = pools.find(id);
     if (it == pools.end()) it = pools.emplace(std::move(id), std::make_shared<http::client>(rt, ep, opts.http)).first;
     return *it->second;
+}
+
+CONVEYOR_DECL std::shared_ptr<concurrency_limit> client_state::limit_for(const http::endpoint& ep, std::string_view bucket)
+{
+    if (!opts.throttle.adaptive) return nullptr;
+    std::string id = ep.url() + "/" + std::string(bucket);
+    std::lock_guard lk(mu);
+    auto it = limits.find(id);
+    if (it == limits.end()) {
+        const unsigned ceiling = opts.throttle.ceiling ? opts.throttle.ceiling : static_cast<unsigned>(opts.http.max_connections);
+        it = limits.emplace(std::move(id), std::make_shared<concurrency_limit>(opts.throttle.floor, ceiling)).first;
+    }
+    return it->second;
 }
 
 } // namespace detail
@@ -79,7 +93,22 @@ CONVEYOR_DECL asio::awaitable<put_result> client::async_put(std::string bucket, 
 
 CONVEYOR_DECL client_stats client::stats() const noexcept
 {
-    return {s_->requests.load(), s_->retries.load(), s_->bytes_in.load(), s_->bytes_out.load()};
+    client_stats st{s_->requests.load(), s_->retries.load(), s_->bytes_in.load(), s_->bytes_out.load()};
+    st.retries_refused = s_->retries_refused.load();
+    try {
+        std::lock_guard lk(s_->mu);
+        bool first = true;
+        for (const auto& [id, l] : s_->limits) {
+            const auto c = l->stats();
+            st.throttled += c.throttled;
+            st.limit = first ? c.limit : std::min(st.limit, c.limit);
+            st.lowest_limit = first ? c.lowest : std::min(st.lowest_limit, c.lowest);
+            first = false;
+        }
+    } catch (...) {
+        // A lock that cannot be taken: the counters above still say most.
+    }
+    return st;
 }
 
 CONVEYOR_DECL bool client::on_lane() const noexcept { return s_->on_lane(); }

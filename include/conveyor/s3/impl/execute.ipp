@@ -26,6 +26,16 @@ CONVEYOR_DECL std::uint64_t jitter_draw(std::uint64_t bound_ms)
     return std::uniform_int_distribution<std::uint64_t>(0, bound_ms)(gen);
 }
 
+/// The error codes with which S3 and other AWS services say "slow down".
+CONVEYOR_DECL bool is_throttling_code(std::string_view code) noexcept
+{
+    for (std::string_view c : {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+                               "RequestThrottledException", "TooManyRequestsException", "RequestLimitExceeded",
+                               "BandwidthLimitExceeded", "ProvisionedThroughputExceededException", "SlowDownRead", "SlowDownWrite"})
+        if (code == c) return true;
+    return false;
+}
+
 CONVEYOR_DECL request_error client_state::error_for(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
 {
     return request_error(ec, {.stage = "s3", .key = std::string(o.key), .where = object_uri(cfg, o.bucket, o.key), .offset = -1,
@@ -69,6 +79,9 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
     const auto deadline = limits.total.count() > 0 ? started + limits.total : std::chrono::steady_clock::time_point::max();
     unsigned timed_out = 0;
     unsigned series = 0; // attempts before the current series (a streamed body's progress starts a new one)
+    unsigned quota_taken = 0; // what the last retry took from the retry quota
+    bool last_timed_out = false;
+    const std::shared_ptr<concurrency_limit> limit = limit_for(t.endpoint, o.bucket);
     for (unsigned attempt = 1;; ++attempt) {
         http::request req;
         req.method = o.method;
@@ -88,7 +101,17 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         sign->sign(o.method, target, req.headers, payload);
         requests.fetch_add(1, std::memory_order_relaxed);
         if (attempt > 1) retries.fetch_add(1, std::memory_order_relaxed);
+        // A place in flight for this endpoint and bucket, given back with the outcome.
+        if (limit) co_await limit->acquire();
+        limit_place held{limit.get()};
         auto [ec, resp] = co_await pool.async_send(req);
+        if (!ec) {
+            const bool throttling = resp.status == 503 || resp.status == 429 ||
+                                    (resp.status >= 400 && is_throttling_code(std::string_view(resp.headers["x-amz-error-code"])));
+            held.o = throttling ? concurrency_limit::outcome::throttled
+                     : resp.status < 500 ? concurrency_limit::outcome::healthy
+                                         : concurrency_limit::outcome::other;
+        }
         if (ec == std::errc::operation_canceled)
             throw boost::system::system_error(asio::error::operation_aborted);
         bool retry;
@@ -97,6 +120,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         std::string detail;
         if (!ec) {
             if (resp.status >= 200 && resp.status < 300) {
+                quota.on_success(quota_taken);
                 bytes_in.fetch_add(resp.body_size, std::memory_order_relaxed);
                 bytes_out.fetch_add(o.body.size(), std::memory_order_relaxed);
                 co_return std::move(resp);
@@ -107,6 +131,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
                                                            std::min(resp.body_size, o.body_into.size()));
             reply = parse_error_reply(resp.status, text, std::string_view(resp.headers["x-amz-request-id"]));
             if (reply.code.empty() && resp.status == 404 && o.method == boost::beast::http::verb::head) reply.code = "NoSuchKey";
+            if (is_throttling_code(reply.code)) held.o = concurrency_limit::outcome::throttled;
             retry = reply.retryable();
             code = reply.to_error_code();
             detail = reply.describe();
@@ -119,12 +144,21 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
             // their own, smaller budget of attempts.
             if (ec == http::errc::total_timeout) retry = false;
             else if (!timeout.empty() && ++timed_out >= r.max_timeouts && r.max_timeouts > 0) retry = false;
+            last_timed_out = !timeout.empty();
         }
+        held.done(); // not held through the backoff
         if (o.stream && o.stream->took_progress()) { // the body got further: a new series of attempts
             series = attempt - 1;
             timed_out = 0;
         }
         if (!retry || attempt - series >= r.max_attempts) throw given_up(o, t, code, std::move(reply), attempt, detail, started);
+        // The retry quota: spent by an endpoint that keeps failing, refilled by successes.
+        quota_taken = quota.take(last_timed_out);
+        if (quota_taken == 0) {
+            retries_refused.fetch_add(1, std::memory_order_relaxed);
+            throw given_up(o, t, code, std::move(reply), attempt, detail, started,
+                           "; no retry: the client's retry quota is spent (its requests keep failing)");
+        }
         const auto exp = std::min<std::uint64_t>(attempt - series - 1, 30);
         const std::uint64_t bound = std::min<std::uint64_t>(static_cast<std::uint64_t>(r.max_delay.count()),
                                                             static_cast<std::uint64_t>(r.base_delay.count()) << exp);

@@ -9,6 +9,7 @@
 
 // One line per impl/*.ipp file of the module, e.g. #include <conveyor/s3/impl/x.ipp>
 #include <conveyor/s3/detail/impl/credentials_cache.ipp>
+#include <conveyor/s3/detail/impl/throttle.ipp>
 #include <conveyor/s3/detail/impl/xml.ipp>
 #include <conveyor/s3/impl/client.ipp>
 #include <conveyor/s3/impl/config.ipp>
