@@ -135,17 +135,22 @@ int cmd_s3_get(const s3_args& a)
             .add("max_ms", static_cast<double>(h.max()) / 1e6)
             .add("requests", gets)
             .add("retries", stats.retries - stats0.retries)
+            .add("throttles", stats.throttled - stats0.throttled)
+            .add("retries_refused", stats.retries_refused - stats0.retries_refused)
+            .add("limit", stats.limit)
+            .add("lowest_limit", stats.lowest_limit)
             .add("errors", errors)
             .add("cpu_s", usage.cpu_s())
             .add("cpu_us_per_get", gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0)
             .print();
         std::fprintf(stderr,
                      "s3-get: %llu objects, %.1f MB in %.2f s: %.0f objects/s, %.1f MB/s | latency p50 %.1f ms p99 %.1f ms max %.1f ms | "
-                     "%llu requests, %llu retries, %llu errors | CPU %.2f s (%.1f us per GET)\n",
+                     "%llu requests, %llu retries, %llu throttled, %llu errors | CPU %.2f s (%.1f us per GET)\n",
                      static_cast<unsigned long long>(objects), static_cast<double>(bytes) / 1e6, secs, static_cast<double>(objects) / secs,
                      static_cast<double>(bytes) / 1e6 / secs, h.percentile(50) / 1e6, h.percentile(99) / 1e6,
                      static_cast<double>(h.max()) / 1e6, static_cast<unsigned long long>(gets),
-                     static_cast<unsigned long long>(stats.retries - stats0.retries), static_cast<unsigned long long>(errors), usage.cpu_s(),
+                     static_cast<unsigned long long>(stats.retries - stats0.retries),
+                     static_cast<unsigned long long>(stats.throttled - stats0.throttled), static_cast<unsigned long long>(errors), usage.cpu_s(),
                      gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0);
         if (errors) rc = 1;
     }
