@@ -43,6 +43,7 @@
 #include <conveyor/s3/config.hpp>
 #include <conveyor/s3/credentials.hpp>
 #include <conveyor/s3/error.hpp>
+#include <conveyor/s3/provider.hpp>
 #include <conveyor/s3/sigv4.hpp>
 #include <conveyor/s3/source.hpp>
 #include <conveyor/shard/dataset.hpp>
