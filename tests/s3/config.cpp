@@ -10,6 +10,7 @@
 #include <conveyor/s3/source.hpp>
 
 #include "../support/common.hpp"
+#include "aws_sandbox.hpp"
 
 #include <doctest/doctest.h>
 
@@ -35,105 +36,8 @@ namespace {
 
 namespace s3 = conveyor::s3;
 
-/// Sets and unsets environment variables, and puts back every one it touched.
-class env_guard {
-public:
-    env_guard() = default;
-    env_guard(const env_guard&) = delete;
-    env_guard& operator=(const env_guard&) = delete;
-    ~env_guard()
-    {
-        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-            if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
-            else ::unsetenv(it->first.c_str());
-        }
-    }
-    env_guard& set(const char* name, const std::string& value)
-    {
-        save(name);
-        ::setenv(name, value.c_str(), 1);
-        return *this;
-    }
-    env_guard& unset(const char* name)
-    {
-        save(name);
-        ::unsetenv(name);
-        return *this;
-    }
-
-private:
-    void save(const char* name)
-    {
-        for (const auto& s : saved_)
-            if (s.first == name) return;
-        const char* v = std::getenv(name);
-        saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
-    }
-    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
-
-/// A fresh directory, removed with everything in it at the end.
-class temp_dir {
-public:
-    temp_dir()
-    {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "conveyor-s3-config-XXXXXX").string();
-        REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-        path_ = tmpl;
-    }
-    temp_dir(const temp_dir&) = delete;
-    temp_dir& operator=(const temp_dir&) = delete;
-    ~temp_dir()
-    {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    const std::string& path() const noexcept { return path_; }
-    /// Writes `text` to `name` below the directory; returns its path.
-    std::string write(const std::string& name, const std::string& text) const
-    {
-        const auto p = path_ + "/" + name;
-        std::filesystem::create_directories(std::filesystem::path(p).parent_path());
-        std::ofstream out(p, std::ios::binary | std::ios::trunc);
-        out << text;
-        REQUIRE(out.good());
-        return p;
-    }
-
-private:
-    std::string path_;
-};
-
-/// A clean AWS environment (see the file comment). The shared files are not written
-/// until a test asks for them.
-struct aws_sandbox {
-    temp_dir dir;
-    env_guard env;
-    std::string credentials_path = dir.path() + "/credentials";
-    std::string config_path = dir.path() + "/config";
-
-    aws_sandbox()
-    {
-        for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
-                              "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_STS",
-                              "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME", "AWS_STS_REGIONAL_ENDPOINTS",
-                              "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                              "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-                              "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE",
-                              "AWS_METADATA_SERVICE_TIMEOUT", "AWS_METADATA_SERVICE_NUM_ATTEMPTS", "AWS_EC2_METADATA_V1_DISABLED"})
-            env.unset(v);
-        env.set("AWS_EC2_METADATA_DISABLED", "true"); // a test that wants the service sets its endpoint
-        env.set("HOME", dir.path());
-        env.set("AWS_SHARED_CREDENTIALS_FILE", credentials_path);
-        env.set("AWS_CONFIG_FILE", config_path);
-    }
-    void credentials_file(const std::string& text) const { dir.write("credentials", text); }
-    void config_file(const std::string& text) const { dir.write("config", text); }
-    std::string json_file(const std::string& text, const std::string& name = "creds.json") const
-    {
-        return dir.write(name, text);
-    }
-};
+using s3test::aws_sandbox;
+using s3test::env_guard;
 
 /// The `what()` of the `conveyor::error` that `f` throws (the test fails if it throws
 /// nothing or something else); `code` receives its code.

@@ -12,6 +12,8 @@
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/provider.hpp>
 
+#include "aws_sandbox.hpp"
+
 #include <doctest/doctest.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -32,7 +34,6 @@
 #include <thread>
 #include <vector>
 
-#include <stdlib.h> // setenv, unsetenv, mkdtemp
 
 namespace {
 
@@ -40,78 +41,9 @@ namespace cv = conveyor;
 namespace s3 = conveyor::s3;
 namespace asio = boost::asio;
 
-/// Sets and unsets environment variables, and puts back every one it touched.
-class env_guard {
-public:
-    env_guard() = default;
-    env_guard(const env_guard&) = delete;
-    env_guard& operator=(const env_guard&) = delete;
-    ~env_guard()
-    {
-        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-            if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
-            else ::unsetenv(it->first.c_str());
-        }
-    }
-    env_guard& set(const char* name, const std::string& value)
-    {
-        save(name);
-        ::setenv(name, value.c_str(), 1);
-        return *this;
-    }
-    env_guard& unset(const char* name)
-    {
-        save(name);
-        ::unsetenv(name);
-        return *this;
-    }
-
-private:
-    void save(const char* name)
-    {
-        for (const auto& s : saved_)
-            if (s.first == name) return;
-        const char* v = std::getenv(name);
-        saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
-    }
-    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
-
-/// A clean AWS environment in a fresh HOME: no keys, no profiles, no providers.
-struct sandbox {
-    std::string dir;
-    env_guard env;
-    sandbox()
-    {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "conveyor-s3-providers-XXXXXX").string();
-        REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-        dir = tmpl;
-        for (const char* v : {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION",
-                              "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_STS",
-                              "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME", "AWS_STS_REGIONAL_ENDPOINTS",
-                              "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                              "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-                              "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE",
-                              "AWS_METADATA_SERVICE_TIMEOUT", "AWS_METADATA_SERVICE_NUM_ATTEMPTS", "AWS_EC2_METADATA_V1_DISABLED"})
-            env.unset(v);
-        env.set("AWS_EC2_METADATA_DISABLED", "true");
-        env.set("HOME", dir);
-        env.set("AWS_SHARED_CREDENTIALS_FILE", dir + "/credentials");
-        env.set("AWS_CONFIG_FILE", dir + "/config");
-    }
-    ~sandbox()
-    {
-        std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
-    }
-    std::string write(const std::string& name, const std::string& text) const
-    {
-        const std::string p = dir + "/" + name;
-        std::ofstream out(p, std::ios::binary | std::ios::trunc);
-        out << text;
-        REQUIRE(out.good());
-        return p;
-    }
+/// The clean AWS environment; `dir` is its directory's path.
+struct sandbox : s3test::aws_sandbox {
+    const std::string& dir = aws_sandbox::dir.path();
 };
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
@@ -178,6 +110,14 @@ std::string fake_url()
 {
     const char* v = std::getenv("CONVEYOR_TEST_FAKE_AWS");
     return v ? v : "";
+}
+
+/// Whether the fake runs (with_fake_aws.sh started it); says the test is skipped if not.
+bool have_fake()
+{
+    if (!fake_url().empty()) return true;
+    MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
+    return false;
 }
 
 /// A request to an admin API (the fake's, by default); the reply's body.
@@ -336,10 +276,7 @@ TEST_SUITE("fake AWS")
 {
     TEST_CASE("instance metadata (IMDSv2): the same credentials as botocore, and IMDSv1 only where allowed")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         fake_admin("/__fake/reset", "{}");
         sb.env.set("AWS_EC2_METADATA_DISABLED", "false").set("AWS_EC2_METADATA_SERVICE_ENDPOINT", fake_url());
@@ -366,10 +303,7 @@ TEST_SUITE("fake AWS")
 
     TEST_CASE("container credentials with a token file read at each fetch: the same credentials as botocore")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         fake_admin("/__fake/reset", "{}");
         fake_admin("/__fake/container-token", R"({"token":"Bearer first"})");
@@ -402,10 +336,7 @@ TEST_SUITE("fake AWS")
 
     TEST_CASE("web identity through STS: the same credentials as botocore; STS's refusals named, never the token")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         fake_admin("/__fake/reset", "{}");
         const std::string token = sb.write("token", "token-one");
@@ -434,10 +365,7 @@ TEST_SUITE("fake AWS")
 
     TEST_CASE("garbage, HTML, truncated replies, errors and past expirations: the provider named, no secret")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         const std::string token = sb.write("token", "token-one");
         struct target {
@@ -475,10 +403,7 @@ TEST_SUITE("fake AWS")
 
     TEST_CASE("short-lived credentials are refreshed before they expire, the token file read again; no expired one is handed out")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         fake_admin("/__fake/reset", "{}");
         fake_admin("/__fake/lifetime", R"({"seconds":8})");
@@ -572,10 +497,7 @@ TEST_SUITE("fake AWS")
 {
     TEST_CASE("assume role: a profile's role signed with its source profile's keys, a chain of roles, a container source; as botocore")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         fake_admin("/__fake/reset", "{}");
         const char* key = std::getenv("CONVEYOR_TEST_FAKE_AWS_STS_KEY");
@@ -632,10 +554,7 @@ TEST_SUITE("fake AWS")
 
     TEST_CASE("credential_process: the same credentials as botocore")
     {
-        if (fake_url().empty()) {
-            MESSAGE("skipped: run through tests/s3/server/with_fake_aws.sh");
-            return;
-        }
+        if (!have_fake()) return;
         sandbox sb;
         const std::string p = sb.write("creds.sh", "#!/bin/sh\nprintf '{\"Version\": 1, \"AccessKeyId\": \"AKIAPROCESS000000001\", "
                                                    "\"SecretAccessKey\": \"proc-secret\", \"SessionToken\": \"proc-token\", "

@@ -45,9 +45,6 @@ public:
     /// credentials can be had.
     CONVEYOR_DECL asio::awaitable<std::shared_ptr<const signer>> async_signer();
 
-    /// The credentials' description now ("access key ASIA...WXYZ from ..."), for logs.
-    CONVEYOR_DECL std::string describe() const;
-
     struct counters {
         std::uint64_t fetches = 0;  ///< successful fetches
         std::uint64_t failures = 0; ///< failed ones

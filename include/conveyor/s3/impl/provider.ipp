@@ -6,6 +6,7 @@
 #include <conveyor/http/client.hpp>
 #include <conveyor/core/detail/offload.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/s3/config.hpp> // encode_query: STS's form bodies are percent-encoded as S3's query values
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/provider.hpp>
 #include <conveyor/s3/sigv4.hpp>
@@ -271,26 +272,6 @@ private:
     std::string target_;
 };
 
-/// application/x-www-form-urlencoded, as STS's Query API takes it: every byte but
-/// `A-Z a-z 0-9 - . _ ~` as %XX.
-inline std::string form_encoded(std::string_view v)
-{
-    static const char* hex = "0123456789ABCDEF";
-    std::string out;
-    out.reserve(v.size() * 3);
-    for (const char ch : v) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-            out += ch;
-        } else {
-            out += '%';
-            out += hex[c >> 4];
-            out += hex[c & 15];
-        }
-    }
-    return out;
-}
-
 /// An XML document of STS's; throws `errc::bad_reply` naming the provider when it is not one.
 inline boost::property_tree::ptree sts_xml(const std::string& provider, std::string_view body)
 {
@@ -357,8 +338,8 @@ public:
     {
         const std::string me = name();
         const std::string token = read_token_file(me, o_.token_file, "the web identity token file");
-        std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + form_encoded(o_.role_arn) +
-                           "&RoleSessionName=" + form_encoded(o_.session_name) + "&WebIdentityToken=" + form_encoded(token);
+        std::string body = "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + encode_query(o_.role_arn) +
+                           "&RoleSessionName=" + encode_query(o_.session_name) + "&WebIdentityToken=" + encode_query(token);
         http::request p;
         p.method = boost::beast::http::verb::post;
         p.target = o_.sts.base_path.empty() ? "/" : o_.sts.base_path + "/";
@@ -398,9 +379,9 @@ public:
             from = std::move(s->creds);
         }
         if (from.anonymous()) throw_credentials(me, "it has no source credentials to sign the AssumeRole request with");
-        std::string body = "Action=AssumeRole&Version=2011-06-15&RoleArn=" + form_encoded(o_.role_arn) +
-                           "&RoleSessionName=" + form_encoded(o_.session_name);
-        if (!o_.external_id.empty()) body += "&ExternalId=" + form_encoded(o_.external_id);
+        std::string body = "Action=AssumeRole&Version=2011-06-15&RoleArn=" + encode_query(o_.role_arn) +
+                           "&RoleSessionName=" + encode_query(o_.session_name);
+        if (!o_.external_id.empty()) body += "&ExternalId=" + encode_query(o_.external_id);
         if (o_.duration.count() > 0) body += "&DurationSeconds=" + std::to_string(o_.duration.count());
         http::request p;
         p.method = boost::beast::http::verb::post;

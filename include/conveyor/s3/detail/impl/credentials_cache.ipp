@@ -131,13 +131,6 @@ CONVEYOR_DECL asio::awaitable<void> credentials_cache::fetch()
     }
 }
 
-CONVEYOR_DECL std::string credentials_cache::describe() const
-{
-    std::lock_guard lk(mu_);
-    if (current_) return current_->creds().describe();
-    return "credentials from the " + provider_->name() + ", fetched on first use";
-}
-
 CONVEYOR_DECL credentials_cache::counters credentials_cache::stats() const
 {
     std::lock_guard lk(mu_);
