@@ -22,7 +22,6 @@ README.md in this directory. with_fake_aws.sh starts it.
 import argparse
 import calendar
 import datetime
-import hashlib
 import hmac
 import http.server
 import json
@@ -47,6 +46,12 @@ except ImportError as exc:  # pragma: no cover - environment problem
         "fake_aws: cannot import botocore (%s). Install Debian's python3-botocore "
         "(scripts/install-deps.sh) and run this with /usr/bin/python3.\n" % exc)
     sys.exit(2)
+
+# The derived credentials' scheme is the SigV4 proxy's, which checks them at S3: one
+# definition for both (and no __pycache__ written into the source tree).
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sigv4_proxy import DERIVED_KEY_RE, derived_identity  # noqa: E402
 
 ACCOUNT = "123456789012"
 ROLE_NAME = "fake-role"
@@ -87,14 +92,10 @@ def derive_credentials(master, tag, lifetime, now=None, expiry_epoch=None):
     if expiry_epoch is None:
         now = time.time() if now is None else now
         expiry_epoch = (int(now // lifetime) + 2) * lifetime
-    key_id = "ASIAFAKE%d%s" % (expiry_epoch, tag)
-    secret = hmac.new(master.encode(), key_id.encode(), hashlib.sha256).hexdigest()[:40]
-    return {"AccessKeyId": key_id, "SecretAccessKey": secret,
-            "Token": "FAKETOKEN/" + key_id + "/+==", "Expiration": iso8601(expiry_epoch),
+    ident = derived_identity(master, "ASIAFAKE%d%s" % (expiry_epoch, tag))
+    return {"AccessKeyId": ident.access_key, "SecretAccessKey": ident.secret_key,
+            "Token": ident.session_token, "Expiration": iso8601(expiry_epoch),
             "expiry_epoch": expiry_epoch}
-
-
-DERIVED_KEY_RE = re.compile(r"^ASIAFAKE(\d+)([A-Z]{2})$")
 
 
 def parse_derived_key_id(key_id):

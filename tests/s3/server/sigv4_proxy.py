@@ -171,8 +171,8 @@ class Identity:
         self.expiry_epoch = expiry_epoch  # temporary credentials: refused after this time
 
 
-# Derived temporary credentials, as fake_aws.py hands them out (keep the two in step; README.md
-# describes the scheme): the key id ASIAFAKE<expiry epoch><2-letter provider tag>, the secret an
+# Derived temporary credentials, which fake_aws.py hands out through these same definitions
+# (README.md describes the scheme): the key id ASIAFAKE<expiry epoch><2-letter provider tag>, the secret an
 # HMAC-SHA256 of the key id under a master secret, the session token a function of the key id.
 DERIVED_KEY_RE = re.compile(r"^ASIAFAKE(\d+)([A-Z]{2})$")
 

@@ -19,7 +19,8 @@ readonly STS_SECRET_KEY='conveyor-sts-secret/+='
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 me=with_fake_aws
 
-die() { echo "$me: error: $*" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=servers.sh
+source "$here/servers.sh"  # die, stop_group, show_tail, wait_for
 
 if (($# == 0)); then
   echo "usage: $0 CMD [ARGS...]" >&2
@@ -40,21 +41,6 @@ fake_log=$tmp/fake_aws.log
 fake_pid=
 cmd_pid=
 
-stop_group() {  # stop_group PID NAME: TERM the process group, then KILL after 5 s
-  local pid=$1 i
-  [[ -n $pid ]] || return 0
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 50; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "$me: $2 did not stop on SIGTERM; killing it" >&2
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
-
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -68,14 +54,7 @@ cleanup() {
     summary=$(grep -a 'fake-aws summary:' "$fake_log" | tail -n 1 | sed 's/^[^ ]* //' || true)
     [[ -z $summary ]] || echo "$me: $summary" 2>/dev/null || true
   fi
-  if ((rc != 0)); then
-    if [[ -s $fake_log ]]; then
-      echo "$me: ---- last 40 lines of the fake's log ($fake_log) ----" >&2
-      tail -n 40 "$fake_log" >&2 || true
-    else
-      echo "$me: ---- the fake's log is empty ----" >&2
-    fi
-  fi
+  ((rc == 0)) || show_tail "$fake_log" "fake's"
   if [[ ${CONVEYOR_FAKE_AWS_KEEP_TMP:-0} == 1 ]]; then
     echo "$me: kept $tmp" 2>/dev/null || true
   else
@@ -107,17 +86,9 @@ c.request("GET", "/__fake/health"); r = c.getresponse(); r.read()
 sys.exit(0 if r.status == 200 else 1)
 EOF
 }
-port=
-for ((i = 0; i < 300; i++)); do
-  if [[ -s $tmp/fake.port ]]; then
-    port=$(<"$tmp/fake.port")
-    probe "$port" 2>/dev/null && break
-  fi
-  kill -0 "$fake_pid" 2>/dev/null || die "fake_aws.py exited while starting"
-  port=
-  sleep 0.1
-done
-[[ -n $port ]] || die "fake_aws.py did not answer within 30 s"
+port_answers() { [[ -s $tmp/fake.port ]] && probe "$(<"$tmp/fake.port")" 2>/dev/null; }
+wait_for 30 "$fake_pid" "fake_aws.py" port_answers
+port=$(<"$tmp/fake.port")
 echo "$me: fake AWS credential endpoints on 127.0.0.1:$port (log in $tmp)"
 
 export CONVEYOR_TEST_FAKE_AWS=http://127.0.0.1:$port

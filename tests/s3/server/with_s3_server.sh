@@ -28,7 +28,8 @@ readonly REGION=us-east-1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 me=with_s3_server
 
-die() { echo "$me: error: $*" >&2; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=servers.sh
+source "$here/servers.sh"  # die, stop_group, show_tail, wait_for
 
 if (($# == 0)); then
   echo "usage: $0 CMD [ARGS...]" >&2
@@ -107,30 +108,6 @@ s3rver_pid=
 proxy_pid=
 cmd_pid=
 
-stop_group() {  # stop_group PID NAME: TERM the process group, then KILL after 5 s
-  local pid=$1 i
-  [[ -n $pid ]] || return 0
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
-  for ((i = 0; i < 50; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "$me: $2 did not stop on SIGTERM; killing it" >&2
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
-
-show_tail() {  # show_tail FILE NAME
-  if [[ -s $1 ]]; then
-    echo "$me: ---- last 40 lines of the $2 log ($1) ----" >&2
-    tail -n 40 "$1" >&2 || true
-  else
-    echo "$me: ---- the $2 log is empty ----" >&2
-  fi
-}
-
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -158,17 +135,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-wait_for() {  # wait_for SECONDS PID NAME TEST-COMMAND...
-  local seconds=$1 pid=$2 name=$3 i
-  shift 3
-  for ((i = 0; i < seconds * 10; i++)); do
-    "$@" && return 0
-    kill -0 "$pid" 2>/dev/null || die "$name exited while starting"
-    sleep 0.1
-  done
-  die "$name did not start within $seconds s"
-}
 
 # s3rver picks its own free port (-p 0) and prints it; nothing else can take it in between.
 mkdir -p "$tmp/data"
