@@ -11,6 +11,7 @@ find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(CONVEYOR_URING REQUIRED IMPORTED_TARGET GLOBAL liburing)
 pkg_check_modules(CONVEYOR_IMAGE REQUIRED IMPORTED_TARGET GLOBAL libturbojpeg libjpeg spng)
+pkg_check_modules(CONVEYOR_ISAL REQUIRED IMPORTED_TARGET GLOBAL libisal) # Debian libisal-dev: CRC-32C (core/checksum.hpp)
 find_package(dlpack REQUIRED CONFIG) # Debian libdlpack-dev (header only): image/dlpack.hpp
 
 if(NOT TARGET conveyor::deps)
@@ -18,7 +19,7 @@ if(NOT TARGET conveyor::deps)
   # writes `conveyor::deps` into conveyor::conveyor's link interface; conveyorConfig.cmake
   # recreates it by including this file before the exported targets.
   add_library(conveyor::deps INTERFACE IMPORTED GLOBAL)
-  target_link_libraries(conveyor::deps INTERFACE Boost::headers Boost::json Boost::url OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB Threads::Threads PkgConfig::CONVEYOR_URING PkgConfig::CONVEYOR_IMAGE dlpack::dlpack)
+  target_link_libraries(conveyor::deps INTERFACE Boost::headers Boost::json Boost::url OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB Threads::Threads PkgConfig::CONVEYOR_URING PkgConfig::CONVEYOR_IMAGE PkgConfig::CONVEYOR_ISAL dlpack::dlpack)
   # Asio: no deprecated interfaces; io_uring stays ours (Asio's own backend is not used).
   target_compile_definitions(conveyor::deps INTERFACE BOOST_ASIO_NO_DEPRECATED)
 endif()

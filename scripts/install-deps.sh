@@ -7,10 +7,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libdlpack-dev
+  liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libdlpack-dev libisal-dev
   doctest-dev libcli11-dev libbenchmark-dev
   fio golang-1.19-src zlib1g-dev libarchive-tools
-  python3-botocore openssl curl python3-torch python3-torchvision python3-pil
+  python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil
   pybind11-dev python3-dev python3-pytest
 )
 # The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.

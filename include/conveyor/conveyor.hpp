@@ -6,6 +6,7 @@
 #define CONVEYOR_CONVEYOR_HPP
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/core/checksum.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/memory_budget.hpp>

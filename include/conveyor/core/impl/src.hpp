@@ -8,6 +8,7 @@
 #endif
 
 #include <conveyor/core/impl/buffer.ipp>
+#include <conveyor/core/impl/checksum.ipp>
 #include <conveyor/core/impl/error.ipp>
 #include <conveyor/core/impl/location.ipp>
 #include <conveyor/core/impl/memory_budget.ipp>
