@@ -10,6 +10,7 @@
 #include <conveyor/detail/config.hpp>
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/core/checksum.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/options.hpp>
@@ -73,6 +74,36 @@ struct throttle_options {
     unsigned retry_tokens = 500;
 };
 
+/** How objects are checked against the checksums S3 keeps with them (S3's "additional
+    checksums": CRC64NVME, S3's default for new objects, CRC32C, CRC32, SHA-1, SHA-256).
+
+    GETs send `x-amz-checksum-mode: ENABLED` and verify the object against the checksum the
+    reply carries. S3 sends none with a ranged reply, so an object read in ranged parts (the
+    first request of an object of unknown size is one) is checked against the checksum a
+    HeadObject gives, asked for while the parts come (pinned to the same ETag); the parts'
+    CRCs are computed as they arrive and combined. A mismatch is fetched once more (it may be
+    a transfer error), and a second one fails with `errc::checksum_mismatch`, naming the
+    object, the algorithm and both values. A streamed object (`read_chunks`) is checked as it
+    streams, and a mismatch fails the stream at its end.
+
+    Not verified, and counted in `client_stats::checksums_skipped`: composite checksums of
+    multipart uploads (`<base64>-<parts>`: a checksum of the parts' checksums, which only reads
+    split at the upload's own part boundaries could check; conveyor's parts are its own).
+    Objects stored without a checksum are counted in `checksums_absent`. Reads of part of an
+    object (`async_get_range`, a stream from an offset) get no checksum and are not checked.
+    An object of unknown size (no `size_hint`) that fits in the first ranged part costs a
+    HeadObject more, for its checksum: give the size when a listing has it.
+*/
+struct checksum_options {
+    /// Ask for and verify checksums on GETs.
+    bool verify = true;
+    /// The checksum sent with PutObject and with each part of a multipart upload, whose
+    /// completion then carries the whole object's (a full-object checksum); S3 refuses an
+    /// upload whose bytes do not match (400 BadDigest, retried). A CRC (they combine across
+    /// parts); nothing: no checksum sent.
+    std::optional<checksum_algorithm> upload = checksum_algorithm::crc64nvme;
+};
+
 /// Settings of an S3 client.
 struct client_options {
     /// Connections (per endpoint, over all I/O threads), timeouts, TLS. `timeouts.total`
@@ -82,6 +113,7 @@ struct client_options {
     http::client_options http;
     retry_options retry;
     throttle_options throttle;
+    checksum_options checksums;
     /// GETs of objects larger than this are split into ranged parts of this size, fetched
     /// in parallel and reassembled in place. 0: never split.
     std::uint64_t part_size = 8u << 20;
@@ -123,6 +155,10 @@ struct client_stats {
     std::uint64_t retries_refused = 0; ///< retries the retry quota did not allow
     double limit = 0;             ///< requests in flight allowed now (the lowest over endpoints and buckets; 0: none yet)
     double lowest_limit = 0;      ///< the lowest the limit has been
+    std::uint64_t checksums_verified = 0; ///< objects whose bytes matched their checksum
+    std::uint64_t checksum_failures = 0;  ///< mismatches seen (each retried once, see `checksum_options`)
+    std::uint64_t checksums_skipped = 0;  ///< checksums that could not be verified (composite; part of an object)
+    std::uint64_t checksums_absent = 0;   ///< whole objects read whose store sent no checksum
 };
 
 /// One object of a listing.

@@ -40,6 +40,10 @@ enum class errc {
     /// A credentials provider (instance metadata, container endpoint, STS) failed, or
     /// answered something that holds no usable credentials.
     credentials_failed,
+    /// An object's bytes did not match the checksum the store keeps with it (a GET, twice in
+    /// a row: once may be a transfer error), or the store refused an upload whose bytes did
+    /// not match the checksum sent with them (400 BadDigest).
+    checksum_mismatch,
 };
 
 /// The category of `conveyor::s3::errc`.

@@ -49,6 +49,9 @@ except ImportError as exc:  # pragma: no cover - environment problem
         "(scripts/install-deps.sh) and run this with /usr/bin/python3.\n" % exc)
     sys.exit(2)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import s3_checksums  # noqa: E402  (beside this file)
+
 ADMIN_PREFIX = "/__conveyor"
 MAX_SKEW_S = 15 * 60
 MAX_PRESIGN_EXPIRES_S = 7 * 24 * 3600
@@ -472,8 +475,10 @@ class Fault:
                 raise ValueError("method must be a string")
             self.method = self.method.upper()
         self.kind = spec.get("kind", "status")
-        if self.kind not in ("status", "reset", "truncate", "delay", "reset_after", "hold"):
-            raise ValueError("kind must be one of status, reset, truncate, delay, reset_after, hold")
+        if self.kind not in ("status", "reset", "truncate", "delay", "reset_after", "hold", "corrupt"):
+            raise ValueError("kind must be one of status, reset, truncate, delay, reset_after, hold, corrupt")
+        # corrupt: the answer's body is forwarded with one byte changed (in its middle): a
+        # transfer that altered the bytes, which only a checksum can tell.
         # reset_after: the answer is forwarded until `after_bytes` bytes of its body have gone
         # out, then the connection is reset (a connection cut mid-body).
         self.after_bytes = int(spec.get("after_bytes", 0))
@@ -526,6 +531,13 @@ class State:
         self.rejected_by_code = {}
         self.expired_token = 0  # requests refused because their temporary credentials expired
         self.by_path = {}  # (method, raw path) -> count
+        # S3's additional checksums: (bucket, key) -> (algorithm, base64 value, type), kept
+        # from uploads that sent one or set through the admin API; (upload id) -> {part
+        # number: (algorithm, crc, size)}; the algorithm computed for objects with none.
+        self.checksums = {}
+        self.upload_parts = {}
+        self.default_checksum = None
+        self.checksum_mismatches = 0
         self._request_ids = itertools.count(1)
 
     def request_id(self):
@@ -823,8 +835,112 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                         % (cfg.upstream_access_key, now[:8], cfg.region, "0" * 64)))
         return out
 
-    def _forward(self, method, raw_target, body, auth, vhost_bucket, fault, request_id):
-        """Forwards to the upstream server and streams its answer back. Returns the status."""
+    # ---- S3's additional checksums (s3rver keeps none: this proxy does, as S3 would)
+
+    @staticmethod
+    def _object_of(path):
+        """(bucket, key) of a path-style path (a vhost request's path has its bucket put first)."""
+        bucket, _, key = urllib.parse.unquote(path).lstrip("/").partition("/")
+        return bucket, key
+
+    def _sent_checksum(self):
+        for alg in s3_checksums.ALGORITHMS:
+            value = self.headers.get("x-amz-checksum-" + alg)
+            if value:
+                return alg, value.strip()
+        return None
+
+    def _bad_digest(self, alg, detail):
+        with self.server.state.lock:
+            self.server.state.checksum_mismatches += 1
+        err = S3Error(400, "BadDigest", "The %s you specified did not match the calculated checksum." % alg.upper())
+        err.log_detail = detail
+        return err
+
+    def _check_upload(self, method, raw_target, body):
+        """Before an upload is forwarded: the checksum it sent against its bytes (400
+        BadDigest, as S3 answers). Returns what to record once it succeeds, or None."""
+        _, query = _split_target(raw_target)
+        params = urllib.parse.parse_qs(query or "", keep_blank_values=True)
+        sent = self._sent_checksum()
+        state = self.server.state
+        if method == "PUT" and "x-amz-copy-source" not in self.headers:
+            if sent is None:
+                return ("plain",) if "uploadId" not in params else None
+            alg, value = sent
+            actual = s3_checksums.digest(alg, body)
+            if actual != value:
+                raise self._bad_digest(alg, "x-amz-checksum-%s %s, the body gives %s" % (alg, value, actual))
+            if "uploadId" in params and "partNumber" in params:
+                if alg in s3_checksums.CRC_PARAMS:
+                    with state.lock:
+                        state.upload_parts.setdefault(params["uploadId"][0], {})[int(params["partNumber"][0])] = (
+                            alg, s3_checksums.crc_value(alg, body), len(body))
+                return None
+            return ("put", alg, value)
+        if method == "POST" and "uploadId" in params and sent is not None:
+            alg, value = sent
+            if (self.headers.get("x-amz-checksum-type") or "").upper() != "FULL_OBJECT":
+                return None
+            with state.lock:
+                parts = dict(state.upload_parts.get(params["uploadId"][0], {}))
+            numbers = [int(n) for n in re.findall(r"<PartNumber>\s*(\d+)\s*</PartNumber>", body.decode("utf-8", "replace"))]
+            missing = [n for n in numbers if n not in parts or parts[n][0] != alg]
+            if alg not in s3_checksums.CRC_PARAMS or missing:
+                raise S3Error(400, "InvalidRequest",
+                              "The upload was completed with a full-object %s checksum, but parts %s were uploaded without one"
+                              % (alg.upper(), missing))
+            crc = None
+            for n in numbers:
+                _, c, size = parts[n]
+                crc = c if crc is None else s3_checksums.crc_combine(alg, crc, c, size)
+            actual = s3_checksums.crc_base64(alg, crc)
+            if actual != value:
+                raise self._bad_digest(alg, "full-object x-amz-checksum-%s %s, the parts give %s" % (alg, value, actual))
+            return ("put", alg, value)
+        return None
+
+    def _record_upload(self, raw_target, vhost_bucket, recorded):
+        path, _ = _split_target(raw_target)
+        if vhost_bucket is not None:
+            path = "/" + vhost_bucket + path
+        with self.server.state.lock:
+            if recorded[0] == "plain":
+                self.server.state.checksums.pop(self._object_of(path), None)
+            else:
+                self.server.state.checksums[self._object_of(path)] = (recorded[1], recorded[2], "FULL_OBJECT")
+
+    def _checksum_fields(self, method, path, data, host, auth):
+        """The x-amz-checksum-* fields of a whole-object GET or HEAD, if the object has one."""
+        state = self.server.state
+        key = self._object_of(path)
+        with state.lock:
+            stored = state.checksums.get(key)
+            default = state.default_checksum
+        if stored is not None:
+            alg, value, kind = stored
+        elif default is not None:
+            if method == "HEAD":  # the bytes, for the checksum S3 would keep
+                cfg = self.server.config
+                conn = http.client.HTTPConnection(cfg.upstream_host, cfg.upstream_port, timeout=60)
+                try:
+                    headers = [(n, v) for n, v in self._upstream_headers(auth, host) if n.lower() != "if-match"]
+                    conn.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
+                    for n, v in headers:
+                        conn.putheader(n, v)
+                    conn.endheaders()
+                    data = conn.getresponse().read()
+                finally:
+                    conn.close()
+            alg, value, kind = default, s3_checksums.digest(default, data), "FULL_OBJECT"
+        else:
+            return []
+        return [("x-amz-checksum-" + alg, value), ("x-amz-checksum-type", kind)]
+
+    def _forward(self, method, raw_target, body, auth, vhost_bucket, fault, request_id, recorded=None):
+        """Forwards to the upstream server and streams its answer back. Returns the status.
+        `recorded`: an upload's checksum (from _check_upload), kept when the server took the
+        upload, before the client hears of it."""
         cfg = self.server.config
         path, query = _split_target(raw_target)
         if auth is not None and auth["mode"] == "query":
@@ -851,6 +967,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             self._send_error_response(err, request_id, path, method)
             return 502, "upstream error %s" % exc
 
+        if recorded is not None and response.status == 200:
+            self._record_upload(raw_target, vhost_bucket, recorded)
         content_range = response.getheader("Content-Range") or ""
         if response.status == 206 and EMPTY_RANGE_RE.match(content_range):
             # s3rver fix-up: a ranged GET of an empty object gets "206, Content-Range bytes 0-0/0,
@@ -886,9 +1004,28 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         if not any(n.lower() == "x-amz-request-id" for n, _ in out_headers):
             out_headers.append(("x-amz-request-id", request_id))
 
+        # Checksums go with whole-object replies only (S3 sends none with a ranged one).
+        want_checksum = (method in ("GET", "HEAD") and response.status == 200
+                         and (self.headers.get("x-amz-checksum-mode") or "").upper() == "ENABLED"
+                         and "range" not in self.headers and "partNumber=" not in (query or ""))
+        corrupt = fault is not None and fault.kind == "corrupt" and not no_body
+        body_source = response  # where the body is read from
+        note = None
+        if want_checksum or corrupt:
+            # The whole body first: its checksum goes in the header fields (and a corrupt
+            # fault changes it); the faults below then apply to it as to any other.
+            data = b"" if no_body else response.read()
+            if want_checksum:
+                out_headers.extend(self._checksum_fields(method, path, data, host, auth))
+            if corrupt and data:
+                i = len(data) // 2
+                data = data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:]
+                note = "fault corrupt (byte %d of %d changed)" % (i, len(data))
+            body_source = io.BytesIO(data)
+
         truncate = fault is not None and fault.kind == "truncate"
         if truncate:
-            data = b"" if no_body else response.read()
+            data = b"" if no_body else body_source.read()
             if response.will_close:
                 self._close_upstream()
             if not data:
@@ -924,7 +1061,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         if not no_body:
             while True:
                 try:
-                    chunk = response.read(256 * 1024)
+                    chunk = body_source.read(256 * 1024)
                 except (OSError, http.client.HTTPException):
                     chunk = b""
                 if not chunk:
@@ -959,7 +1096,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             with self.server.state.lock:
                 self.server.state.upstream_errors += 1
             return response.status, "upstream body cut short: %d of %s bytes" % (sent, length)
-        return response.status, None
+        return response.status, note
 
     # ---- admin API
 
@@ -1014,6 +1151,35 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 with state.lock:
                     state.by_path.clear()
                 return self._send_json(200, {"cleared": True})
+        elif sub == "/checksums":
+            # POST {"bucket", "key", "algorithm", "value", "type"}: the checksum S3 keeps with
+            # an object (a wrong one stands for bytes altered at rest; "type": "COMPOSITE" and a
+            # value "<base64>-<parts>" for a multipart upload's); POST {"default": "crc64nvme"}
+            # (or null): computed for objects that have none, as S3 does for new objects.
+            if method == "POST":
+                try:
+                    spec = json.loads(body.decode("utf-8") or "null")
+                    if not isinstance(spec, dict):
+                        raise ValueError("a JSON object")
+                    with state.lock:
+                        if "default" in spec:
+                            if spec["default"] not in (None,) + s3_checksums.ALGORITHMS:
+                                raise ValueError("default must be null or one of %s" % (s3_checksums.ALGORITHMS,))
+                            state.default_checksum = spec["default"]
+                        if "key" in spec:
+                            alg = spec["algorithm"]
+                            if alg not in s3_checksums.ALGORITHMS:
+                                raise ValueError("unknown algorithm %r" % alg)
+                            state.checksums[(spec["bucket"], spec["key"])] = (
+                                alg, spec["value"], spec.get("type", "FULL_OBJECT"))
+                except (ValueError, TypeError, KeyError) as exc:
+                    return self._send_json(400, {"error": str(exc)})
+                return self._send_json(200, {"ok": True})
+            if method == "GET":
+                with state.lock:
+                    return self._send_json(200, {"default": state.default_checksum,
+                                                 "mismatches": state.checksum_mismatches,
+                                                 "objects": {"%s/%s" % k: v for k, v in state.checksums.items()}})
         elif sub == "/health" and method in ("GET", "HEAD"):
             return self._send_json(200, {"ok": True})
         return self._send_json(404, {"error": "unknown admin request %s %s" % (method, path)})
@@ -1087,6 +1253,14 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 elif fault.kind == "reset":
                     self._reset_connection()
                     status, detail = 0, "fault reset"
+                elif fault.kind == "corrupt" and method in ("PUT", "POST") and body:
+                    # The upload's bytes arrive altered: checked (and stored) as they are.
+                    i = len(body) // 2
+                    body = body[:i] + bytes([body[i] ^ 0x01]) + body[i + 1:]
+                    recorded = self._check_upload(method, raw_target, body)
+                    status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,
+                                                   None, request_id, recorded)
+                    detail = "fault corrupt (request byte %d of %d changed)" % (i, len(body))
                 else:
                     status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,
                                                    fault, request_id)
@@ -1095,8 +1269,9 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                     elif fault.kind == "hold":
                         detail = "fault hold (%s)" % ("released" if fault.released.is_set() else "timed out")
             else:
+                recorded = self._check_upload(method, raw_target, body)
                 status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,
-                                               None, request_id)
+                                               None, request_id, recorded)
         except S3Error as err:
             state.count_result("rejected", err.code)
             result = "rejected %s" % err.code

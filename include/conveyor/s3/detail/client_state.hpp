@@ -14,6 +14,7 @@
 #include <conveyor/detail/config.hpp>
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/core/checksum.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/client.hpp>
 #include <conveyor/http/detail/chunk_stream.hpp>
@@ -32,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -71,6 +73,7 @@ struct op {
     std::string_view key;
     std::string query;                          // encoded, without '?'
     std::vector<std::pair<boost::beast::http::field, std::string>> headers;
+    std::vector<std::pair<std::string, std::string>> named_headers; // those Beast has no field for (x-amz-...)
     std::span<const std::byte> body;
     std::string payload_hash;                   // empty: UNSIGNED-PAYLOAD
     std::span<std::byte> body_into;
@@ -78,6 +81,26 @@ struct op {
 };
 
 struct client_state;
+
+/// The checksum of an object as a reply's header fields give it (`x-amz-checksum-<name>`).
+struct object_checksum {
+    checksum_algorithm algorithm = checksum_algorithm::crc64nvme;
+    std::string value;      ///< as sent (base64, with "-<parts>" when composite)
+    std::string digest;     ///< the decoded bytes; empty when composite
+    bool composite = false; ///< a checksum of the parts' checksums of a multipart upload
+};
+
+/** The object's checksum in the header fields `h` of a reply, if they carry one (the
+    fastest to verify when there are several). `whole_range`: the reply is to a ranged
+    request and holds the whole object; its checksum is taken only when
+    `x-amz-checksum-type: FULL_OBJECT` says it is the whole object's (S3 sends none with a
+    ranged reply; servers that do may send the object's, or a part's). A value that is not
+    base64 of the algorithm's size is `errc::bad_reply`'s business: returned as composite
+    (not verifiable) with its text kept for the message. */
+CONVEYOR_DECL std::optional<object_checksum> checksum_in(const boost::beast::http::fields& h, bool ranged);
+
+/// What checking an object against its checksum found.
+enum class check_result { verified, mismatch, skipped, absent };
 
 /** The way through one listing's pages (one bucket and prefix), for every lister: it
     hands each page's continuation token on to the next request, and refuses a server
@@ -127,6 +150,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
     std::mutex mu;
     std::map<std::string, std::shared_ptr<http::client>, std::less<>> pools;  // by endpoint URL
     std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0}, retries_refused{0};
+    std::atomic<std::uint64_t> checksums_verified{0}, checksum_failures{0}, checksums_skipped{0}, checksums_absent{0};
     retry_quota quota;
     std::map<std::string, std::shared_ptr<concurrency_limit>, std::less<>> limits; // by endpoint URL and bucket (under mu)
 
@@ -159,14 +183,42 @@ struct client_state : std::enable_shared_from_this<client_state> {
 
     CONVEYOR_DECL request_error bad(std::string_view bucket, std::string_view key, std::string detail) const;
 
+    /** Counts what checking an object found, and for a mismatch returns why (the algorithm,
+        the value the store sent, the value of the bytes), for `checksum_failed`. `computed`:
+        the checksum of the bytes received. */
+    CONVEYOR_DECL check_result tally(const std::optional<object_checksum>& expected, const checksum* computed, std::string* why);
+
+    /// The error of an object that failed its checksum twice (`why` from `tally`).
+    CONVEYOR_DECL request_error checksum_failed(std::string_view bucket, std::string_view key, std::string why) const;
+
+    /// `x-amz-checksum-mode: ENABLED` on `o` when checksums are verified.
+    CONVEYOR_DECL void ask_checksum(op& o) const;
+
+    /// HeadObject for the object's checksum (pinned to `etag` when given).
+    CONVEYOR_DECL asio::awaitable<std::optional<object_checksum>> head_checksum(std::string_view bucket, std::string_view key,
+                                                                                std::string_view etag);
+
+    /// The CRC (`a`) of `data`: on the compute pool when it is large.
+    inline asio::awaitable<std::uint64_t> crc_of(checksum_algorithm a, std::span<const std::byte> data);
+
+    /// The object and what checking it found (`why`: a mismatch's explanation).
+    struct fetched {
+        buffer body;
+        check_result result = check_result::absent;
+        std::string why;
+    };
+    /// One fetch of the whole object, checked (see `get_object`).
+    CONVEYOR_DECL asio::awaitable<fetched> fetch_object(std::string_view bucket, std::string_view key, std::int64_t size_hint);
+
     // get_rest, payload_hash and put_multipart are inline in both forms of the library:
     // only impl/transfer.ipp calls them, and they hand lambdas to coroutines (the transfer
     // workers, the hash job), which have linkage only in an inline function (compiled
     // once and not inline, GCC warns of coroutine frames whose members have no linkage).
 
-    // Fetches parts [1, n) of an object of `total` bytes into `whole` (part 0 is there).
+    // Fetches parts [1, n) of an object of `total` bytes into `whole` (part 0 is there);
+    // with `crcs` (one per part), each part's CRC-64/NVME as it arrives.
     inline asio::awaitable<void> get_rest(std::string_view bucket, std::string_view key, std::span<std::byte> whole,
-                                                 std::string_view etag);
+                                                 std::string_view etag, std::vector<std::uint64_t>* crcs);
 
     /// The whole object: one GET, or ranged parts in parallel when it is large.
     CONVEYOR_DECL asio::awaitable<buffer> get_object(std::string_view bucket, std::string_view key, std::int64_t size_hint);
@@ -183,9 +235,14 @@ struct client_state : std::enable_shared_from_this<client_state> {
     // upload's parts never holds up the I/O thread's other requests.
     inline asio::awaitable<std::string> payload_hash(std::span<const std::byte> data);
 
+    /// PutObject, or UploadPart with `query`; `crc` (of `upload`'s algorithm, computed here when
+    /// not given) goes with it when checksums are sent.
     CONVEYOR_DECL asio::awaitable<std::string> put_one(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
                                                        std::string_view content_type, std::string_view query = {},
-                                                       const char* name = "PutObject");
+                                                       const char* name = "PutObject", std::optional<std::uint64_t> crc = {});
+
+    /// The `x-amz-checksum-<name>` field of `crc` (of `opts.checksums.upload`) on `o`.
+    CONVEYOR_DECL void send_checksum(op& o, std::uint64_t crc) const;
 
     CONVEYOR_DECL asio::awaitable<void> abort_upload(std::string_view bucket, std::string_view key, std::string_view upload_id);
 

@@ -46,7 +46,10 @@ CONVEYOR_DECL std::string parse_upload_id(std::string_view body);
 CONVEYOR_DECL std::optional<reply_error> complete_reply_error(std::string_view body);
 
 /// The CompleteMultipartUpload request body for parts 1..n with their ETags.
-CONVEYOR_DECL std::string complete_multipart_body(const std::vector<std::string>& etags);
+/// CompleteMultipartUpload's body: each part's number and ETag, and with `checksum_name`
+/// ("CRC64NVME"...) its checksum (`checksums`, base64) as `<Checksum<name>>`.
+CONVEYOR_DECL std::string complete_multipart_body(const std::vector<std::string>& etags, std::string_view checksum_name = {},
+                                                  const std::vector<std::string>& checksums = {});
 
 } // namespace detail
 } // namespace conveyor::s3

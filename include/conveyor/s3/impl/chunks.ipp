@@ -53,8 +53,39 @@ struct object_stream final : http::detail::chunk_stream {
         return request_error(code, std::move(ctx), e.reply(), e.attempts());
     }
 
+    // ---- checksums: a whole object streamed is checked as it streams ------------------
+
+    bool whole() const noexcept { return o.offset == 0 && o.length == unknown; }
+
+    void before_attempt(boost::beast::http::fields& h) override
+    {
+        chunk_stream::before_attempt(h);
+        if (state->opts.checksums.verify && whole()) h.set("x-amz-checksum-mode", "ENABLED");
+    }
+
+    std::error_code on_header(unsigned status, const boost::beast::http::fields& h) override
+    {
+        const std::error_code ec = chunk_stream::on_header(status, h);
+        // The first reply that starts at byte 0 carries the checksum (a resumed one has none).
+        if (!ec && !looked && next == 0 && state->opts.checksums.verify && whole()) {
+            looked = true;
+            expected = checksum_in(h, status == 206);
+            if (expected && !expected->composite) running.emplace(expected->algorithm);
+        }
+        return ec;
+    }
+
+    void commit(std::size_t n) override
+    {
+        if (running) running->update(std::span<const std::byte>(cur->buf.data() + cur_fill, n));
+        chunk_stream::commit(n);
+    }
+
     std::shared_ptr<client_state> state;
     std::string bucket, key;
+    bool looked = false;                     // the checksum was looked for
+    std::optional<object_checksum> expected; // what the store sent
+    std::optional<checksum> running;         // of the bytes so far
 };
 
 /// The GET of a stream, to its end or its failure (which the consumer then throws).
@@ -79,6 +110,12 @@ CONVEYOR_DECL asio::awaitable<void> produce(std::shared_ptr<object_stream> st)
                     throw st->state->failure(o, make_error_code(http::errc::body_truncated), {}, 1,
                                              "the object ended at byte " + std::to_string(st->next) + ", before " +
                                                  std::to_string(st->end));
+                std::string why;
+                if (st->looked &&
+                    st->state->tally(st->expected, st->running ? &*st->running : nullptr, &why) == check_result::mismatch)
+                    // Its chunks are already handed on: the stream fails rather than fetch it again.
+                    throw st->state->failure(o, make_error_code(errc::checksum_mismatch), {}, 1,
+                                             "the object failed its checksum as it streamed: " + why);
             }
         }
     } catch (...) {

@@ -95,6 +95,10 @@ CONVEYOR_DECL client_stats client::stats() const noexcept
 {
     client_stats st{s_->requests.load(), s_->retries.load(), s_->bytes_in.load(), s_->bytes_out.load()};
     st.retries_refused = s_->retries_refused.load();
+    st.checksums_verified = s_->checksums_verified.load();
+    st.checksum_failures = s_->checksum_failures.load();
+    st.checksums_skipped = s_->checksums_skipped.load();
+    st.checksums_absent = s_->checksums_absent.load();
     try {
         std::lock_guard lk(s_->mu);
         bool first = true;

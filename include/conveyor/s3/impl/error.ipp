@@ -26,6 +26,7 @@ public:
         case errc::object_changed: return "object changed while being read";
         case errc::upload_aborted: return "multipart upload aborted";
         case errc::credentials_failed: return "no usable credentials from the credentials provider";
+        case errc::checksum_mismatch: return "the object's bytes do not match its checksum";
         }
         return "unknown conveyor.s3 error";
     }
@@ -57,6 +58,7 @@ CONVEYOR_DECL std::error_code reply_error::to_error_code() const
     if (status == 403 || status == 401) return make_error_code(errc::access_denied);
     if (status == 404) return make_error_code(code == "NoSuchBucket" ? errc::no_such_bucket : errc::no_such_key);
     if (status == 412 && code == "PreconditionFailed") return make_error_code(errc::object_changed);
+    if (status == 400 && (code == "BadDigest" || code == "XAmzContentChecksumMismatch")) return make_error_code(errc::checksum_mismatch);
     if (status == 503 || status == 429 || code == "SlowDown") return make_error_code(errc::throttled);
     if (status >= 500) return make_error_code(errc::server_error);
     return make_error_code(errc::request_refused);
@@ -65,7 +67,10 @@ CONVEYOR_DECL std::error_code reply_error::to_error_code() const
 CONVEYOR_DECL bool reply_error::retryable() const noexcept
 {
     if (status == 500 || status == 502 || status == 503 || status == 504 || status == 429) return true;
-    return code == "RequestTimeout" || code == "SlowDown" || code == "InternalError";
+    // BadDigest: the upload's bytes arrived altered (the checksum was computed from the same
+    // bytes here): sent again, they may arrive whole.
+    return code == "RequestTimeout" || code == "SlowDown" || code == "InternalError" || code == "BadDigest" ||
+           code == "XAmzContentChecksumMismatch";
 }
 
 } // namespace conveyor::s3

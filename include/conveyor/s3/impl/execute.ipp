@@ -88,6 +88,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         req.target = target;
         req.headers.set(boost::beast::http::field::host, t.host);
         for (const auto& [f, v] : o.headers) req.headers.set(f, v);
+        for (const auto& [name, v] : o.named_headers) req.headers.set(name, v);
         req.body = o.body;
         req.body_into = o.body_into;
         if (o.stream) {

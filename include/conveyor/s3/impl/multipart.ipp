@@ -40,6 +40,7 @@ struct multipart_state {
     std::string bucket, key, content_type;
     std::string upload_id;
     std::vector<std::string> etags;  // by part number - 1
+    std::vector<std::uint64_t> crcs, sizes; // each part's checksum (client_options::checksums.upload) and bytes
     std::size_t in_flight = 0;
     std::uint64_t bytes = 0;
     std::exception_ptr failed;       // the first failure of a part
@@ -66,6 +67,11 @@ inline asio::awaitable<void> multipart_state::create(std::shared_ptr<multipart_s
 {
     op o{.method = boost::beast::http::verb::post, .name = "CreateMultipartUpload", .bucket = st->bucket, .key = st->key, .query = "uploads="};
     if (!st->content_type.empty()) o.headers.emplace_back(boost::beast::http::field::content_type, st->content_type);
+    if (const auto a = st->s->opts.checksums.upload) {
+        // The parts' CRCs combine into the whole object's: a full-object checksum.
+        o.named_headers.emplace_back("x-amz-checksum-algorithm", std::string(checksum_name(*a)));
+        o.named_headers.emplace_back("x-amz-checksum-type", "FULL_OBJECT");
+    }
     auto resp = co_await st->s->execute(o);
     try {
         st->upload_id = parse_upload_id(resp.body.view());
@@ -79,7 +85,13 @@ inline asio::awaitable<void> multipart_state::send(std::shared_ptr<multipart_sta
 {
     try {
         const std::string query = "partNumber=" + std::to_string(number) + "&uploadId=" + encode_query(st->upload_id);
-        auto etag = co_await st->s->put_one(st->bucket, st->key, owned.empty() ? view : owned.span(), {}, query, "UploadPart");
+        const std::span<const std::byte> bytes = owned.empty() ? view : owned.span();
+        std::optional<std::uint64_t> crc;
+        if (const auto a = st->s->opts.checksums.upload) {
+            crc = co_await st->s->crc_of(*a, bytes);
+            st->crcs[number - 1] = *crc;
+        }
+        auto etag = co_await st->s->put_one(st->bucket, st->key, bytes, {}, query, "UploadPart", crc);
         if (etag.empty()) throw st->s->bad(st->bucket, st->key, "UploadPart " + std::to_string(number) + " reply has no ETag");
         st->etags[number - 1] = std::move(etag);
     } catch (...) {
@@ -130,6 +142,8 @@ inline asio::awaitable<void> multipart_state::upload_part(std::shared_ptr<multip
         fail(st, st->failed);
     }
     st->etags.emplace_back();
+    st->crcs.push_back(0);
+    st->sizes.push_back(owned.empty() ? view.size() : owned.size());
     st->bytes += owned.empty() ? view.size() : owned.size();
     ++st->in_flight;
     asio::co_spawn(st->ex, send(st, number, std::move(owned), view), asio::detached);
@@ -141,9 +155,25 @@ inline asio::awaitable<put_result> multipart_state::complete(std::shared_ptr<mul
     if (st->upload_id.empty()) throw st->s->bad(st->bucket, st->key, "a multipart upload completed with no part");
     co_await wait_for(st, 0);
     if (st->failed) fail(st, st->failed);
-    const std::string body = complete_multipart_body(st->etags);
+    const auto a = st->s->opts.checksums.upload;
+    std::vector<std::string> part_checksums;
+    std::optional<checksum> whole;
+    if (a) {
+        whole.emplace(*a);
+        for (std::size_t i = 0; i < st->crcs.size(); ++i) {
+            checksum part(*a);
+            part.combine(st->crcs[i], st->sizes[i]);
+            part_checksums.push_back(part.base64());
+            whole->combine(st->crcs[i], st->sizes[i]);
+        }
+    }
+    const std::string body = complete_multipart_body(st->etags, a ? checksum_name(*a) : std::string_view{}, part_checksums);
     op o{.method = boost::beast::http::verb::post, .name = "CompleteMultipartUpload", .bucket = st->bucket, .key = st->key,
          .query = "uploadId=" + encode_query(st->upload_id)};
+    if (whole) {
+        o.named_headers.emplace_back("x-amz-checksum-" + std::string(checksum_header_suffix(*a)), whole->base64());
+        o.named_headers.emplace_back("x-amz-checksum-type", "FULL_OBJECT");
+    }
     o.body = std::as_bytes(std::span(body.data(), body.size()));
     o.payload_hash = sha256_hex(body);
     std::exception_ptr failed;
@@ -239,13 +269,24 @@ inline asio::awaitable<std::string> client_state::payload_hash(std::span<const s
     co_return co_await conveyor::detail::offload(rt.compute_executor(), [data] { return sha256_hex(data); });
 }
 
+CONVEYOR_DECL void client_state::send_checksum(op& o, std::uint64_t crc) const
+{
+    const auto a = *opts.checksums.upload;
+    checksum c(a);
+    c.combine(crc, 0);
+    o.named_headers.emplace_back("x-amz-sdk-checksum-algorithm", std::string(checksum_name(a)));
+    o.named_headers.emplace_back("x-amz-checksum-" + std::string(checksum_header_suffix(a)), c.base64());
+}
+
 CONVEYOR_DECL asio::awaitable<std::string> client_state::put_one(std::string_view bucket, std::string_view key, std::span<const std::byte> data,
-                                                                 std::string_view content_type, std::string_view query, const char* name)
+                                                                 std::string_view content_type, std::string_view query, const char* name,
+                                                                 std::optional<std::uint64_t> crc)
 {
     op o{.method = boost::beast::http::verb::put, .name = name, .bucket = bucket, .key = key, .query = std::string(query)};
     if (!content_type.empty()) o.headers.emplace_back(boost::beast::http::field::content_type, std::string(content_type));
     o.body = data;
     o.payload_hash = co_await payload_hash(data);
+    if (opts.checksums.upload) send_checksum(o, crc ? *crc : co_await crc_of(*opts.checksums.upload, data));
     auto resp = co_await execute(o);
     co_return std::string(resp.headers["ETag"]);
 }

@@ -64,7 +64,83 @@ CONVEYOR_DECL request_error client_state::bad(std::string_view bucket, std::stri
     return failure(o, make_error_code(errc::bad_reply), {}, 1, std::move(detail));
 }
 
-inline asio::awaitable<void> client_state::get_rest(std::string_view bucket, std::string_view key, std::span<std::byte> whole, std::string_view etag)
+CONVEYOR_DECL std::optional<object_checksum> checksum_in(const boost::beast::http::fields& h, bool ranged)
+{
+    if (ranged && h["x-amz-checksum-type"] != "FULL_OBJECT") return std::nullopt;
+    for (auto a : {checksum_algorithm::crc64nvme, checksum_algorithm::crc32c, checksum_algorithm::crc32, checksum_algorithm::sha256,
+                   checksum_algorithm::sha1}) {
+        const std::string name = "x-amz-checksum-" + std::string(checksum_header_suffix(a));
+        const std::string_view v = h[name];
+        if (v.empty()) continue;
+        object_checksum c{.algorithm = a, .value = std::string(v)};
+        if (v.find('-') != std::string_view::npos || h["x-amz-checksum-type"] == "COMPOSITE") {
+            c.composite = true;
+            return c;
+        }
+        auto bytes = base64_decode(v);
+        if (!bytes || bytes->size() != checksum_size(a)) c.composite = true; // not a value that can be checked
+        else c.digest = std::move(*bytes);
+        return c;
+    }
+    return std::nullopt;
+}
+
+CONVEYOR_DECL check_result client_state::tally(const std::optional<object_checksum>& expected, const checksum* computed, std::string* why)
+{
+    if (!expected) {
+        checksums_absent.fetch_add(1, std::memory_order_relaxed);
+        return check_result::absent;
+    }
+    if (expected->composite || computed == nullptr) {
+        checksums_skipped.fetch_add(1, std::memory_order_relaxed);
+        return check_result::skipped;
+    }
+    if (computed->digest() == expected->digest) {
+        checksums_verified.fetch_add(1, std::memory_order_relaxed);
+        return check_result::verified;
+    }
+    checksum_failures.fetch_add(1, std::memory_order_relaxed);
+    if (why)
+        *why = "its bytes (" + std::to_string(computed->size()) + ") give " + std::string(checksum_name(expected->algorithm)) + " " +
+               computed->base64() + ", but the store keeps " + expected->value + " (x-amz-checksum-" +
+               std::string(checksum_header_suffix(expected->algorithm)) + ")";
+    return check_result::mismatch;
+}
+
+CONVEYOR_DECL request_error client_state::checksum_failed(std::string_view bucket, std::string_view key, std::string why) const
+{
+    op o{.name = "GetObject", .bucket = bucket, .key = key};
+    return failure(o, make_error_code(errc::checksum_mismatch), {}, 2, "the object failed its checksum: " + why);
+}
+
+CONVEYOR_DECL void client_state::ask_checksum(op& o) const
+{
+    if (opts.checksums.verify) o.named_headers.emplace_back("x-amz-checksum-mode", "ENABLED");
+}
+
+CONVEYOR_DECL asio::awaitable<std::optional<object_checksum>> client_state::head_checksum(std::string_view bucket, std::string_view key,
+                                                                                         std::string_view etag)
+{
+    op o{.method = boost::beast::http::verb::head, .name = "HeadObject", .bucket = bucket, .key = key};
+    ask_checksum(o);
+    if (!etag.empty()) o.headers.emplace_back(boost::beast::http::field::if_match, std::string(etag));
+    auto resp = co_await execute(o);
+    co_return checksum_in(resp.headers, false);
+}
+
+inline asio::awaitable<std::uint64_t> client_state::crc_of(checksum_algorithm a, std::span<const std::byte> data)
+{
+    auto compute = [a, data] {
+        checksum c(a);
+        c.update(data);
+        return c.crc();
+    };
+    if (data.size() < (1u << 20)) co_return compute();
+    co_return co_await conveyor::detail::offload(rt.compute_executor(), compute);
+}
+
+inline asio::awaitable<void> client_state::get_rest(std::string_view bucket, std::string_view key, std::span<std::byte> whole,
+                                                    std::string_view etag, std::vector<std::uint64_t>* crcs)
 {
     const std::uint64_t part = opts.part_size, total = whole.size();
     const std::uint64_t parts = (total + part - 1) / part;
@@ -85,19 +161,38 @@ inline asio::awaitable<void> client_state::get_rest(std::string_view bucket, std
             if (t >= 0 && static_cast<std::uint64_t>(t) != total)
                 throw failure(op{.name = "GetObject", .bucket = bucket, .key = key}, make_error_code(errc::object_changed), {}, 1,
                               "object was " + std::to_string(total) + " bytes, now " + std::to_string(t));
+            if (crcs) (*crcs)[p] = co_await crc_of(checksum_algorithm::crc64nvme, whole.subspan(first, last - first + 1));
         }
     };
     const auto workers = std::min<std::uint64_t>(opts.parts_in_flight, parts - 1);
     co_await conveyor::detail::run_all(workers, worker);
 }
 
-CONVEYOR_DECL asio::awaitable<buffer> client_state::get_object(std::string_view bucket, std::string_view key, std::int64_t size_hint)
+CONVEYOR_DECL asio::awaitable<client_state::fetched> client_state::fetch_object(std::string_view bucket, std::string_view key,
+                                                                                std::int64_t size_hint)
 {
+    const bool verify = opts.checksums.verify;
+    fetched out;
+    // The bytes of one reply, checked against the checksum it (or a HeadObject) gives.
+    auto check_whole = [&](std::span<const std::byte> bytes, const std::optional<object_checksum>& expected) {
+        std::optional<checksum> c;
+        if (expected && !expected->composite) {
+            c.emplace(expected->algorithm);
+            c->update(bytes);
+        }
+        return tally(expected, c ? &*c : nullptr, &out.why);
+    };
     const std::uint64_t part = opts.part_size;
-    if (part == 0 || (size_hint >= 0 && static_cast<std::uint64_t>(size_hint) <= part)) {
+    auto whole_get = [&]() -> asio::awaitable<void> {
         op o{.method = boost::beast::http::verb::get, .name = "GetObject", .bucket = bucket, .key = key};
+        ask_checksum(o);
         auto resp = co_await execute(o);
-        co_return std::move(resp.body);
+        if (verify) out.result = check_whole(resp.body.span(), checksum_in(resp.headers, false));
+        out.body = std::move(resp.body);
+    };
+    if (part == 0 || (size_hint >= 0 && static_cast<std::uint64_t>(size_hint) <= part)) {
+        co_await whole_get();
+        co_return out;
     }
     // The first part tells the size (Content-Range) and the ETag that the other parts
     // must match: an object replaced midway is an error, never a mix of two versions.
@@ -110,24 +205,79 @@ CONVEYOR_DECL asio::awaitable<buffer> client_state::get_object(std::string_view 
         empty_object = true;  // 416: no byte 0 to give, so the object is empty
     }
     if (empty_object) {
-        op o{.method = boost::beast::http::verb::get, .name = "GetObject", .bucket = bucket, .key = key};
-        auto resp = co_await execute(o);
-        co_return std::move(resp.body);
+        co_await whole_get();
+        co_return out;
     }
-    if (first.status == 200) co_return std::move(first.body);  // the server ignored Range: that is the whole object
+    if (first.status == 200) { // the server ignored Range: that is the whole object
+        if (verify) out.result = check_whole(first.body.span(), checksum_in(first.headers, false));
+        out.body = std::move(first.body);
+        co_return out;
+    }
     std::uint64_t f, l;
     std::int64_t total;
     if (!parse_content_range(std::string_view(first.headers["Content-Range"]), f, l, total) || f != 0 || total < 0 ||
         first.body_size != l + 1)
         throw bad(bucket, key, "ranged GET answered 206 with Content-Range '" + std::string(first.headers["Content-Range"]) +
                                    "' and " + std::to_string(first.body_size) + " bytes");
-    if (static_cast<std::uint64_t>(total) <= part) co_return std::move(first.body);
+    const std::string etag(first.headers["ETag"]);
+    if (static_cast<std::uint64_t>(total) <= part) {
+        if (verify) {
+            auto expected = checksum_in(first.headers, true);
+            if (!expected) expected = co_await head_checksum(bucket, key, etag);
+            out.result = check_whole(first.body.span(), expected);
+        }
+        out.body = std::move(first.body);
+        co_return out;
+    }
     buffer whole = rt.buffers().acquire(static_cast<std::size_t>(total));
     std::memcpy(whole.data(), first.body.data(), first.body_size);
     first.body = buffer{};
-    const std::string etag(first.headers["ETag"]);
-    co_await get_rest(bucket, key, whole.span(), etag);
-    co_return whole;
+    if (!verify) {
+        co_await get_rest(bucket, key, whole.span(), etag, nullptr);
+        out.body = std::move(whole);
+        co_return out;
+    }
+    // The parts' CRC-64/NVME (S3's default) as they arrive; the object's checksum from a
+    // HeadObject asked for meanwhile.
+    const std::uint64_t parts = (static_cast<std::uint64_t>(total) + part - 1) / part;
+    std::vector<std::uint64_t> crcs(parts);
+    std::optional<object_checksum> expected;
+    auto job = [&](std::size_t i) -> asio::awaitable<void> {
+        if (i == 0) {
+            crcs[0] = co_await crc_of(checksum_algorithm::crc64nvme, whole.span().first(part));
+            co_await get_rest(bucket, key, whole.span(), etag, &crcs);
+        } else {
+            expected = co_await head_checksum(bucket, key, etag);
+        }
+    };
+    co_await conveyor::detail::run_all(2, job);
+    if (expected && !expected->composite && expected->algorithm == checksum_algorithm::crc64nvme) {
+        checksum c(checksum_algorithm::crc64nvme);
+        for (std::uint64_t p = 0; p < parts; ++p) c.combine(crcs[p], std::min<std::uint64_t>(part, static_cast<std::uint64_t>(total) - p * part));
+        out.result = tally(expected, &c, &out.why);
+    } else if (expected && !expected->composite) {
+        const std::span<const std::byte> bytes = whole.span();
+        auto c = co_await conveyor::detail::offload(rt.compute_executor(), [a = expected->algorithm, bytes] {
+            checksum c(a);
+            c.update(bytes);
+            return c;
+        });
+        out.result = tally(expected, &c, &out.why);
+    } else {
+        out.result = tally(expected, nullptr, nullptr);
+    }
+    out.body = std::move(whole);
+    co_return out;
+}
+
+CONVEYOR_DECL asio::awaitable<buffer> client_state::get_object(std::string_view bucket, std::string_view key, std::int64_t size_hint)
+{
+    // A mismatch may be a transfer error: fetched once more before it is an error.
+    auto got = co_await fetch_object(bucket, key, size_hint);
+    if (got.result != check_result::mismatch) co_return std::move(got.body);
+    got = co_await fetch_object(bucket, key, size_hint);
+    if (got.result != check_result::mismatch) co_return std::move(got.body);
+    throw checksum_failed(bucket, key, std::move(got.why));
 }
 
 CONVEYOR_DECL asio::awaitable<object_info> client_state::head(std::string_view bucket, std::string_view key)

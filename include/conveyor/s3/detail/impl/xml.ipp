@@ -123,11 +123,16 @@ CONVEYOR_DECL std::optional<reply_error> complete_reply_error(std::string_view b
     return r;
 }
 
-CONVEYOR_DECL std::string complete_multipart_body(const std::vector<std::string>& etags)
+CONVEYOR_DECL std::string complete_multipart_body(const std::vector<std::string>& etags, std::string_view checksum_name,
+                                                  const std::vector<std::string>& checksums)
 {
     std::string s = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">";
-    for (std::size_t i = 0; i < etags.size(); ++i)
-        s += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + xml_escaped(etags[i]) + "</ETag></Part>";
+    for (std::size_t i = 0; i < etags.size(); ++i) {
+        s += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + xml_escaped(etags[i]) + "</ETag>";
+        if (i < checksums.size())
+            s += "<Checksum" + std::string(checksum_name) + ">" + checksums[i] + "</Checksum" + std::string(checksum_name) + ">";
+        s += "</Part>";
+    }
     s += "</CompleteMultipartUpload>";
     return s;
 }
