@@ -46,6 +46,8 @@ struct s3_args {
     std::size_t pool_mb = 256;
     bool ordered = false;
     bool anonymous = false;
+    bool no_checksums = false;        // --no-checksums: neither ask for nor verify checksums, send none
+    std::string on_error = "fail";    // --on-error fail|skip
 };
 
 s3::config_options config_of(const s3_args& a)
@@ -65,6 +67,10 @@ s3::client_options client_options_of(const s3_args& a)
     o.retry.max_attempts = std::max(1u, a.attempts);
     o.part_size = a.part_size;
     o.parts_in_flight = std::max(1u, a.parts_in_flight);
+    if (a.no_checksums) {
+        o.checksums.verify = false;
+        o.checksums.upload.reset();
+    }
     return o;
 }
 
@@ -94,7 +100,7 @@ int cmd_s3_get(const s3_args& a)
         auto pipe = s3::objects(c, shared,
                                 {.concurrency = a.concurrency,
                                  .ordered = a.ordered,
-                                 .errors = cv::on_error::skip,
+                                 .errors = a.on_error == "skip" ? cv::on_error::skip : cv::on_error::fail,
                                  .capacity = std::max<std::size_t>(a.concurrency, 64),
                                  .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }})
                         .on(rt);
@@ -139,18 +145,28 @@ int cmd_s3_get(const s3_args& a)
             .add("retries_refused", stats.retries_refused - stats0.retries_refused)
             .add("limit", stats.limit)
             .add("lowest_limit", stats.lowest_limit)
+            .add("checksums", a.no_checksums ? "off" : "verified")
+            .add("checksums_verified", stats.checksums_verified - stats0.checksums_verified)
+            .add("checksum_failures", stats.checksum_failures - stats0.checksum_failures)
+            .add("checksums_skipped", stats.checksums_skipped - stats0.checksums_skipped)
+            .add("checksums_absent", stats.checksums_absent - stats0.checksums_absent)
             .add("errors", errors)
             .add("cpu_s", usage.cpu_s())
             .add("cpu_us_per_get", gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0)
             .print();
         std::fprintf(stderr,
                      "s3-get: %llu objects, %.1f MB in %.2f s: %.0f objects/s, %.1f MB/s | latency p50 %.1f ms p99 %.1f ms max %.1f ms | "
-                     "%llu requests, %llu retries, %llu throttled, %llu errors | CPU %.2f s (%.1f us per GET)\n",
+                     "%llu requests, %llu retries, %llu throttled, %llu errors | checksums: %llu verified, %llu failed, %llu "
+                     "skipped, %llu absent | CPU %.2f s (%.1f us per GET)\n",
                      static_cast<unsigned long long>(objects), static_cast<double>(bytes) / 1e6, secs, static_cast<double>(objects) / secs,
                      static_cast<double>(bytes) / 1e6 / secs, h.percentile(50) / 1e6, h.percentile(99) / 1e6,
                      static_cast<double>(h.max()) / 1e6, static_cast<unsigned long long>(gets),
                      static_cast<unsigned long long>(stats.retries - stats0.retries),
-                     static_cast<unsigned long long>(stats.throttled - stats0.throttled), static_cast<unsigned long long>(errors), usage.cpu_s(),
+                     static_cast<unsigned long long>(stats.throttled - stats0.throttled), static_cast<unsigned long long>(errors),
+                     static_cast<unsigned long long>(stats.checksums_verified - stats0.checksums_verified),
+                     static_cast<unsigned long long>(stats.checksum_failures - stats0.checksum_failures),
+                     static_cast<unsigned long long>(stats.checksums_skipped - stats0.checksums_skipped),
+                     static_cast<unsigned long long>(stats.checksums_absent - stats0.checksums_absent), usage.cpu_s(),
                      gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0);
         if (errors) rc = 1;
     }
@@ -228,6 +244,12 @@ std::function<int()> add_s3_subcommands(CLI::App& app)
     g->add_option("--parts-in-flight", get->parts_in_flight, "ranged parts of one object in flight")->capture_default_str();
     g->add_option("--repeat", get->repeat, "passes over the objects")->check(CLI::PositiveNumber)->capture_default_str();
     g->add_flag("--ordered", get->ordered, "deliver in list order (default: completion order)");
+    g->add_flag("--no-checksums", get->no_checksums, "neither ask for nor verify the objects' checksums (to compare their cost)");
+    g->add_option("--on-error", get->on_error,
+                  "fail: the first object that cannot be read (given up after retries, or failing its checksum twice) ends the run, "
+                  "named; skip: it is counted in errors and the run goes on")
+        ->check(CLI::IsMember({"fail", "skip"}))
+        ->capture_default_str();
     g->add_option("--pool-MB", get->pool_mb,
                   "idle memory the buffer pool may keep for reuse; with --repeat, a pool larger than the objects "
                   "measures reads into memory that is already faulted in")
@@ -237,6 +259,7 @@ std::function<int()> add_s3_subcommands(CLI::App& app)
     add_common(*u, *put);
     u->add_option("--dir", put->dir, "directory to upload")->required()->check(CLI::ExistingDirectory);
     u->add_option("--prefix", put->prefix, "put before each relative path to make the key");
+    u->add_flag("--no-checksums", put->no_checksums, "send no CRC64NVME checksum with each object and part");
 
     return [g, u, get, put]() -> int {
         if (*g) return cmd_s3_get(*get);

@@ -78,21 +78,21 @@ struct throttle_options {
     checksums": CRC64NVME, S3's default for new objects, CRC32C, CRC32, SHA-1, SHA-256).
 
     GETs send `x-amz-checksum-mode: ENABLED` and verify the object against the checksum the
-    reply carries. S3 sends none with a ranged reply, so an object read in ranged parts (the
-    first request of an object of unknown size is one) is checked against the checksum a
-    HeadObject gives, asked for while the parts come (pinned to the same ETag); the parts'
-    CRCs are computed as they arrive and combined. A mismatch is fetched once more (it may be
-    a transfer error), and a second one fails with `errc::checksum_mismatch`, naming the
-    object, the algorithm and both values. A streamed object (`read_chunks`) is checked as it
-    streams, and a mismatch fails the stream at its end.
+    reply carries. S3 sends none with a ranged reply, so with verification on, an object not
+    known to fit in one part starts with a plain GET: its header gives the size, the ETag and
+    the checksum, and when the object is larger than `part_size` only its first part is read
+    from it (the connection is then closed) and the rest comes in ranged parts, pinned to the
+    ETag, whose CRCs are computed as they arrive and combined. A mismatch is fetched once more
+    (it may be a transfer error), and a second one fails with `errc::checksum_mismatch`,
+    naming the object, the algorithm and both values. A streamed object (`read_chunks`) is
+    checked as it streams, and a mismatch fails the stream at its end (its chunks have gone
+    out).
 
     Not verified, and counted in `client_stats::checksums_skipped`: composite checksums of
     multipart uploads (`<base64>-<parts>`: a checksum of the parts' checksums, which only reads
     split at the upload's own part boundaries could check; conveyor's parts are its own).
     Objects stored without a checksum are counted in `checksums_absent`. Reads of part of an
     object (`async_get_range`, a stream from an offset) get no checksum and are not checked.
-    An object of unknown size (no `size_hint`) that fits in the first ranged part costs a
-    HeadObject more, for its checksum: give the size when a listing has it.
 */
 struct checksum_options {
     /// Ask for and verify checksums on GETs.

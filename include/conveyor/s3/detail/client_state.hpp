@@ -194,9 +194,6 @@ struct client_state : std::enable_shared_from_this<client_state> {
     /// `x-amz-checksum-mode: ENABLED` on `o` when checksums are verified.
     CONVEYOR_DECL void ask_checksum(op& o) const;
 
-    /// HeadObject for the object's checksum (pinned to `etag` when given).
-    CONVEYOR_DECL asio::awaitable<std::optional<object_checksum>> head_checksum(std::string_view bucket, std::string_view key,
-                                                                                std::string_view etag);
 
     /// The CRC (`a`) of `data`: on the compute pool when it is large.
     inline asio::awaitable<std::uint64_t> crc_of(checksum_algorithm a, std::span<const std::byte> data);
@@ -209,6 +206,8 @@ struct client_state : std::enable_shared_from_this<client_state> {
     };
     /// One fetch of the whole object, checked (see `get_object`).
     CONVEYOR_DECL asio::awaitable<fetched> fetch_object(std::string_view bucket, std::string_view key, std::int64_t size_hint);
+    /// `fetch_object` of an object that may be larger than a part, checksums verified.
+    inline asio::awaitable<fetched> fetch_checked(std::string_view bucket, std::string_view key);
 
     // get_rest, payload_hash and put_multipart are inline in both forms of the library:
     // only impl/transfer.ipp calls them, and they hand lambdas to coroutines (the transfer

@@ -118,15 +118,76 @@ CONVEYOR_DECL void client_state::ask_checksum(op& o) const
     if (opts.checksums.verify) o.named_headers.emplace_back("x-amz-checksum-mode", "ENABLED");
 }
 
-CONVEYOR_DECL asio::awaitable<std::optional<object_checksum>> client_state::head_checksum(std::string_view bucket, std::string_view key,
-                                                                                         std::string_view etag)
-{
-    op o{.method = boost::beast::http::verb::head, .name = "HeadObject", .bucket = bucket, .key = key};
-    ask_checksum(o);
-    if (!etag.empty()) o.headers.emplace_back(boost::beast::http::field::if_match, std::string(etag));
-    auto resp = co_await execute(o);
-    co_return checksum_in(resp.headers, false);
-}
+/** The body of a plain GET, with checksums asked for, read into one buffer of the object's
+    size: all of it when it fits in a part, else its first part only; then the request ends
+    (the connection is closed) and the rest comes in ranged parts. Its header gives the size,
+    the ETag and the whole object's checksum (S3 sends none with a ranged reply). A failure
+    mid-body resumes with a ranged GET pinned to the ETag. */
+struct first_part_sink final : body_stream {
+    first_part_sink(client_state& st, std::uint64_t part_size) : s(st), part(part_size) {}
+
+    void before_attempt(boost::beast::http::fields& h) override
+    {
+        if (filled == 0) return;
+        h.set(boost::beast::http::field::range, "bytes=" + std::to_string(filled) + "-" + std::to_string(limit - 1));
+        if (!etag.empty()) h.set(boost::beast::http::field::if_match, etag);
+    }
+
+    bool took_progress() noexcept override { return std::exchange(progress, false); }
+
+    std::error_code on_header(unsigned status, const boost::beast::http::fields& h) override
+    {
+        const auto bad = make_error_code(errc::bad_reply);
+        if (!got_header) {
+            std::uint64_t n = 0;
+            if (status != 200 || !parse_decimal(std::string_view(h[boost::beast::http::field::content_length]), n)) {
+                problem = "a GET was answered status " + std::to_string(status) + " with Content-Length '" +
+                          std::string(h[boost::beast::http::field::content_length]) + "'";
+                return bad;
+            }
+            got_header = true;
+            total = n;
+            limit = part == 0 || total <= part ? total : part;
+            etag = std::string(h[boost::beast::http::field::etag]);
+            expected = checksum_in(h, false);
+            whole = s.rt.buffers().acquire(static_cast<std::size_t>(total));
+            return {};
+        }
+        std::uint64_t first = 0, last = 0;
+        std::int64_t t = -1;
+        if (status != 206 || !parse_content_range(std::string_view(h[boost::beast::http::field::content_range]), first, last, t) ||
+            first != filled || (t >= 0 && static_cast<std::uint64_t>(t) != total)) {
+            problem = "a ranged GET resuming at byte " + std::to_string(filled) + " was answered status " + std::to_string(status) +
+                      " with Content-Range '" + std::string(h[boost::beast::http::field::content_range]) + "'";
+            return bad;
+        }
+        return {};
+    }
+
+    asio::awaitable<std::span<std::byte>> async_prepare() override
+    {
+        if (filled >= limit) { // the first part is in: the rest comes in ranged parts
+            stopped = true;
+            co_return std::span<std::byte>{};
+        }
+        co_return std::span<std::byte>(whole.data() + filled, static_cast<std::size_t>(limit - filled));
+    }
+
+    void commit(std::size_t n) override
+    {
+        filled += n;
+        progress = true;
+    }
+
+    client_state& s;
+    std::uint64_t part;
+    buffer whole;
+    std::uint64_t total = 0, limit = 0, filled = 0;
+    std::string etag;
+    std::optional<object_checksum> expected;
+    bool got_header = false, stopped = false, progress = false;
+    std::string problem;
+};
 
 inline asio::awaitable<std::uint64_t> client_state::crc_of(checksum_algorithm a, std::span<const std::byte> data)
 {
@@ -194,6 +255,7 @@ CONVEYOR_DECL asio::awaitable<client_state::fetched> client_state::fetch_object(
         co_await whole_get();
         co_return out;
     }
+    if (verify) co_return co_await fetch_checked(bucket, key);
     // The first part tells the size (Content-Range) and the ETag that the other parts
     // must match: an object replaced midway is an error, never a mix of two versions.
     http::response first;
@@ -209,7 +271,6 @@ CONVEYOR_DECL asio::awaitable<client_state::fetched> client_state::fetch_object(
         co_return out;
     }
     if (first.status == 200) { // the server ignored Range: that is the whole object
-        if (verify) out.result = check_whole(first.body.span(), checksum_in(first.headers, false));
         out.body = std::move(first.body);
         co_return out;
     }
@@ -219,44 +280,61 @@ CONVEYOR_DECL asio::awaitable<client_state::fetched> client_state::fetch_object(
         first.body_size != l + 1)
         throw bad(bucket, key, "ranged GET answered 206 with Content-Range '" + std::string(first.headers["Content-Range"]) +
                                    "' and " + std::to_string(first.body_size) + " bytes");
-    const std::string etag(first.headers["ETag"]);
     if (static_cast<std::uint64_t>(total) <= part) {
-        if (verify) {
-            auto expected = checksum_in(first.headers, true);
-            if (!expected) expected = co_await head_checksum(bucket, key, etag);
-            out.result = check_whole(first.body.span(), expected);
-        }
         out.body = std::move(first.body);
         co_return out;
     }
     buffer whole = rt.buffers().acquire(static_cast<std::size_t>(total));
     std::memcpy(whole.data(), first.body.data(), first.body_size);
     first.body = buffer{};
-    if (!verify) {
-        co_await get_rest(bucket, key, whole.span(), etag, nullptr);
-        out.body = std::move(whole);
+    co_await get_rest(bucket, key, whole.span(), std::string(first.headers["ETag"]), nullptr);
+    out.body = std::move(whole);
+    co_return out;
+}
+
+inline asio::awaitable<client_state::fetched> client_state::fetch_checked(std::string_view bucket, std::string_view key)
+{
+    // A plain GET, which carries the object's checksum: the whole object when it is small,
+    // else its first part, the rest in ranged parts whose CRCs are combined.
+    fetched out;
+    first_part_sink sink(*this, opts.part_size);
+    op o{.method = boost::beast::http::verb::get, .name = "GetObject", .bucket = bucket, .key = key};
+    ask_checksum(o);
+    o.stream = &sink;
+    try {
+        co_await execute(o);
+    } catch (const boost::system::system_error& e) {
+        if (!sink.stopped || e.code() != asio::error::operation_aborted) throw;
+    } catch (const request_error& e) {
+        if (!sink.problem.empty() && e.code() == errc::bad_reply) throw bad(bucket, key, sink.problem);
+        throw;
+    }
+    if (sink.filled != sink.limit)
+        throw failure(o, make_error_code(http::errc::body_truncated), {}, 1,
+                      "the object ended at byte " + std::to_string(sink.filled) + " of " + std::to_string(sink.total));
+    const std::span<const std::byte> bytes = sink.whole.span();
+    const auto& expected = sink.expected;
+    const bool crc64 = expected && !expected->composite && expected->algorithm == checksum_algorithm::crc64nvme;
+    if (sink.limit == sink.total) {
+        std::optional<checksum> c;
+        if (expected && !expected->composite) {
+            c.emplace(expected->algorithm);
+            c->update(bytes);
+        }
+        out.result = tally(expected, c ? &*c : nullptr, &out.why);
+        out.body = std::move(sink.whole);
         co_return out;
     }
-    // The parts' CRC-64/NVME (S3's default) as they arrive; the object's checksum from a
-    // HeadObject asked for meanwhile.
-    const std::uint64_t parts = (static_cast<std::uint64_t>(total) + part - 1) / part;
+    const std::uint64_t part = opts.part_size, total = sink.total;
+    const std::uint64_t parts = (total + part - 1) / part;
     std::vector<std::uint64_t> crcs(parts);
-    std::optional<object_checksum> expected;
-    auto job = [&](std::size_t i) -> asio::awaitable<void> {
-        if (i == 0) {
-            crcs[0] = co_await crc_of(checksum_algorithm::crc64nvme, whole.span().first(part));
-            co_await get_rest(bucket, key, whole.span(), etag, &crcs);
-        } else {
-            expected = co_await head_checksum(bucket, key, etag);
-        }
-    };
-    co_await conveyor::detail::run_all(2, job);
-    if (expected && !expected->composite && expected->algorithm == checksum_algorithm::crc64nvme) {
+    if (crc64) crcs[0] = co_await crc_of(checksum_algorithm::crc64nvme, bytes.first(part));
+    co_await get_rest(bucket, key, sink.whole.span(), sink.etag, crc64 ? &crcs : nullptr);
+    if (crc64) {
         checksum c(checksum_algorithm::crc64nvme);
-        for (std::uint64_t p = 0; p < parts; ++p) c.combine(crcs[p], std::min<std::uint64_t>(part, static_cast<std::uint64_t>(total) - p * part));
+        for (std::uint64_t p = 0; p < parts; ++p) c.combine(crcs[p], std::min(part, total - p * part));
         out.result = tally(expected, &c, &out.why);
-    } else if (expected && !expected->composite) {
-        const std::span<const std::byte> bytes = whole.span();
+    } else if (expected && !expected->composite) { // another algorithm: over the whole, on the compute pool
         auto c = co_await conveyor::detail::offload(rt.compute_executor(), [a = expected->algorithm, bytes] {
             checksum c(a);
             c.update(bytes);
@@ -266,7 +344,7 @@ CONVEYOR_DECL asio::awaitable<client_state::fetched> client_state::fetch_object(
     } else {
         out.result = tally(expected, nullptr, nullptr);
     }
-    out.body = std::move(whole);
+    out.body = std::move(sink.whole);
     co_return out;
 }
 
