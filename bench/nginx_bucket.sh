@@ -2,15 +2,20 @@
 # nginx_bucket.sh — an emulated remote object store for the S3 benchmarks: Debian's nginx on
 # loopback serving a directory as path-style buckets, with a configurable first-byte delay.
 #
-#   nginx_bucket.sh start --root DIR --state-dir S [--delay-ms N] [--port P] [--workers W] [--writable]
+#   nginx_bucket.sh start --root DIR --state-dir S [--delay-ms N] [--throttle-rate R] [--throttle-burst B]
+#                         [--port P] [--workers W] [--writable]
 #       starts nginx (daemon, pid in S/nginx.pid) and prints its endpoint URL, e.g.
 #       http://127.0.0.1:41234 (also written to S/endpoint).
 #   nginx_bucket.sh stop --state-dir S
 #       stops the nginx that `start` left in S (only that one: its pid file, checked against
 #       its command line); removes nothing else.
-#   nginx_bucket.sh run --root DIR [--delay-ms N] [--port P] [--workers W] [--writable] [--state-dir S] -- CMD...
+#   nginx_bucket.sh run --root DIR [--delay-ms N] [--throttle-rate R] [--throttle-burst B] [--port P]
+#                       [--workers W] [--writable] [--state-dir S] -- CMD...
 #       start, run CMD with CONVEYOR_BENCH_ENDPOINT set to the endpoint URL, stop; exits with
 #       CMD's status. Without --state-dir a temporary one is used and removed.
+#   nginx_bucket.sh throttle --state-dir S [--rate R] [--burst B]
+#       sets the throttle of the running nginx (R 0: lifted) when --rate is given, then prints
+#       its state and counts as one JSON line (see below).
 #   nginx_bucket.sh install [PKG...]
 #       installs nginx and libnginx-mod-http-lua (and any extra Debian packages named) when
 #       missing; touches nothing when all are installed. `start` and `run` do this themselves.
@@ -31,6 +36,19 @@
 # The delay (--delay-ms, default 0; fractions allowed) is an ngx.sleep in the access phase of
 # every request, before nginx opens the file: the first byte arrives after it, the rest at
 # loopback speed. It does not block the worker: any number of requests sleep at once.
+#
+# Throttling (--throttle-rate R, default 0: none): a token bucket of R requests per second
+# holding at most B (--throttle-burst, default max(1, R/100): 10 ms of the rate), one for all
+# workers (a lua_shared_dict). Each S3 request takes a token when it arrives; one that finds
+# none is answered, after the delay like any other, `503 Slow Down` with S3's error body
+# (<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>...) and
+# no x-amz-error-code header, as S3 answers a GET. The control endpoint, never throttled or
+# delayed:
+#   PUT /_conveyor/throttle?rate=R[&burst=B]   a new rate (0: lifted) and burst, from now on;
+#                                              the bucket starts full
+#   GET /_conveyor/throttle                    {"rate":R,"burst":B,"served":N,"throttled":M}
+# served and throttled count the S3 requests since start (served: let through, whatever their
+# status); take differences to count one run.
 #
 # Tuning (for a small machine shared by server and client): W worker processes (default 1;
 # `auto` = one per core; with more than one the listen socket uses reuseport so the kernel
@@ -95,14 +113,17 @@ free_port() {
     "${CONVEYOR_PYTHON:-/usr/bin/python3}" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# Options shared by start and run; sets root, state_dir, delay_ms, port, workers, writable, rest.
+# Options shared by start, run and throttle; sets root, state_dir, delay_ms, rate, burst, port,
+# workers, writable, rest.
 parse_opts() {
-    root="" state_dir="" delay_ms=0 port="" workers=1 writable=0 rest=()
+    root="" state_dir="" delay_ms=0 rate="" burst="" port="" workers=1 writable=0 rest=()
     while (($#)); do
         case $1 in
             --root) root=${2:?}; shift 2 ;;
             --state-dir) state_dir=${2:?}; shift 2 ;;
             --delay-ms) delay_ms=${2:?}; shift 2 ;;
+            --throttle-rate|--rate) rate=${2:?}; shift 2 ;;
+            --throttle-burst|--burst) burst=${2:?}; shift 2 ;;
             --port) port=${2:?}; shift 2 ;;
             --workers) workers=${2:?}; shift 2 ;;
             --writable) writable=1; shift ;;
@@ -114,10 +135,13 @@ parse_opts() {
     [[ $delay_ms =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms wants a number of milliseconds, got '$delay_ms'"
     [[ $workers =~ ^([1-9][0-9]*|auto)$ ]] || die "--workers wants a count or auto, got '$workers'"
     [[ -z $port || $port =~ ^[0-9]+$ ]] || die "--port wants a number, got '$port'"
+    [[ -z $rate || $rate =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--throttle-rate wants requests per second, got '$rate'"
+    [[ -z $burst || $burst =~ ^[1-9][0-9]*$ ]] || die "--throttle-burst wants a positive count, got '$burst'"
 }
 
 write_config() {
     local conf=$state_dir/nginx.conf delay_s reuseport="" user_line="" write_block nofile
+    local throttle_rate=${rate:-0} throttle_burst=${burst:-0}
     nofile=$(ulimit -Hn)
     [[ $nofile == unlimited || $nofile -gt 65536 ]] && nofile=65536
     delay_s=$(awk -v ms="$delay_ms" 'BEGIN { printf "%.6f", ms / 1000 }')
@@ -167,6 +191,8 @@ http {
     uwsgi_temp_path $state_dir/tmp/uwsgi;
     scgi_temp_path $state_dir/tmp/scgi;
     lua_package_path "$state_dir/lua/?.lua;;";
+    lua_shared_dict s3_throttle 1m;
+    init_by_lua_block { require("s3_throttle").init($throttle_rate, $throttle_burst) }
 
     server {
         listen 127.0.0.1:$port backlog=8192$reuseport;
@@ -177,11 +203,21 @@ http {
         index __no_index__;
         error_page 404 = @no_such_key;
 
-        # The first-byte delay: before the file is opened. Internal redirects (the 404 page)
-        # do not sleep twice.
+        # The throttle (a token taken on arrival) and the first-byte delay, before the file is
+        # opened. Internal redirects (the 404 page) are not counted and do not sleep twice.
         access_by_lua_block {
+            if ngx.req.is_internal() then return end
+            local throttle = require("s3_throttle")
+            local ok = throttle.admit()
             local d = $delay_s
-            if d > 0 and not ngx.req.is_internal() then ngx.sleep(d) end
+            if d > 0 then ngx.sleep(d) end
+            if not ok then return throttle.slow_down() end
+        }
+
+        # The throttle's control endpoint (nginx_bucket.sh --help).
+        location = /_conveyor/throttle {
+            access_by_lua_block { }
+            content_by_lua_block { require("s3_throttle").control() }
         }
 
         # ListObjects(V2) and HeadBucket: /<bucket> or /<bucket>/ with no key.
@@ -201,6 +237,95 @@ http {
 }
 EOF
     mkdir -p "$state_dir/lua"
+    cat >"$state_dir/lua/s3_throttle.lua" <<'EOF'
+-- The token bucket of bench/nginx_bucket.sh --throttle-rate, one for all workers.
+local M = {}
+local dict = ngx.shared.s3_throttle
+
+-- A new rate and burst (0: the default, 10 ms of the rate), with a full bucket.
+local function set(rate, burst)
+    if burst == nil or burst <= 0 then burst = math.max(1, math.floor(rate / 100)) end
+    dict:set("rate", rate)
+    dict:set("burst", burst)
+    dict:set("tokens", burst)
+    dict:set("at", ngx.now())
+end
+
+function M.init(rate, burst)
+    set(rate, burst)
+    dict:set("served", 0)
+    dict:set("throttled", 0)
+end
+
+-- The bucket's read-modify-write under a lock that every worker takes (add is atomic, and
+-- nothing between add and delete yields, so the holder lets go within microseconds).
+local function take_token()
+    for _ = 1, 100000 do
+        if dict:add("lock", true, 0.01) then
+            ngx.update_time()
+            local now, rate, burst = ngx.now(), dict:get("rate"), dict:get("burst")
+            local tokens = math.min(burst, dict:get("tokens") + (now - dict:get("at")) * rate)
+            local ok = tokens >= 1
+            if ok then tokens = tokens - 1 end
+            dict:set("tokens", tokens)
+            dict:set("at", now)
+            dict:delete("lock")
+            return ok
+        end
+    end
+    return true -- the lock outlived its expiry: let the request through
+end
+
+-- true: serve the request; false: throttle it. Counts both.
+function M.admit()
+    if dict:get("rate") > 0 and not take_token() then
+        dict:incr("throttled", 1, 0)
+        return false
+    end
+    dict:incr("served", 1, 0)
+    return true
+end
+
+-- S3's answer to a request over the rate: 503 SlowDown, the code in the XML body only.
+function M.slow_down()
+    local id = string.format("%016X", dict:get("throttled"))
+    ngx.status = 503
+    ngx.header["Content-Type"] = "application/xml"
+    ngx.header["x-amz-request-id"] = id
+    if ngx.req.get_method() == "HEAD" then -- no body, as S3 answers a HEAD
+        ngx.header["Content-Length"] = 0
+        ngx.send_headers()
+    else
+        local body = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>' ..
+            '<Message>Please reduce your request rate.</Message><RequestId>' .. id ..
+            '</RequestId><HostId>nginx-bucket</HostId></Error>\n'
+        ngx.header["Content-Length"] = #body
+        ngx.print(body)
+    end
+    return ngx.exit(ngx.HTTP_OK) -- the reply is sent: finish the request here
+end
+
+function M.control()
+    local method = ngx.req.get_method()
+    if method == "PUT" or method == "POST" then
+        local args = ngx.req.get_uri_args()
+        local rate, burst = tonumber(args.rate), tonumber(args.burst or "0")
+        if not rate or rate < 0 or not burst or burst < 0 then
+            ngx.status = 400
+            ngx.say("want ?rate=R (requests per second, 0: none) and optionally &burst=B")
+            return ngx.exit(400)
+        end
+        set(rate, math.floor(burst))
+    elseif method ~= "GET" then
+        return ngx.exit(405)
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.print(string.format('{"rate":%s,"burst":%d,"served":%d,"throttled":%d}\n', tostring(dict:get("rate")),
+        dict:get("burst"), dict:get("served"), dict:get("throttled")))
+end
+
+return M
+EOF
     cat >"$state_dir/lua/s3_list.lua" <<'EOF'
 -- ListObjectsV2 / ListObjects / HeadBucket over a folder, for bench/nginx_bucket.sh.
 local M = {}
@@ -362,7 +487,7 @@ cmd_start() {
     [[ -n $(our_pid) ]] || { cat "$state_dir/error.log" >&2; die "start: nginx did not write its pid file"; }
     local endpoint=http://127.0.0.1:$port
     echo "$endpoint" >"$state_dir/endpoint"
-    echo "$prog: nginx pid $(our_pid), $workers worker(s), delay ${delay_ms} ms, serving $root at $endpoint (log $state_dir/error.log)" >&2
+    echo "$prog: nginx pid $(our_pid), $workers worker(s), delay ${delay_ms} ms, throttle ${rate:-0}/s, serving $root at $endpoint (log $state_dir/error.log)" >&2
     echo "$endpoint"
 }
 
@@ -389,6 +514,23 @@ cmd_stop() {
     echo "$prog: stopped nginx $pid" >&2
 }
 
+cmd_throttle() {
+    [[ -n $state_dir ]] || die "throttle: --state-dir S is required"
+    [[ -n $(our_pid) && -f $state_dir/endpoint ]] || die "throttle: no nginx of ours running from $state_dir"
+    local url method=GET
+    url="$(<"$state_dir/endpoint")/_conveyor/throttle"
+    if [[ -n $rate ]]; then
+        method=PUT
+        url+="?rate=$rate${burst:+&burst=$burst}"
+    fi
+    "${CONVEYOR_PYTHON:-/usr/bin/python3}" - "$method" "$url" <<'PY'
+import sys, urllib.request
+method, url = sys.argv[1:]
+with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=10) as r:
+    sys.stdout.write(r.read().decode())
+PY
+}
+
 cmd_run() {
     ((${#rest[@]})) || die "run: give a command after --"
     local tmp_state=""
@@ -412,7 +554,8 @@ case $sub in
     start) parse_opts "$@"; cmd_start ;;
     stop) parse_opts "$@"; cmd_stop ;;
     run) parse_opts "$@"; cmd_run ;;
+    throttle) parse_opts "$@"; cmd_throttle ;;
     install) ensure_packages nginx libnginx-mod-http-lua "$@" ;;
     -h|--help|help) usage ;;
-    *) die "unknown subcommand $sub (start, stop, run, install; see $prog --help)" ;;
+    *) die "unknown subcommand $sub (start, stop, run, throttle, install; see $prog --help)" ;;
 esac

@@ -4,7 +4,9 @@
 //   s3-get   GET every object of a prefix or an index through conveyor's S3 source
 //   s3-put   upload a directory's files as objects through the upload sink
 //
-// One JSON object per line on standard output; a human summary on standard error.
+// One JSON object per line on standard output; a human summary on standard error. With
+// --timeline, s3-get also prints a line per second of each pass (what arrived in it, and
+// the client's throttling state at its end).
 
 #include "s3_bench.hpp"
 
@@ -18,10 +20,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -48,6 +55,8 @@ struct s3_args {
     bool anonymous = false;
     bool no_checksums = false;        // --no-checksums: neither ask for nor verify checksums, send none
     std::string on_error = "fail";    // --on-error fail|skip
+    bool fixed_concurrency = false;
+    bool timeline = false;
 };
 
 s3::config_options config_of(const s3_args& a)
@@ -71,8 +80,78 @@ s3::client_options client_options_of(const s3_args& a)
         o.checksums.verify = false;
         o.checksums.upload.reset();
     }
+    o.throttle.adaptive = !a.fixed_concurrency;
     return o;
 }
+
+/** With --timeline: every second of a pass, one JSON line of what arrived in that second
+    (objects, bytes) and the client's counters over it, ending with its throttling state.
+    A thread of its own, so that a second without any arrival still gets its line. */
+class timeline {
+public:
+    timeline(const s3::client& c, std::size_t rep, const std::atomic<std::uint64_t>& objects, const std::atomic<std::uint64_t>& bytes)
+        : c_(c), rep_(rep), objects_(objects), bytes_(bytes), thread_([this] { run(); })
+    {
+    }
+    timeline(const timeline&) = delete;
+    timeline& operator=(const timeline&) = delete;
+    ~timeline()
+    {
+        {
+            std::lock_guard lk(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+
+private:
+    void run()
+    {
+        const auto start = std::chrono::steady_clock::now();
+        auto last = start;
+        std::uint64_t objects0 = objects_.load(), bytes0 = bytes_.load();
+        auto stats0 = c_.stats();
+        for (int second = 1;; ++second) {
+            const auto next = start + std::chrono::seconds(second);
+            {
+                std::unique_lock lk(mu_);
+                if (cv_.wait_until(lk, next, [this] { return stop_; })) return; // a partial second is left out
+            }
+            const auto now = std::chrono::steady_clock::now();
+            const std::uint64_t objects = objects_.load(), bytes = bytes_.load();
+            const auto stats = c_.stats();
+            const double secs = std::chrono::duration<double>(now - last).count();
+            cb::json_line()
+                .add("bench", "s3-get-second")
+                .add("repeat", rep_)
+                .add("t_s", std::chrono::duration<double>(now - start).count())
+                .add("unix_s", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(), 15)
+                .add("objects", objects - objects0)
+                .add("objects_per_s", static_cast<double>(objects - objects0) / secs)
+                .add("MB_per_s", static_cast<double>(bytes - bytes0) / 1e6 / secs)
+                .add("requests", stats.requests - stats0.requests)
+                .add("retries", stats.retries - stats0.retries)
+                .add("throttles", stats.throttled - stats0.throttled)
+                .add("limit", stats.limit)
+                .add("rate", stats.rate)
+                .print();
+            last = now;
+            objects0 = objects;
+            bytes0 = bytes;
+            stats0 = stats;
+        }
+    }
+
+    const s3::client& c_;
+    const std::size_t rep_;
+    const std::atomic<std::uint64_t>& objects_;
+    const std::atomic<std::uint64_t>& bytes_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::thread thread_;
+};
 
 int cmd_s3_get(const s3_args& a)
 {
@@ -109,13 +188,19 @@ int cmd_s3_get(const s3_args& a)
         cb::stopwatch clock;
         cb::progress progress("s3-get", shared->size());
         std::uint64_t objects = 0, bytes = 0;
+        std::atomic<std::uint64_t> arrived{0}, arrived_bytes{0}; // for the timeline's thread
+        std::optional<timeline> seconds;
+        if (a.timeline) seconds.emplace(c, rep, arrived, arrived_bytes);
         auto run = pipe.run();
         for (auto& b : run) {
             ++objects;
             bytes += b.data.size();
+            arrived.store(objects, std::memory_order_relaxed);
+            arrived_bytes.store(bytes, std::memory_order_relaxed);
             progress.update(objects, bytes);
         }
         const double secs = clock.seconds();
+        seconds.reset();
         const auto usage = cb::usage_now() - before;
         progress.finish();
         const auto stats = c.stats();
@@ -128,6 +213,7 @@ int cmd_s3_get(const s3_args& a)
             .add("endpoint", c.cfg().endpoint.url())
             .add("bucket", shared->bucket)
             .add("concurrency", a.concurrency)
+            .add("adaptive", !a.fixed_concurrency)
             .add("part_size", a.part_size)
             .add("io_threads", rt.io_lanes())
             .add("repeat", rep)
@@ -150,6 +236,8 @@ int cmd_s3_get(const s3_args& a)
             .add("checksum_failures", stats.checksum_failures - stats0.checksum_failures)
             .add("checksums_skipped", stats.checksums_skipped - stats0.checksums_skipped)
             .add("checksums_absent", stats.checksums_absent - stats0.checksums_absent)
+            .add("rate", stats.rate)
+            .add("lowest_rate", stats.lowest_rate)
             .add("errors", errors)
             .add("cpu_s", usage.cpu_s())
             .add("cpu_us_per_get", gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0)
@@ -168,6 +256,12 @@ int cmd_s3_get(const s3_args& a)
                      static_cast<unsigned long long>(stats.checksums_skipped - stats0.checksums_skipped),
                      static_cast<unsigned long long>(stats.checksums_absent - stats0.checksums_absent), usage.cpu_s(),
                      gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0);
+        if (a.fixed_concurrency)
+            std::fprintf(stderr, "s3-get: fixed concurrency %zu (no adaptive throttling)\n", a.concurrency);
+        else
+            std::fprintf(stderr, "s3-get: in flight allowed %.1f (lowest %.1f), send rate allowed %s (lowest %s)\n", stats.limit,
+                         stats.lowest_limit, stats.rate > 0 ? (std::to_string(static_cast<long>(stats.rate)) + "/s").c_str() : "unlimited",
+                         stats.lowest_rate > 0 ? (std::to_string(static_cast<long>(stats.lowest_rate)) + "/s").c_str() : "-");
         if (errors) rc = 1;
     }
     return rc;
@@ -250,6 +344,9 @@ std::function<int()> add_s3_subcommands(CLI::App& app)
                   "named; skip: it is counted in errors and the run goes on")
         ->check(CLI::IsMember({"fail", "skip"}))
         ->capture_default_str();
+    g->add_flag("--fixed-concurrency", get->fixed_concurrency,
+                "no adaptive throttling (throttle.adaptive = false): only --concurrency bounds the requests in flight");
+    g->add_flag("--timeline", get->timeline, "also print a JSON line (bench s3-get-second) for every second of each pass");
     g->add_option("--pool-MB", get->pool_mb,
                   "idle memory the buffer pool may keep for reuse; with --repeat, a pool larger than the objects "
                   "measures reads into memory that is already faulted in")

@@ -1,6 +1,6 @@
-// Throttling: the retry quota's arithmetic, the in-flight limit's decrease and recovery,
-// and the client against scripted servers that answer 503 SlowDown above a rate, or fail
-// every request (the quota stops the retries).
+// Throttling: the retry quota's arithmetic, the in-flight limit's decrease and recovery, the
+// send rate a throttle sets, and the client against scripted servers that answer 503
+// SlowDown above a rate, or fail every request (the quota stops the retries).
 #include "support.hpp"
 
 #include "../support/http_server.hpp"
@@ -65,34 +65,87 @@ TEST_CASE("retry quota: retries take 5 (10 after a timeout), successes give back
 TEST_CASE("in-flight limit: 0.7 times on a throttle, once per burst, never under the floor; one more per window of healthy replies")
 {
     cv::runtime rt;
-    auto l = std::make_shared<sd::concurrency_limit>(2, 10, 50ms); // requests here take no time: the cool-down is the window
+    auto l = std::make_shared<sd::send_limit>(2, 10, 50ms); // requests here take no time: the cool-down is the window
     auto acquire = [&] { asio::co_spawn(rt.io_executor(0), l->acquire(), asio::use_future).get(); };
     acquire();
-    l->release(sd::concurrency_limit::outcome::throttled);
+    l->release(sd::send_limit::outcome::throttled);
     CHECK(l->stats().limit == doctest::Approx(7));
     // The same burst: the other replies to it do not cut again.
     acquire();
-    l->release(sd::concurrency_limit::outcome::throttled);
+    l->release(sd::send_limit::outcome::throttled);
     CHECK(l->stats().limit == doctest::Approx(7));
     CHECK(l->stats().throttled == 2);
     for (int i = 0; i < 8; ++i) {
         std::this_thread::sleep_for(60ms);
         acquire();
-        l->release(sd::concurrency_limit::outcome::throttled);
+        l->release(sd::send_limit::outcome::throttled);
     }
     CHECK(l->stats().limit == doctest::Approx(2)); // the floor
     CHECK(l->stats().lowest == doctest::Approx(2));
     for (int i = 0; i < 200; ++i) {
         acquire();
-        l->release(sd::concurrency_limit::outcome::healthy);
+        l->release(sd::send_limit::outcome::healthy);
     }
     CHECK(l->stats().limit == doctest::Approx(10)); // back to the ceiling, not past it
+}
+
+TEST_CASE("send rate: a throttle sets 0.8 times the rate in flight (Little's law), cuts it once per round trip, and the "
+          "in-flight limit then stays")
+{
+    cv::runtime rt;
+    // A probe of 100 s: the rate does not grow back while the test runs.
+    auto l = std::make_shared<sd::send_limit>(1, 10, 1ms, 100s);
+    auto acquire = [&] { asio::co_spawn(rt.io_executor(0), l->acquire(), asio::use_future).get(); };
+    CHECK(l->stats().rate == 0); // no rate limit before a throttle
+    for (int i = 0; i < 4; ++i) acquire();
+    // 4 in flight, 10 ms each: 400 requests/s; the rate falls to 320, the in-flight limit to 7.
+    l->release(sd::send_limit::outcome::throttled, 10ms);
+    CHECK(l->stats().rate == doctest::Approx(320).epsilon(0.01));
+    CHECK(l->stats().limit == doctest::Approx(7));
+    l->release(sd::send_limit::outcome::throttled, 10ms); // the same round trip
+    CHECK(l->stats().rate == doctest::Approx(320).epsilon(0.01));
+    std::this_thread::sleep_for(20ms);
+    // A round trip later: 2 in flight over 10 ms, 200/s, is under the 320 allowed: 0.8 times that.
+    l->release(sd::send_limit::outcome::throttled, 10ms);
+    CHECK(l->stats().rate == doctest::Approx(160).epsilon(0.01));
+    CHECK(l->stats().limit == doctest::Approx(7)); // under a rate limit, the in-flight limit stays
+    CHECK(l->stats().lowest_rate == doctest::Approx(160).epsilon(0.01));
+    CHECK(l->stats().throttled == 3);
+}
+
+TEST_CASE("send rate: sends are spaced 1/rate apart, in order, and the limit is dropped once the rate has grown 4 times")
+{
+    cv::runtime rt({.io_threads = 2, .compute_threads = 1});
+    auto l = std::make_shared<sd::send_limit>(1, 100, 1ms, 100ms);
+    asio::co_spawn(rt.io_executor(0), l->acquire(), asio::use_future).get();
+    l->release(sd::send_limit::outcome::throttled, 10ms); // 1 in flight, 10 ms: 100/s, then 80/s
+    std::mutex mu;
+    std::vector<int> order;
+    std::vector<std::future<void>> sent;
+    for (int i = 0; i < 8; ++i) {
+        sent.push_back(asio::co_spawn(
+            rt.io_executor(i % 2),
+            [&, i]() -> asio::awaitable<void> {
+                co_await l->acquire();
+                std::lock_guard lk(mu);
+                order.push_back(i);
+            },
+            asio::use_future));
+        std::this_thread::sleep_for(2ms); // queued in this order (the turns are 12.5 ms apart)
+    }
+    for (auto& f : sent) f.get();
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+    CHECK(l->stats().waited >= 6); // all but the first one or two waited for their turn
+    // 4 times 100/s: 1 + 0.2 x^3 = 4, x = 2.47 probes past the cut (0.35 s).
+    std::this_thread::sleep_for(400ms);
+    CHECK(l->stats().rate == 0);
+    for (int i = 0; i < 8; ++i) l->release(sd::send_limit::outcome::healthy, 10ms);
 }
 
 TEST_CASE("in-flight limit: requests over it wait, in order, on their own lanes, and a cancelled one leaves the queue")
 {
     cv::runtime rt({.io_threads = 2, .compute_threads = 1});
-    auto l = std::make_shared<sd::concurrency_limit>(1, 1);
+    auto l = std::make_shared<sd::send_limit>(1, 1);
     asio::co_spawn(rt.io_executor(0), l->acquire(), asio::use_future).get(); // the one place
     std::mutex mu;
     std::vector<int> order;
@@ -106,13 +159,13 @@ TEST_CASE("in-flight limit: requests over it wait, in order, on their own lanes,
                     std::lock_guard lk(mu);
                     order.push_back(i);
                 }
-                l->release(sd::concurrency_limit::outcome::healthy);
+                l->release(sd::send_limit::outcome::healthy);
             },
             asio::use_future));
         std::this_thread::sleep_for(20ms); // queued in this order
     }
     CHECK(l->stats().waited == 4);
-    l->release(sd::concurrency_limit::outcome::healthy);
+    l->release(sd::send_limit::outcome::healthy);
     for (auto& f : waiting) f.get();
     CHECK(order == std::vector<int>{0, 1, 2, 3});
 }
@@ -196,12 +249,14 @@ TEST_CASE("s3 client under a store that throttles above a rate: the limit falls,
                                                     << " throttled, " << r->stats.retries << " retries ("
                                                     << r->stats.retries / 320.0 << " per object), " << r->stats.retries_refused
                                                     << " refused by the quota; limit " << r->stats.limit << ", lowest "
-                                                    << r->stats.lowest_limit);
+                                                    << r->stats.lowest_limit << "; rate " << r->stats.rate << "/s, lowest "
+                                                    << r->stats.lowest_rate << "/s");
     CHECK(a.ok == 320);
     CHECK(a.failed == 0);
     CHECK(a.served / a.seconds >= 0.9 * 200);
     CHECK(a.stats.throttled == a.throttled);
-    CHECK(a.stats.lowest_limit < 8);
+    CHECK(a.stats.lowest_rate > 0);       // the throttles set a send rate
+    CHECK(a.stats.lowest_rate < 200);
     CHECK(a.stats.retries < 320);  // under one retry per object
     CHECK(f.failed > 0);           // at fixed concurrency the retries spend the quota, and reads fail
 }

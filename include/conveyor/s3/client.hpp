@@ -62,9 +62,14 @@ struct retry_options {
 /// How the client backs off when a store throttles (503 SlowDown, 429, the throttling
 /// error codes) or fails.
 struct throttle_options {
-    /// Requests in flight per endpoint and bucket start at `ceiling`, fall to 0.7 times as
-    /// many on a throttling reply (once per round trip) and grow back by half a request per
-    /// window of healthy replies; never under `floor`. false: no limit but the connections'.
+    /// Per endpoint and bucket, requests in flight start at `ceiling`, and the first
+    /// throttling reply cuts them to 0.7 times as many (never under `floor`); they grow back
+    /// by half a request per window of healthy replies. That reply also sets a limit on
+    /// requests sent per second: 0.8 times the rate they were going at, cut so again by a
+    /// throttle at most once per round trip, growing back along CUBIC's curve (back where
+    /// the store throttled after a second, faster past it), sends spaced evenly; dropped
+    /// once it has grown to 4 times the rate where the store throttled. false: no limit
+    /// but the connections'.
     bool adaptive = true;
     unsigned floor = 1;
     unsigned ceiling = 0; ///< 0: `http.max_connections`
@@ -159,6 +164,8 @@ struct client_stats {
     std::uint64_t checksum_failures = 0;  ///< mismatches seen (each retried once, see `checksum_options`)
     std::uint64_t checksums_skipped = 0;  ///< checksums that could not be verified (composite; part of an object)
     std::uint64_t checksums_absent = 0;   ///< whole objects read whose store sent no checksum
+    double rate = 0;              ///< requests per second allowed now (the lowest over endpoints and buckets; 0: no limit)
+    double lowest_rate = 0;       ///< the lowest that rate has been (0: never limited)
 };
 
 /// One object of a listing.

@@ -149,14 +149,14 @@ struct client_state : std::enable_shared_from_this<client_state> {
     std::shared_ptr<credentials_cache> creds; // the signer for now (temporary credentials refreshed)
     std::mutex mu;
     std::map<std::string, std::shared_ptr<http::client>, std::less<>> pools;  // by endpoint URL
-    std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0}, retries_refused{0};
+    std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0}, retries_refused{0}, throttled{0};
     std::atomic<std::uint64_t> checksums_verified{0}, checksum_failures{0}, checksums_skipped{0}, checksums_absent{0};
     retry_quota quota;
-    std::map<std::string, std::shared_ptr<concurrency_limit>, std::less<>> limits; // by endpoint URL and bucket (under mu)
+    std::map<std::string, std::shared_ptr<send_limit>, std::less<>> limits; // by endpoint URL and bucket (under mu)
 
     CONVEYOR_DECL http::client& pool_for(const http::endpoint& ep);
     /// The in-flight limit of an endpoint and bucket; null when throttling is not adaptive.
-    CONVEYOR_DECL std::shared_ptr<concurrency_limit> limit_for(const http::endpoint& ep, std::string_view bucket);
+    CONVEYOR_DECL std::shared_ptr<send_limit> limit_for(const http::endpoint& ep, std::string_view bucket);
 
     bool on_lane() const { return rt.current_io_lane().has_value(); }
 

@@ -33,7 +33,7 @@ CONVEYOR_DECL http::client& client_state::pool_for(const http::endpoint& ep)
     return *it->second;
 }
 
-CONVEYOR_DECL std::shared_ptr<concurrency_limit> client_state::limit_for(const http::endpoint& ep, std::string_view bucket)
+CONVEYOR_DECL std::shared_ptr<send_limit> client_state::limit_for(const http::endpoint& ep, std::string_view bucket)
 {
     if (!opts.throttle.adaptive) return nullptr;
     std::string id = ep.url() + "/" + std::string(bucket);
@@ -41,7 +41,7 @@ CONVEYOR_DECL std::shared_ptr<concurrency_limit> client_state::limit_for(const h
     auto it = limits.find(id);
     if (it == limits.end()) {
         const unsigned ceiling = opts.throttle.ceiling ? opts.throttle.ceiling : static_cast<unsigned>(opts.http.max_connections);
-        it = limits.emplace(std::move(id), std::make_shared<concurrency_limit>(opts.throttle.floor, ceiling)).first;
+        it = limits.emplace(std::move(id), std::make_shared<send_limit>(opts.throttle.floor, ceiling)).first;
     }
     return it->second;
 }
@@ -99,14 +99,17 @@ CONVEYOR_DECL client_stats client::stats() const noexcept
     st.checksum_failures = s_->checksum_failures.load();
     st.checksums_skipped = s_->checksums_skipped.load();
     st.checksums_absent = s_->checksums_absent.load();
+    st.throttled = s_->throttled.load();
     try {
         std::lock_guard lk(s_->mu);
         bool first = true;
         for (const auto& [id, l] : s_->limits) {
             const auto c = l->stats();
-            st.throttled += c.throttled;
             st.limit = first ? c.limit : std::min(st.limit, c.limit);
             st.lowest_limit = first ? c.lowest : std::min(st.lowest_limit, c.lowest);
+            // 0: no rate limit, so the least of those that are not 0
+            if (c.rate > 0) st.rate = st.rate > 0 ? std::min(st.rate, c.rate) : c.rate;
+            if (c.lowest_rate > 0) st.lowest_rate = st.lowest_rate > 0 ? std::min(st.lowest_rate, c.lowest_rate) : c.lowest_rate;
             first = false;
         }
     } catch (...) {

@@ -81,7 +81,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
     unsigned series = 0; // attempts before the current series (a streamed body's progress starts a new one)
     unsigned quota_taken = 0; // what the last retry took from the retry quota
     bool last_timed_out = false;
-    const std::shared_ptr<concurrency_limit> limit = limit_for(t.endpoint, o.bucket);
+    const std::shared_ptr<send_limit> limit = limit_for(t.endpoint, o.bucket);
     for (unsigned attempt = 1;; ++attempt) {
         http::request req;
         req.method = o.method;
@@ -109,9 +109,9 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         if (!ec) {
             const bool throttling = resp.status == 503 || resp.status == 429 ||
                                     (resp.status >= 400 && is_throttling_code(std::string_view(resp.headers["x-amz-error-code"])));
-            held.o = throttling ? concurrency_limit::outcome::throttled
-                     : resp.status < 500 ? concurrency_limit::outcome::healthy
-                                         : concurrency_limit::outcome::other;
+            held.o = throttling ? send_limit::outcome::throttled
+                     : resp.status < 500 ? send_limit::outcome::healthy
+                                         : send_limit::outcome::other;
         }
         if (ec == std::errc::operation_canceled)
             throw boost::system::system_error(asio::error::operation_aborted);
@@ -132,7 +132,8 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
                                                            std::min(resp.body_size, o.body_into.size()));
             reply = parse_error_reply(resp.status, text, std::string_view(resp.headers["x-amz-request-id"]));
             if (reply.code.empty() && resp.status == 404 && o.method == boost::beast::http::verb::head) reply.code = "NoSuchKey";
-            if (is_throttling_code(reply.code)) held.o = concurrency_limit::outcome::throttled;
+            if (is_throttling_code(reply.code)) held.o = send_limit::outcome::throttled;
+            if (held.o == send_limit::outcome::throttled) throttled.fetch_add(1, std::memory_order_relaxed);
             retry = reply.retryable();
             code = reply.to_error_code();
             detail = reply.describe();
