@@ -2,7 +2,7 @@
 //
 // The folder: `objects/<h>` (published files), `objects/<h>.tmp.<pid>.<n>` (being
 // written), `locks/<h>` (the per-object advisory locks, never removed), where <h> is the
-// first 32 hex digits of the SHA-256 of the URL. A file is a 4096-byte header (magic, the
+// 32 hex digits of two 64-bit hashes of the URL (`cache_name`). A file is a 4096-byte header (magic, the
 // object's size and CRC-32C, the URL, the ETag, the header's own CRC-32C) then the bytes.
 #ifndef CONVEYOR_STORE_IMPL_CACHE_IPP
 #define CONVEYOR_STORE_IMPL_CACHE_IPP
@@ -95,18 +95,19 @@ inline std::optional<cache_header> decode_cache_header(const unsigned char* p)
     return h;
 }
 
-/// The file name of `url`'s object: a hash, never the URL itself.
+/// The file name of `url`'s object: a hash, never the URL itself. Two 64-bit hashes
+/// (CRC-64/NVME and FNV-1a), not a cryptographic one: a collision only makes two URLs
+/// share a file, which the header's URL tells apart (a miss, fetched again), and no
+/// OpenSSL state is made on the I/O threads.
 inline std::string cache_name(const std::string& url)
 {
-    checksum h(checksum_algorithm::sha256);
-    h.update(std::as_bytes(std::span(url.data(), url.size())));
-    const std::string d = h.digest();
+    const std::uint64_t a = crc64nvme(std::as_bytes(std::span(url.data(), url.size())));
+    std::uint64_t b = 0xcbf29ce484222325ull;
+    for (const unsigned char c : url) b = (b ^ c) * 0x100000001b3ull;
     static constexpr char hex[] = "0123456789abcdef";
     std::string out;
-    for (std::size_t i = 0; i < 16 && i < d.size(); ++i) {
-        out += hex[static_cast<unsigned char>(d[i]) >> 4];
-        out += hex[static_cast<unsigned char>(d[i]) & 15];
-    }
+    for (const std::uint64_t v : {a, b})
+        for (int i = 60; i >= 0; i -= 4) out += hex[(v >> i) & 15];
     return out;
 }
 
