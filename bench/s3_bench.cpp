@@ -17,6 +17,9 @@
 #include <conveyor/file/source.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/source.hpp>
+#include <conveyor/core/source.hpp>
+#include <conveyor/store/cache.hpp>
+#include <conveyor/store/open.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -57,6 +60,8 @@ struct s3_args {
     std::string on_error = "fail";    // --on-error fail|skip
     bool fixed_concurrency = false;
     bool timeline = false;
+    std::string cache;               // --cache DIR: read through a node-local cache
+    std::uint64_t cache_max_bytes = 0;
 };
 
 s3::config_options config_of(const s3_args& a)
@@ -152,6 +157,26 @@ private:
     bool stop_ = false;
     std::thread thread_;
 };
+/** The objects of `list` read through a node-local cache (`--cache`): the cached store's
+    whole reads, `concurrency` in flight; each object is copied once into its blob. */
+cv::pipeline<cv::blob> cached_objects(const s3::client& c, std::shared_ptr<const s3::object_list> list, const s3_args& a,
+                                      cb::concurrent_histogram& lat)
+{
+    const auto st = cv::store::open_store(cv::location("s3://" + list->bucket + "/"),
+                                          {.s3 = c, .cache = cv::store::cache_options{.dir = a.cache, .max_bytes = a.cache_max_bytes}});
+    cv::source_settings<cv::blob> s{.concurrency = a.concurrency, .ordered = a.ordered,
+                                    .errors = a.on_error == "skip" ? cv::on_error::skip : cv::on_error::fail,
+                                    .capacity = std::max<std::size_t>(a.concurrency, 64),
+                                    .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }};
+    return cv::keyed_source<cv::blob>("s3-cache", list->size(), std::move(s), [st, list](cv::run_context&) {
+        return [st, list](std::uint64_t i) -> cv::asio::awaitable<cv::blob> {
+            const auto& o = list->objects[i];
+            const std::string url = "s3://" + list->bucket + "/" + o.key;
+            const cv::slice bytes = co_await st->async_read(cv::location(url));
+            co_return cv::blob{.key = o.key, .data = cv::buffer::copy_of(bytes.span()), .origin = url, .index = i};
+        };
+    }, &c.rt());
+}
 
 int cmd_s3_get(const s3_args& a)
 {
@@ -176,13 +201,14 @@ int cmd_s3_get(const s3_args& a)
     int rc = 0;
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         cb::concurrent_histogram lat;
-        auto pipe = s3::objects(c, shared,
+        auto pipe = a.cache.empty() ? s3::objects(c, shared,
                                 {.concurrency = a.concurrency,
                                  .ordered = a.ordered,
                                  .errors = a.on_error == "skip" ? cv::on_error::skip : cv::on_error::fail,
                                  .capacity = std::max<std::size_t>(a.concurrency, 64),
                                  .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }})
-                        .on(rt);
+                        .on(rt) : cached_objects(c, shared, a, lat).on(rt);
+        const auto cache0 = cv::store::cache_stats_of(a.cache);
         const auto stats0 = c.stats();
         const auto before = cb::usage_now();
         cb::stopwatch clock;
@@ -241,6 +267,8 @@ int cmd_s3_get(const s3_args& a)
             .add("errors", errors)
             .add("cpu_s", usage.cpu_s())
             .add("cpu_us_per_get", gets ? usage.cpu_s() * 1e6 / static_cast<double>(gets) : 0.0)
+            .add("cache_hits", cv::store::cache_stats_of(a.cache).hits - cache0.hits)
+            .add("cache_misses", cv::store::cache_stats_of(a.cache).misses - cache0.misses)
             .print();
         std::fprintf(stderr,
                      "s3-get: %llu objects, %.1f MB in %.2f s: %.0f objects/s, %.1f MB/s | latency p50 %.1f ms p99 %.1f ms max %.1f ms | "
@@ -347,6 +375,8 @@ std::function<int()> add_s3_subcommands(CLI::App& app)
     g->add_flag("--fixed-concurrency", get->fixed_concurrency,
                 "no adaptive throttling (throttle.adaptive = false): only --concurrency bounds the requests in flight");
     g->add_flag("--timeline", get->timeline, "also print a JSON line (bench s3-get-second) for every second of each pass");
+    g->add_option("--cache", get->cache, "read through a node-local cache in this folder (store::cached_store)");
+    g->add_option("--cache-max-bytes", get->cache_max_bytes, "the cache's size limit in bytes (0: none)")->capture_default_str();
     g->add_option("--pool-MB", get->pool_mb,
                   "idle memory the buffer pool may keep for reuse; with --repeat, a pool larger than the objects "
                   "measures reads into memory that is already faulted in")

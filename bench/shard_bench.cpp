@@ -9,6 +9,7 @@
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
+#include <conveyor/store/cache.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -39,6 +40,9 @@ struct shard_args {
     std::size_t io_threads = 0;
     std::string endpoint;
     std::string region;
+    std::string cache;               // --cache DIR: a node-local cache for remote shards
+    std::uint64_t cache_max_bytes = 0;
+    bool cache_no_fsync = false;
 };
 
 struct pass_result {
@@ -109,12 +113,14 @@ int cmd_shards(const shard_args& a)
     o.chunks.chunk_size = a.chunk_mb << 20;
     o.chunks.chunks_in_flight = a.chunks_in_flight;
     o.s3 = s3;
+    if (!a.cache.empty()) o.cache = cv::store::cache_options{.dir = a.cache, .max_bytes = a.cache_max_bytes, .fsync = !a.cache_no_fsync};
     auto pipe = cv::shard::shards(list, o).on(rt);
 
     const double rss_before_mb = static_cast<double>(cb::current_rss_bytes()) / 1e6;
     std::vector<double> mbps, sps, cpu_gb;
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         pass_result r;
+        const auto cache0 = cv::store::cache_stats_of(a.cache);
         if (a.engine == "cat") {
             r = read_cat(list);
         } else {
@@ -147,8 +153,12 @@ int cmd_shards(const shard_args& a)
             .add("cpu_s_per_GB", gb > 0 ? r.usage.cpu_s() / gb : 0.0)
             .add("max_rss_MB", r.usage.max_rss_mb())
             .add("rss_before_MB", rss_before_mb)
-            .add("memory_peak_MB", static_cast<double>(rt.memory().stats().peak) / 1e6)
-            .print();
+            .add("memory_peak_MB", static_cast<double>(rt.memory().stats().peak) / 1e6);
+        if (!a.cache.empty()) {
+            const auto cs = cv::store::cache_stats_of(a.cache);
+            line.add("cache_hits", cs.hits - cache0.hits).add("cache_misses", cs.misses - cache0.misses);
+        }
+        line.print();
         mbps.push_back(static_cast<double>(r.bytes) / 1e6 / r.seconds);
         sps.push_back(static_cast<double>(r.samples) / r.seconds);
         cpu_gb.push_back(gb > 0 ? r.usage.cpu_s() / gb : 0.0);
@@ -176,6 +186,9 @@ std::function<int()> add_shard_subcommands(CLI::App& app)
     s->add_option("--io-threads", a->io_threads, "the runtime's I/O threads (0: its default)")->capture_default_str();
     s->add_option("--endpoint", a->endpoint, "S3 endpoint URL (default: AWS_ENDPOINT_URL, the profile, or AWS)");
     s->add_option("--region", a->region, "S3 region");
+    s->add_option("--cache", a->cache, "a node-local cache folder for remote shards (store::cache_options::dir)");
+    s->add_option("--cache-max-bytes", a->cache_max_bytes, "the cache's size limit in bytes (0: none)")->capture_default_str();
+    s->add_flag("--cache-no-fsync", a->cache_no_fsync, "do not fsync cached files before publishing them (cache_options::fsync)");
     return [s, a]() -> int {
         if (!*s) return -1;
         return cmd_shards(*a);

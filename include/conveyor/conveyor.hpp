@@ -56,6 +56,7 @@
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/untar.hpp>
 #include <conveyor/shard/writer.hpp>
+#include <conveyor/store/cache.hpp>
 #include <conveyor/store/file.hpp>
 #include <conveyor/store/http.hpp>
 #include <conveyor/store/open.hpp>

@@ -11,7 +11,15 @@
 
 #include "support.hpp"
 
+#include <conveyor/core/checksum.hpp>
+
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include <filesystem>
 #include <string>
@@ -108,4 +116,89 @@ TEST_CASE("one shard list given as s3://, S3://, an s3:// prefix, file:// and a 
         for (std::size_t f = 0; f < a.fields.size(); ++f) CHECK(text_of(a.fields[f].data) == text_of(b.fields[f].data));
     }
     fs::remove_all(local);
+}
+
+TEST_CASE("eight processes reading the same objects through one cache make one GET per object")
+{
+    auto c = make_client();
+    const fs::path dir = fs::temp_directory_path() / ("conveyor-store-cache-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const auto st = cv::store::open_store(cv::location("s3://" + bucket() + "/"), {.s3 = c});
+    struct object {
+        std::string key, bytes;
+    };
+    std::vector<object> objects;
+    for (std::size_t i = 0; i < 4; ++i) {
+        // Under the client's part size, so that one fetch is one GET (a whole GET of a larger
+        // object comes in ranged parts; one of an empty object costs a 416 then a GET).
+        objects.push_back({"cache/obj-" + std::to_string(i), pattern(i == 3 ? 1 : (std::size_t{3} << 20) / (i + 1) + 17 * i, 70 + i)});
+        auto w = st->open_writer(cv::location("s3://" + bucket() + "/" + objects.back().key), {});
+        w->write(bytes_of(objects.back().bytes));
+        w->commit();
+    }
+    std::vector<std::string> urls;
+    for (const auto& o : objects) urls.push_back("s3://" + bucket() + "/" + o.key);
+    std::vector<std::int64_t> gets_before;
+    for (const auto& o : objects) gets_before.push_back(requests_for(path_of(o.key)));
+
+    // Eight processes at once, half reading in chunks and half whole, half in reverse order.
+    std::vector<pid_t> pids;
+    for (int p = 0; p < 8; ++p) {
+        std::vector<std::string> args{CONVEYOR_CACHE_READER};
+        if (p % 2) args.push_back("--whole");
+        args.push_back(dir.string());
+        if (p % 4 < 2) args.insert(args.end(), urls.begin(), urls.end());
+        else args.insert(args.end(), urls.rbegin(), urls.rend());
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        const std::string out = (dir / ("out-" + std::to_string(p) + ".txt")).string();
+        posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        pid_t pid = 0;
+        REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
+        posix_spawn_file_actions_destroy(&fa);
+        pids.push_back(pid);
+    }
+    for (pid_t pid : pids) {
+        int status = 0;
+        REQUIRE(::waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+    }
+    std::uint64_t hits = 0, misses = 0;
+    for (int p = 0; p < 8; ++p) {
+        std::ifstream in(dir / ("out-" + std::to_string(p) + ".txt"));
+        std::string line;
+        std::size_t lines = 0;
+        while (std::getline(in, line)) {
+            unsigned long long h = 0, m = 0, w = 0;
+            if (std::sscanf(line.c_str(), "stats hits=%llu misses=%llu waits=%llu", &h, &m, &w) == 3) {
+                hits += h;
+                misses += m;
+                continue;
+            }
+            ++lines;
+            std::istringstream fields(line);
+            std::string url, crc;
+            std::uint64_t size = 0;
+            fields >> url >> size >> crc;
+            const auto i = static_cast<std::size_t>(std::find(urls.begin(), urls.end(), url) - urls.begin());
+            REQUIRE(i < objects.size());
+            CHECK(size == objects[i].bytes.size());
+            char want[9];
+            std::snprintf(want, sizeof want, "%08x", cv::crc32c(bytes_of(objects[i].bytes)));
+            CHECK(crc == want);
+        }
+        CHECK(lines == objects.size());
+    }
+    CHECK(misses == objects.size());
+    CHECK(hits == 7 * objects.size());
+    for (std::size_t i = 0; i < objects.size(); ++i) {
+        INFO(objects[i].key);
+        CHECK(requests_for(path_of(objects[i].key)) - gets_before[i] == 1); // exactly one GET, counted at the proxy
+    }
+    fs::remove_all(dir);
 }

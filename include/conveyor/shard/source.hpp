@@ -13,6 +13,7 @@
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/order.hpp>
 #include <conveyor/shard/sample.hpp>
+#include <conveyor/store/store.hpp>
 
 #include <memory>
 #include <optional>
@@ -52,6 +53,9 @@ struct source_options {
     std::size_t capacity = 256;
     /// The client for `s3://` shards (a `client` is a cheap handle; copies share it).
     std::optional<s3::client> s3;
+    /// A node-local cache for remote shards (`store::cached_store`): the first epoch writes
+    /// each shard to it as it is read, later epochs (and other processes) read it from there.
+    std::optional<store::cache_options> cache;
     /** Where the run records how far it got, and where a restart resumes from. At the start
         of a run: when it holds a state for the run's epoch (restored with
         `progress::from_json`, or merged from all ranks with `progress::merge`), the run

@@ -15,7 +15,8 @@ namespace conveyor::store {
     through the io_uring rings of `o.rt`), `s3://` the S3 store over `o.s3`
     (`store/s3.hpp`, on that client's runtime), `http(s)://` the web store
     (`store/http.hpp`, a client made with `o.http` per read). The store serves every
-    location of the same kind with the same options.
+    location of the same kind with the same options. With `o.cache`, a remote store comes
+    wrapped in a `cached_store` (`store/cache.hpp`) over that folder.
     @throws conveyor::error naming `where` for an `s3://` location without `o.s3`. */
 CONVEYOR_DECL std::shared_ptr<const store> open_store(const location& where, const store_options& o = {});
 

@@ -23,6 +23,8 @@ public:
     bool remote() const noexcept override { return true; }
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where) const override;
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> async_open(location where) const override;
+    /// A HeadObject: the ETag and size.
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<object_version> async_version(location where) const override;
     /// `async_read` through the client's blocking `run` (refused on an I/O thread).
     CONVEYOR_DECL slice read(const location& where) const override;
     CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const location& where, const chunk_options& o) const override;

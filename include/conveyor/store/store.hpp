@@ -24,6 +24,28 @@
 
 namespace conveyor::store {
 
+/** A node-local cache of remote objects (`store/cache.hpp`): where it lives and how big it
+    may grow. Several processes of one node may share one folder. */
+struct cache_options {
+    /// The cache's folder (made if missing). Files in it are named by a hash of the key,
+    /// never by the key.
+    std::string dir;
+    /// Bytes of cached objects kept at most (least recently used evicted first); 0: no limit.
+    std::uint64_t max_bytes = 0;
+    /** Serve a cached object without asking the remote store whether it changed. False:
+        the first read of each object in a run asks for its version (an S3 HeadObject)
+        and refetches a changed object. */
+    bool trust = false;
+    /// fsync each object's file before it is renamed into place (and its folder after).
+    bool fsync = true;
+};
+
+/// Which version of an object a store holds (`store::async_version`).
+struct object_version {
+    std::string etag;       ///< the ETag as the store sent it (quotes included); empty: unknown
+    std::int64_t size = -1; ///< bytes, or -1 when unknown
+};
+
 /// What the stores need besides a location: the clients and settings of each kind.
 struct store_options {
     /// The runtime whose I/O threads serve local and web reads (S3 reads are served by the
@@ -37,6 +59,9 @@ struct store_options {
     std::string s3_setting = "store_options::s3";
     /// Settings of the web client made for each `http(s)://` read.
     http::client_options http{};
+    /** A node-local cache for remote locations: with it, `open_store` wraps the store of an
+        `s3://` or `http(s)://` location in a `cached_store` (`store/cache.hpp`). */
+    std::optional<cache_options> cache;
 };
 
 /// One object found by `store::list`.
@@ -110,6 +135,12 @@ public:
         @par Completion Signature
         `slice` */
     [[nodiscard]] virtual asio::awaitable<slice> async_read(location where) const = 0;
+
+    /** The version of the object at `where` now (S3: a HeadObject), without its bytes.
+        By default unknown (an empty ETag): such objects are taken as never changing.
+        @par Completion Signature
+        `object_version` */
+    [[nodiscard]] CONVEYOR_DECL virtual asio::awaitable<object_version> async_version(location where) const;
 
     /** Opens the object at `where` for ranged reads (a local file is opened on the
         runtime's blocking pool, so a hung mount does not stall the I/O thread).

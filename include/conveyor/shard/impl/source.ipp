@@ -55,7 +55,7 @@ struct shard_reader {
         const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
         chunk_options co = lane.chunks(st->o.chunks);
         co.offset = from_start ? 0 : piece.offset;
-        return sample_reader(store::open_chunks(*rt, location(ref.url), co, {.s3 = st->o.s3, .s3_setting = "source_options::s3"}),
+        return sample_reader(store::open_chunks(*rt, location(ref.url), co, {.s3 = st->o.s3, .s3_setting = "source_options::s3", .cache = st->o.cache}),
                              {.tar = st->o.tar,
                               .shard = piece.shard,
                               .first_index = from_start ? 0 : piece.first,

@@ -4,6 +4,7 @@
 #define CONVEYOR_STORE_IMPL_OPEN_IPP
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/store/cache.hpp>
 #include <conveyor/store/file.hpp>
 #include <conveyor/store/http.hpp>
 #include <conveyor/store/open.hpp>
@@ -57,7 +58,10 @@ inline const kind_entry& entry_of(location_kind k) noexcept
 
 CONVEYOR_DECL std::shared_ptr<const store> open_store(const location& where, const store_options& o)
 {
-    return detail::entry_of(where.kind()).make(where, o);
+    const auto& e = detail::entry_of(where.kind());
+    auto st = e.make(where, o);
+    if (o.cache && e.remote) return std::make_shared<cached_store>(std::move(st), *o.cache);
+    return st;
 }
 
 CONVEYOR_DECL bool is_remote(const location& where) noexcept

@@ -106,6 +106,12 @@ CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> s3_store::as
     co_return std::make_shared<detail::s3_object>(c_, where);
 }
 
+CONVEYOR_DECL asio::awaitable<object_version> s3_store::async_version(location where) const
+{
+    const auto info = co_await c_.async_head(where.bucket(), where.key());
+    co_return object_version{info.etag, info.size};
+}
+
 CONVEYOR_DECL slice s3_store::read(const location& where) const
 {
     return slice(c_.run(c_.async_get(where.bucket(), where.key())));

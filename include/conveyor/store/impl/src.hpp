@@ -7,6 +7,7 @@
 #error "conveyor/store/impl/src.hpp is for CONVEYOR_SEPARATE_COMPILATION builds"
 #endif
 
+#include <conveyor/store/impl/cache.ipp>
 #include <conveyor/store/impl/file.ipp>
 #include <conveyor/store/impl/http.ipp>
 #include <conveyor/store/impl/open.ipp>

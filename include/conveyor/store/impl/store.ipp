@@ -42,6 +42,11 @@ inline asio::awaitable<void> fulfil(asio::awaitable<slice> a, read_handoff& h)
 
 } // namespace detail
 
+CONVEYOR_DECL asio::awaitable<object_version> store::async_version(location) const
+{
+    co_return object_version{};
+}
+
 CONVEYOR_DECL asio::awaitable<slice> store::async_read_range(location where, std::uint64_t offset, std::uint64_t length) const
 {
     const auto object = co_await async_open(std::move(where));
