@@ -2,7 +2,7 @@
 # nginx_bucket.sh — an emulated remote object store for the S3 benchmarks: Debian's nginx on
 # loopback serving a directory as path-style buckets, with a configurable first-byte delay.
 #
-#   nginx_bucket.sh start --root DIR --state-dir S [--delay-ms N] [--throttle-rate R] [--throttle-burst B]
+#   nginx_bucket.sh start --root DIR --state-dir S [--delay-ms N] [--throttle-rate R] [--throttle-burst B] [--checksums FILE]
 #                         [--port P] [--workers W] [--writable]
 #       starts nginx (daemon, pid in S/nginx.pid) and prints its endpoint URL, e.g.
 #       http://127.0.0.1:41234 (also written to S/endpoint).
@@ -36,6 +36,12 @@
 # The delay (--delay-ms, default 0; fractions allowed) is an ngx.sleep in the access phase of
 # every request, before nginx opens the file: the first byte arrives after it, the rest at
 # loopback speed. It does not block the worker: any number of requests sleep at once.
+#
+# Checksums (--checksums FILE): lines "<bucket>/<key> <algorithm> <base64 value>" (algorithm
+# as in S3's header names: crc64nvme, crc32c, ...), loaded when nginx starts. A GET or HEAD
+# of one of those objects with x-amz-checksum-mode: ENABLED and no Range is answered with
+# x-amz-checksum-<algorithm> and x-amz-checksum-type: FULL_OBJECT, as S3 does; nothing else
+# changes. (bench/checksum_cost.sh writes the file.)
 #
 # Throttling (--throttle-rate R, default 0: none): a token bucket of R requests per second
 # holding at most B (--throttle-burst, default max(1, R/100): 10 ms of the rate), one for all
@@ -116,7 +122,7 @@ free_port() {
 # Options shared by start, run and throttle; sets root, state_dir, delay_ms, rate, burst, port,
 # workers, writable, rest.
 parse_opts() {
-    root="" state_dir="" delay_ms=0 rate="" burst="" port="" workers=1 writable=0 rest=()
+    root="" state_dir="" delay_ms=0 rate="" burst="" port="" workers=1 writable=0 checksums="" rest=()
     while (($#)); do
         case $1 in
             --root) root=${2:?}; shift 2 ;;
@@ -127,6 +133,7 @@ parse_opts() {
             --port) port=${2:?}; shift 2 ;;
             --workers) workers=${2:?}; shift 2 ;;
             --writable) writable=1; shift ;;
+            --checksums) checksums=${2:?}; shift 2 ;;
             --) shift; rest=("$@"); break ;;
             -h|--help) usage ;;
             *) die "unknown option $1 (see $prog --help)" ;;
@@ -137,6 +144,8 @@ parse_opts() {
     [[ -z $port || $port =~ ^[0-9]+$ ]] || die "--port wants a number, got '$port'"
     [[ -z $rate || $rate =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--throttle-rate wants requests per second, got '$rate'"
     [[ -z $burst || $burst =~ ^[1-9][0-9]*$ ]] || die "--throttle-burst wants a positive count, got '$burst'"
+    [[ -z $checksums || -f $checksums ]] || die "--checksums wants a file, got '$checksums'"
+    [[ -z $checksums ]] || checksums=$(cd "$(dirname "$checksums")" && pwd)/$(basename "$checksums")
 }
 
 write_config() {
@@ -153,9 +162,10 @@ write_config() {
             create_full_put_path on;
             dav_access user:rw group:r all:r;
             client_max_body_size 0;
-            header_filter_by_lua_block { if ngx.status == 201 then ngx.status = 200 end }'
+            header_filter_by_lua_block { if ngx.status == 201 then ngx.status = 200 end; require("s3_checksums").filter() }'
     else
-        write_block='limit_except GET { deny all; }'
+        write_block='limit_except GET { deny all; }
+            header_filter_by_lua_block { require("s3_checksums").filter() }'
     fi
     cat >"$conf" <<EOF
 # Written by bench/nginx_bucket.sh; every path is under $state_dir.
@@ -192,7 +202,10 @@ http {
     scgi_temp_path $state_dir/tmp/scgi;
     lua_package_path "$state_dir/lua/?.lua;;";
     lua_shared_dict s3_throttle 1m;
-    init_by_lua_block { require("s3_throttle").init($throttle_rate, $throttle_burst) }
+    init_by_lua_block {
+        require("s3_throttle").init($throttle_rate, $throttle_burst)
+        require("s3_checksums").load("$checksums")
+    }
 
     server {
         listen 127.0.0.1:$port backlog=8192$reuseport;
@@ -237,6 +250,35 @@ http {
 }
 EOF
     mkdir -p "$state_dir/lua"
+    cat >"$state_dir/lua/s3_checksums.lua" <<'EOF'
+-- The checksums of bench/nginx_bucket.sh --checksums FILE: lines "<bucket>/<key> <algorithm>
+-- <base64>", loaded once before the workers start; a whole-object GET or HEAD that asks for
+-- them (x-amz-checksum-mode: ENABLED, no Range) gets x-amz-checksum-<algorithm> and
+-- x-amz-checksum-type, as S3 answers.
+local M = {}
+local sums = {}
+
+function M.load(path)
+    if path == "" then return end
+    for line in io.lines(path) do
+        local name, algorithm, value = line:match("^(%S+)%s+(%S+)%s+(%S+)$")
+        if name then sums["/" .. name] = {algorithm, value} end
+    end
+end
+
+function M.filter()
+    if ngx.status ~= 200 then return end
+    local h = ngx.req.get_headers()
+    local mode = h["x-amz-checksum-mode"]
+    if not mode or mode:upper() ~= "ENABLED" or h["range"] then return end
+    local s = sums[ngx.var.uri]
+    if not s then return end
+    ngx.header["x-amz-checksum-" .. s[1]] = s[2]
+    ngx.header["x-amz-checksum-type"] = "FULL_OBJECT"
+end
+
+return M
+EOF
     cat >"$state_dir/lua/s3_throttle.lua" <<'EOF'
 -- The token bucket of bench/nginx_bucket.sh --throttle-rate, one for all workers.
 local M = {}

@@ -43,6 +43,7 @@ struct shard_args {
     std::string cache;               // --cache DIR: a node-local cache for remote shards
     std::uint64_t cache_max_bytes = 0;
     bool cache_no_fsync = false;
+    bool no_checksums = false;       // --no-checksums: S3 objects' checksums neither asked for nor verified
 };
 
 struct pass_result {
@@ -90,7 +91,12 @@ int cmd_shards(const shard_args& a)
         co.endpoint_url = a.endpoint;
         co.region = a.region;
         if (!a.endpoint.empty()) co.style = cv::s3::addressing::path;
-        s3.emplace(rt, co);
+        cv::s3::client_options so;
+        if (a.no_checksums) {
+            so.checksums.verify = false;
+            so.checksums.upload.reset();
+        }
+        s3.emplace(rt, co, so);
     }
     cv::shard::list_options lo;
     if (s3) lo.s3 = &*s3;
@@ -121,6 +127,7 @@ int cmd_shards(const shard_args& a)
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         pass_result r;
         const auto cache0 = cv::store::cache_stats_of(a.cache);
+        const auto s3_0 = s3 ? s3->stats() : cv::s3::client_stats{};
         if (a.engine == "cat") {
             r = read_cat(list);
         } else {
@@ -154,6 +161,19 @@ int cmd_shards(const shard_args& a)
             .add("max_rss_MB", r.usage.max_rss_mb())
             .add("rss_before_MB", rss_before_mb)
             .add("memory_peak_MB", static_cast<double>(rt.memory().stats().peak) / 1e6);
+        if (s3) { // what the S3 client did in this pass
+            const auto st = s3->stats();
+            line.add("requests", st.requests - s3_0.requests)
+                .add("retries", st.retries - s3_0.retries)
+                .add("throttles", st.throttled - s3_0.throttled)
+                .add("limit", st.limit)
+                .add("lowest_limit", st.lowest_limit)
+                .add("checksums", a.no_checksums ? "off" : "verified")
+                .add("checksums_verified", st.checksums_verified - s3_0.checksums_verified)
+                .add("checksum_failures", st.checksum_failures - s3_0.checksum_failures)
+                .add("checksums_skipped", st.checksums_skipped - s3_0.checksums_skipped)
+                .add("checksums_absent", st.checksums_absent - s3_0.checksums_absent);
+        }
         if (!a.cache.empty()) {
             const auto cs = cv::store::cache_stats_of(a.cache);
             line.add("cache_hits", cs.hits - cache0.hits).add("cache_misses", cs.misses - cache0.misses);
@@ -189,6 +209,7 @@ std::function<int()> add_shard_subcommands(CLI::App& app)
     s->add_option("--cache", a->cache, "a node-local cache folder for remote shards (store::cache_options::dir)");
     s->add_option("--cache-max-bytes", a->cache_max_bytes, "the cache's size limit in bytes (0: none)")->capture_default_str();
     s->add_flag("--cache-no-fsync", a->cache_no_fsync, "do not fsync cached files before publishing them (cache_options::fsync)");
+    s->add_flag("--no-checksums", a->no_checksums, "s3:// shards: neither ask for nor verify the objects' checksums (to compare their cost)");
     return [s, a]() -> int {
         if (!*s) return -1;
         return cmd_shards(*a);
