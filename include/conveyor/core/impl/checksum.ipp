@@ -16,8 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CONVEYOR_CRC64_CLMUL 1
 #else
 #define CONVEYOR_CRC64_CLMUL 0
@@ -99,75 +98,77 @@ struct crc64_fold_constants {
 };
 inline constexpr crc64_fold_constants crc64_fold{};
 
-__attribute__((target("pclmul,sse4.1"))) inline __m128i crc64_fold_block(__m128i a, __m128i k) noexcept
+// GCC's vector types and builtins rather than <immintrin.h>: the intrinsics headers (AVX-512's
+// above all) would weigh on every translation unit of a header-only build.
+typedef long long crc_v2di __attribute__((vector_size(16)));
+typedef long long crc_v8di __attribute__((vector_size(64)));
+
+inline crc_v2di crc_load16(const unsigned char* p) noexcept
 {
-    // k: low lane multiplies the low lane of a (its higher-degree half), high lane the high.
-    return _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11));
+    crc_v2di v;
+    std::memcpy(&v, p, 16);
+    return v;
 }
 
+/// A block folded by D (k: lane 0 multiplies lane 0 of a, its higher-degree half; lane 1 lane 1).
+__attribute__((target("pclmul,sse4.1"))) inline crc_v2di crc64_fold_block(crc_v2di a, crc_v2di k) noexcept
+{
+    return __builtin_ia32_pclmulqdq128(a, k, 0x00) ^ __builtin_ia32_pclmulqdq128(a, k, 0x11);
+}
+
+/// The register after `n` (>= 64) more bytes, folded.
 __attribute__((target("pclmul,sse4.1"))) inline std::uint64_t crc64nvme_clmul_update(std::uint64_t r, const unsigned char* p,
                                                                                      std::size_t n) noexcept
 {
-    // n >= 64. The register joins the message: xored into its first 8 bytes.
-    const __m128i k512 = _mm_set_epi64x(static_cast<long long>(crc64_fold.k511), static_cast<long long>(crc64_fold.k575));
-    const __m128i k128 = _mm_set_epi64x(static_cast<long long>(crc64_fold.k127), static_cast<long long>(crc64_fold.k191));
-    auto load = [](const unsigned char* q) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); };
-    __m128i a0 = _mm_xor_si128(load(p), _mm_set_epi64x(0, static_cast<long long>(r)));
-    __m128i a1 = load(p + 16), a2 = load(p + 32), a3 = load(p + 48);
+    const crc_v2di k512 = {static_cast<long long>(crc64_fold.k575), static_cast<long long>(crc64_fold.k511)};
+    const crc_v2di k128 = {static_cast<long long>(crc64_fold.k191), static_cast<long long>(crc64_fold.k127)};
+    // The register joins the message: xored into its first 8 bytes.
+    crc_v2di a0 = crc_load16(p) ^ crc_v2di{static_cast<long long>(r), 0};
+    crc_v2di a1 = crc_load16(p + 16), a2 = crc_load16(p + 32), a3 = crc_load16(p + 48);
     p += 64;
     n -= 64;
     for (; n >= 64; n -= 64, p += 64) {
-        a0 = _mm_xor_si128(crc64_fold_block(a0, k512), load(p));
-        a1 = _mm_xor_si128(crc64_fold_block(a1, k512), load(p + 16));
-        a2 = _mm_xor_si128(crc64_fold_block(a2, k512), load(p + 32));
-        a3 = _mm_xor_si128(crc64_fold_block(a3, k512), load(p + 48));
+        a0 = crc64_fold_block(a0, k512) ^ crc_load16(p);
+        a1 = crc64_fold_block(a1, k512) ^ crc_load16(p + 16);
+        a2 = crc64_fold_block(a2, k512) ^ crc_load16(p + 32);
+        a3 = crc64_fold_block(a3, k512) ^ crc_load16(p + 48);
     }
-    a1 = _mm_xor_si128(crc64_fold_block(a0, k128), a1);
-    a2 = _mm_xor_si128(crc64_fold_block(a1, k128), a2);
-    __m128i a = _mm_xor_si128(crc64_fold_block(a2, k128), a3);
-    for (; n >= 16; n -= 16, p += 16) a = _mm_xor_si128(crc64_fold_block(a, k128), load(p));
-    alignas(16) unsigned char last[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(last), a);
+    a1 ^= crc64_fold_block(a0, k128);
+    a2 ^= crc64_fold_block(a1, k128);
+    crc_v2di a = crc64_fold_block(a2, k128) ^ a3;
+    for (; n >= 16; n -= 16, p += 16) a = crc64_fold_block(a, k128) ^ crc_load16(p);
+    unsigned char last[16];
+    std::memcpy(last, &a, 16);
     return crc64nvme_tables_update(crc64nvme_tables_update(0, last, 16), p, n);
-}
-
-#define CONVEYOR_CRC64_AVX512 __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.1")))
-
-/// Four blocks (one a lane) folded by D and xored with the next four: a*k ^ next, per lane.
-CONVEYOR_CRC64_AVX512 inline __m512i crc64_fold4(__m512i a, __m512i k, __m512i next) noexcept
-{
-    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, k, 0x00), _mm512_clmulepi64_epi128(a, k, 0x11), next, 0x96);
 }
 
 /// The same with AVX-512's four-lane carry-less multiplication: sixteen blocks side by side
 /// (D = 2048, 256 bytes a step), then folded into one in order. n >= 256.
-CONVEYOR_CRC64_AVX512 inline std::uint64_t
+__attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.1"))) inline std::uint64_t
 crc64nvme_vpclmul_update(std::uint64_t r, const unsigned char* p, std::size_t n) noexcept
 {
-    const __m512i k2048 = _mm512_broadcast_i32x4(
-        _mm_set_epi64x(static_cast<long long>(crc64_fold.k2047), static_cast<long long>(crc64_fold.k2111)));
-    const __m128i k128 = _mm_set_epi64x(static_cast<long long>(crc64_fold.k127), static_cast<long long>(crc64_fold.k191));
-    __m512i z0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_set_epi64(0, 0, 0, 0, 0, 0, 0, static_cast<long long>(r)));
-    __m512i z1 = _mm512_loadu_si512(p + 64), z2 = _mm512_loadu_si512(p + 128), z3 = _mm512_loadu_si512(p + 192);
+    const auto hi = static_cast<long long>(crc64_fold.k2111), lo = static_cast<long long>(crc64_fold.k2047);
+    const crc_v8di k2048 = {hi, lo, hi, lo, hi, lo, hi, lo};
+    const crc_v2di k128 = {static_cast<long long>(crc64_fold.k191), static_cast<long long>(crc64_fold.k127)};
+    crc_v8di z[4];
+    std::memcpy(z, p, sizeof z);
+    z[0] ^= crc_v8di{static_cast<long long>(r), 0, 0, 0, 0, 0, 0, 0};
     p += 256;
     n -= 256;
     for (; n >= 256; n -= 256, p += 256) {
-        z0 = crc64_fold4(z0, k2048, _mm512_loadu_si512(p));
-        z1 = crc64_fold4(z1, k2048, _mm512_loadu_si512(p + 64));
-        z2 = crc64_fold4(z2, k2048, _mm512_loadu_si512(p + 128));
-        z3 = crc64_fold4(z3, k2048, _mm512_loadu_si512(p + 192));
+        crc_v8di next[4];
+        std::memcpy(next, p, sizeof next);
+        for (int j = 0; j < 4; ++j)
+            z[j] = __builtin_ia32_vpclmulqdq_v8di(z[j], k2048, 0x00) ^ __builtin_ia32_vpclmulqdq_v8di(z[j], k2048, 0x11) ^ next[j];
     }
-    // The sixteen 128-bit blocks in message order: lane l of z j is block 4j + l.
-    alignas(64) __m128i blocks[16];
-    _mm512_store_si512(blocks, z0);
-    _mm512_store_si512(blocks + 4, z1);
-    _mm512_store_si512(blocks + 8, z2);
-    _mm512_store_si512(blocks + 12, z3);
-    __m128i a = blocks[0];
-    for (int b = 1; b < 16; ++b) a = _mm_xor_si128(crc64_fold_block(a, k128), blocks[b]);
-    for (; n >= 16; n -= 16, p += 16) a = _mm_xor_si128(crc64_fold_block(a, k128), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    alignas(16) unsigned char last[16];
-    _mm_store_si128(reinterpret_cast<__m128i*>(last), a);
+    // The sixteen 128-bit blocks in message order: lane l of z[j] is block 4j + l.
+    crc_v2di blocks[16];
+    std::memcpy(blocks, z, sizeof z);
+    crc_v2di a = blocks[0];
+    for (int b = 1; b < 16; ++b) a = crc64_fold_block(a, k128) ^ blocks[b];
+    for (; n >= 16; n -= 16, p += 16) a = crc64_fold_block(a, k128) ^ crc_load16(p);
+    unsigned char last[16];
+    std::memcpy(last, &a, 16);
     return crc64nvme_tables_update(crc64nvme_tables_update(0, last, 16), p, n);
 }
 
@@ -179,8 +180,7 @@ inline bool cpu_has_clmul() noexcept
 
 inline bool cpu_has_vpclmul() noexcept
 {
-    static const bool has = __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx512f") &&
-                            __builtin_cpu_supports("avx512vl") && cpu_has_clmul();
+    static const bool has = __builtin_cpu_supports("vpclmulqdq") && __builtin_cpu_supports("avx512f") && cpu_has_clmul();
     return has;
 }
 #endif
