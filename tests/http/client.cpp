@@ -35,6 +35,8 @@
 
 #include <doctest/doctest.h>
 
+#include <openssl/ssl.h>
+
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -1108,6 +1110,46 @@ TEST_CASE("https client verifies the server's certificate against a given CA fil
     auto [ec, resp] = send_on(rt, c, get(target));
     REQUIRE_MESSAGE(!ec, ec.message());
     CHECK(resp.body.view() == target);
+}
+
+TEST_CASE("https client resumes the TLS session of an earlier connection, under TLS 1.2 and 1.3")
+{
+    const auto& certs = test_certs::get();
+    REQUIRE_MESSAGE(certs.error.empty(), certs.error);
+    for (const int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+        CAPTURE(version);
+        auto tls = server_tls("good");
+        SSL_CTX_set_min_proto_version(tls->native_handle(), version);
+        SSL_CTX_set_max_proto_version(tls->native_handle(), version);
+        // Every reply closes its connection: each request makes a new one. (Under TLS 1.3 the
+        // ticket to resume comes after the handshake, read with the first reply.)
+        std::atomic<int> resumed_here{0};
+        test_server srv(
+            [&](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+                if (p.tls_resumed()) ++resumed_here;
+                co_await p.write(reply(200, "once", "Connection: close\r\n"));
+                co_return false;
+            },
+            tls.get());
+        cv::runtime rt(two_lanes());
+        auto o = quick();
+        o.ca_file = certs.cert("good");
+        ch::client c(rt, srv.endpoint("localhost"), o);
+        for (int i = 0; i < 3; ++i) {
+            auto [ec, resp] = send_on(rt, c, get("/"));
+            REQUIRE_MESSAGE(!ec, ec.message());
+            CHECK(resp.body.view() == "once");
+        }
+        CHECK(srv.accepts() == 3);
+        const auto s = c.stats();
+        CHECK(s.connections_opened == 3);
+        CHECK(s.tls_resumed == 2); // the first is a full handshake
+        CHECK(resumed_here == 2);
+        // The other lane has no session yet: a full handshake.
+        auto [ec, resp] = send_on(rt, c, get("/"), 1);
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(c.stats().tls_resumed == 2);
+    }
 }
 
 TEST_CASE("https client rejects a certificate it cannot verify")

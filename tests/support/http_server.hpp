@@ -128,6 +128,9 @@ public:
         sock_.shutdown(tcp::socket::shutdown_send, ignored);
     }
 
+    /// Whether the TLS handshake resumed an earlier session (false without TLS).
+    bool tls_resumed() { return tls_ && SSL_session_reused(tls_->native_handle()) == 1; }
+
     void close()
     {
         boost::system::error_code ignored;

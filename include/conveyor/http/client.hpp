@@ -128,6 +128,12 @@ struct response {
     are copied and the rest is read from the socket straight into place. Chunked bodies
     and bodies that end at the connection's close go through Beast's parser.
 
+    TLS sessions are resumed: each lane keeps the latest session ticket (TLS 1.3, where
+    it arrives after the handshake, with the first response) or session (TLS 1.2) that
+    the server gave one of its connections, and a new connection offers it, so that it
+    skips the certificate exchange and its verification; a server that declines gets a
+    full handshake.
+
     Host names are resolved asynchronously on first use on each lane and the addresses
     kept for 30 seconds (new connections take them in turn); a host that is an IP address
     is never resolved. Transport failures are returned as error codes, never thrown;
@@ -192,6 +198,7 @@ public:
         std::uint64_t reused;             ///< requests sent on a kept-alive connection
         std::uint64_t stale_retries;      ///< requests sent again after a kept-alive connection was found closed
         std::uint64_t discarded;          ///< kept-alive connections closed instead of reused: bytes waited on them, or the server had closed its side
+        std::uint64_t tls_resumed;        ///< TLS connections that resumed an earlier session (an abbreviated handshake)
     };
     /// The counters (relaxed atomic reads: safe from any thread).
     CONVEYOR_DECL counters stats() const noexcept;

@@ -244,9 +244,23 @@ struct waiter {
     bool queued = false;
 };
 
+/// Frees an OpenSSL session (a reference count: safe on any thread).
+struct tls_session_free {
+    void operator()(SSL_SESSION* s) const noexcept { SSL_SESSION_free(s); }
+};
+using tls_session_ptr = std::unique_ptr<SSL_SESSION, tls_session_free>;
+
+/// The OpenSSL ex_data slot of a client connection's SSL that points to its `lane_pool`
+/// (Asio keeps its verify callback in the app data slot).
+inline int tls_pool_index() noexcept
+{
+    static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return index;
+}
+
 /** One lane's share of the client: its idle connections, its count against the limit,
-    the requests waiting for a connection, and the host's addresses. Touched only on the
-    lane's thread, so it needs no lock. */
+    the requests waiting for a connection, the host's addresses and the TLS session that
+    new connections resume. Touched only on the lane's thread, so it needs no lock. */
 struct lane_pool {
     lane_pool(const lane_executor& e, std::size_t lim) : ex(e), limit(lim) {}
 
@@ -263,6 +277,11 @@ struct lane_pool {
     std::vector<timer_type*> resolve_waiters;
     boost::system::error_code resolve_error;
     std::size_t next_address = 0;
+
+    /// The latest resumable session the server gave a connection of this lane. Kept and
+    /// offered as copies: OpenSSL marks a connection's session unresumable when that
+    /// connection is freed without a close_notify, as HTTP clients close them.
+    tls_session_ptr tls_session;
 
     /// A connection whose response was read completely goes to the first waiter, else idle.
     void put_back(std::shared_ptr<connection> c)
