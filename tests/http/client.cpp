@@ -330,6 +330,48 @@ TEST_CASE("http client keeps each lane within its share of max_connections")
     CHECK(c.stats().requests == 60);
 }
 
+TEST_CASE("http client keeps at most its share of max_idle connections idle, closing the least recently used")
+{
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        co_await p.pause(20ms); // the requests overlap: one connection each
+        co_return co_await p.write(reply(200, std::string(req.target())));
+    });
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.max_connections = 8; // four per lane
+    o.max_idle = 2;        // one per lane
+    ch::client c(rt, srv.endpoint(), o);
+
+    std::vector<ch::request> reqs;
+    for (int i = 0; i < 4; ++i) reqs.push_back(get("/" + std::to_string(i)));
+    std::vector<std::future<result>> fs;
+    for (auto& r : reqs) fs.push_back(asio::co_spawn(rt.io_executor(0), c.async_send(r), asio::use_future));
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+        auto [ec, resp] = wait_for(fs[i], "overlapping requests");
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == reqs[i].target);
+    }
+    CHECK(srv.accepts() == 4);
+    CHECK(eventually([&] { return srv.closed() == 3; }, 10s));
+    CHECK(c.stats().idle_closed == 3);
+    // The one kept is used again; the lane may open connections up to its limit as before.
+    auto [ec, resp] = send_on(rt, c, get("/again"));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.reused_connection);
+    CHECK(srv.accepts() == 4);
+
+    // max_idle 0: no connection is kept.
+    o.max_idle = 0;
+    ch::client none(rt, srv.endpoint(), o);
+    for (int i = 0; i < 2; ++i) {
+        auto [e, r] = send_on(rt, none, get("/none"));
+        REQUIRE_MESSAGE(!e, e.message());
+        CHECK_FALSE(r.reused_connection);
+    }
+    CHECK(srv.accepts() == 6);
+    CHECK(none.stats().idle_closed == 2);
+}
+
 TEST_CASE("http client serves requests waiting for a connection in arrival order")
 {
     test_server srv(echo_target);

@@ -262,10 +262,12 @@ inline int tls_pool_index() noexcept
     the requests waiting for a connection, the host's addresses and the TLS session that
     new connections resume. Touched only on the lane's thread, so it needs no lock. */
 struct lane_pool {
-    lane_pool(const lane_executor& e, std::size_t lim) : ex(e), limit(lim) {}
+    lane_pool(const lane_executor& e, std::size_t lim, std::size_t idle_lim) : ex(e), limit(lim), idle_limit(idle_lim) {}
 
     lane_executor ex;
     std::size_t limit;
+    std::size_t idle_limit; ///< most connections in `idle`
+    std::atomic<std::uint64_t> idle_closed{0}; ///< connections closed to stay within `idle_limit` (read by `stats` on any thread)
     std::size_t open = 0; ///< connections that exist or are being opened (idle ones included)
     std::vector<std::shared_ptr<connection>> idle; ///< most recently used last
     std::deque<waiter*> waiters;                   ///< first come, first served
@@ -283,7 +285,8 @@ struct lane_pool {
     /// connection is freed without a close_notify, as HTTP clients close them.
     tls_session_ptr tls_session;
 
-    /// A connection whose response was read completely goes to the first waiter, else idle.
+    /// A connection whose response was read completely goes to the first waiter, else idle;
+    /// at the idle limit, the least recently used idle connection is closed instead.
     void put_back(std::shared_ptr<connection> c)
     {
         c->expire_never();
@@ -291,6 +294,18 @@ struct lane_pool {
             w->handed = std::move(c);
             w->timer.cancel();
             return;
+        }
+        if (idle_limit == 0) {
+            c->close();
+            idle_closed.fetch_add(1, std::memory_order_relaxed);
+            --open; // no request waits (above)
+            return;
+        }
+        if (idle.size() >= idle_limit) {
+            idle.front()->close();
+            idle.erase(idle.begin());
+            idle_closed.fetch_add(1, std::memory_order_relaxed);
+            --open;
         }
         idle.push_back(std::move(c));
     }

@@ -95,9 +95,10 @@ CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_
     const std::size_t lanes = rt.io_lanes();
     const std::size_t total = std::max<std::size_t>(opts_.max_connections, 1);
     const std::size_t per_lane = (total + lanes - 1) / lanes;
+    const std::size_t idle_per_lane = (opts_.max_idle + lanes - 1) / lanes;
     lanes_.reserve(lanes);
     for (std::size_t i = 0; i < lanes; ++i) {
-        auto p = std::make_unique<detail::lane_pool>(rt.io_executor(i), per_lane);
+        auto p = std::make_unique<detail::lane_pool>(rt.io_executor(i), per_lane, idle_per_lane);
         if (host_is_address_) {
             p->fixed_address = true;
             p->addresses.emplace_back(address, ep_.port);
@@ -140,9 +141,11 @@ CONVEYOR_DECL runtime& client::rt() const noexcept
 CONVEYOR_DECL client::counters client::stats() const noexcept
 {
     const auto& i = *impl_;
+    std::uint64_t idle_closed = 0;
+    for (const auto& p : i.lanes_) idle_closed += p->idle_closed.load(std::memory_order_relaxed);
     return {i.opened_.load(std::memory_order_relaxed), i.requests_.load(std::memory_order_relaxed),
             i.reused_.load(std::memory_order_relaxed), i.stale_retries_.load(std::memory_order_relaxed),
-            i.discarded_.load(std::memory_order_relaxed), i.tls_resumed_.load(std::memory_order_relaxed)};
+            i.discarded_.load(std::memory_order_relaxed), i.tls_resumed_.load(std::memory_order_relaxed), idle_closed};
 }
 
 CONVEYOR_DECL asio::awaitable<std::pair<std::error_code, response>> client::async_send(const request& req)
