@@ -896,6 +896,52 @@ TEST_CASE("http client resolves a host name, shared by the first requests on a l
     CHECK(srv.last_fields()[bhttp::field::host] == "localhost:" + std::to_string(srv.port()));
 }
 
+TEST_CASE("http client spreads new connections over its addresses in turn, passing over one that refuses")
+{
+    // Two servers on one port, at 127.0.0.1 and 127.0.0.2 (all of 127/8 is loopback on
+    // Linux); nothing listens at 127.0.0.3.
+    test_server one([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_await p.pause(20ms); // the requests overlap: one connection each
+        co_return co_await p.write(reply(200, "one"));
+    });
+    std::optional<test_server> two;
+    try {
+        two.emplace(
+            [](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+                co_await p.pause(20ms);
+                co_return co_await p.write(reply(200, "two"));
+            },
+            nullptr, "127.0.0.2", one.port());
+    } catch (const std::exception& e) {
+        MESSAGE("skipped: cannot listen on 127.0.0.2 (", e.what(), ")");
+        return;
+    }
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.addresses = {"127.0.0.1", "127.0.0.3", "127.0.0.2"};
+    ch::client c(rt, one.endpoint("bucket.example"), o);
+    std::vector<std::future<result>> fs;
+    const auto req = get("/");
+    for (int i = 0; i < 4; ++i) fs.push_back(asio::co_spawn(rt.io_executor(0), c.async_send(req), asio::use_future));
+    int from_one = 0, from_two = 0;
+    for (auto& f : fs) {
+        auto [ec, resp] = wait_for(f, "request over several addresses");
+        REQUIRE_MESSAGE(!ec, ec.message());
+        from_one += resp.body.view() == "one";
+        from_two += resp.body.view() == "two";
+    }
+    // Lane 0 starts at the first address: .1, then .3 (refused) falls over to .2, .2, .1.
+    CHECK(from_one == 2);
+    CHECK(from_two == 2);
+    CHECK(one.accepts() == 2);
+    CHECK(two->accepts() == 2);
+    CHECK(one.last_fields()[bhttp::field::host] == "bucket.example:" + std::to_string(one.port()));
+
+    ch::client_options bad = quick();
+    bad.addresses = {"not-an-address"};
+    CHECK_THROWS_AS(ch::client(rt, one.endpoint(), bad), cv::error);
+}
+
 // =======================================================================================
 // Cancellation, threads, lifetime
 

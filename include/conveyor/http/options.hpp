@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace conveyor::http {
 
@@ -58,6 +59,12 @@ struct client_options {
     /// next burst. The default equals `max_connections`'s, so that a steady load never
     /// churns connections; raise both together.
     std::size_t max_idle = 64;
+    /** IP addresses to connect to instead of the ones the endpoint's host resolves to
+        (curl's `--resolve`), e.g. {"10.0.0.5", "10.0.0.6", "::1"}: the host still names
+        the server in `Host`, SNI and the certificate check. Empty: the host is resolved
+        (or used as is when it is an address). As with resolved addresses, new connections
+        take them in turn, and one that refuses or fails to connect gives way to the next. */
+    std::vector<std::string> addresses;
     /// Time limits of each request.
     http::timeouts timeouts;
     /// Verify the server's certificate chain and that it names the endpoint's host.

@@ -92,6 +92,17 @@ CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_
         }
     }
 
+    // Addresses that are never looked up: the caller's, else the host when it is one.
+    std::vector<detail::tcp::endpoint> fixed;
+    for (const auto& a : opts_.addresses) {
+        const auto ip = asio::ip::make_address(a, ec);
+        if (ec)
+            throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                                  {.stage = "http", .where = ep_.url(), .detail = "'" + a + "' in addresses is not an IP address"});
+        fixed.emplace_back(ip, ep_.port);
+    }
+    if (fixed.empty() && host_is_address_) fixed.emplace_back(address, ep_.port);
+
     const std::size_t lanes = rt.io_lanes();
     const std::size_t total = std::max<std::size_t>(opts_.max_connections, 1);
     const std::size_t per_lane = (total + lanes - 1) / lanes;
@@ -99,10 +110,11 @@ CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_
     lanes_.reserve(lanes);
     for (std::size_t i = 0; i < lanes; ++i) {
         auto p = std::make_unique<detail::lane_pool>(rt.io_executor(i), per_lane, idle_per_lane);
-        if (host_is_address_) {
+        if (!fixed.empty()) {
             p->fixed_address = true;
-            p->addresses.emplace_back(address, ep_.port);
+            p->addresses = fixed;
         }
+        p->next_address = i; // the lanes' first connections go to different addresses
         lanes_.push_back(std::move(p));
     }
 }
