@@ -330,12 +330,25 @@ TEST_CASE("http client keeps each lane within its share of max_connections")
     CHECK(c.stats().requests == 60);
 }
 
+namespace {
+
+/// A script for requests that must each open their own connection: none is answered before
+/// `n` have arrived (counted in `arrived`), then each gets its target back.
+conveyor_test::script answer_after(std::atomic<int>& arrived, int n)
+{
+    return [&arrived, n](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        ++arrived;
+        while (arrived < n) co_await p.pause(1ms);
+        co_return co_await p.write(reply(200, std::string(req.target())));
+    };
+}
+
+} // namespace
+
 TEST_CASE("http client keeps at most its share of max_idle connections idle, closing the least recently used")
 {
-    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
-        co_await p.pause(20ms); // the requests overlap: one connection each
-        co_return co_await p.write(reply(200, std::string(req.target())));
-    });
+    std::atomic<int> arrived{0};
+    test_server srv(answer_after(arrived, 4)); // the four requests overlap: one connection each
     cv::runtime rt(two_lanes());
     auto o = quick();
     o.max_connections = 8; // four per lane
@@ -900,18 +913,19 @@ TEST_CASE("http client spreads new connections over its addresses in turn, passi
 {
     // Two servers on one port, at 127.0.0.1 and 127.0.0.2 (all of 127/8 is loopback on
     // Linux); nothing listens at 127.0.0.3.
-    test_server one([](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-        co_await p.pause(20ms); // the requests overlap: one connection each
-        co_return co_await p.write(reply(200, "one"));
-    });
+    // None is answered before all four have arrived: the requests overlap, one connection each.
+    std::atomic<int> arrived{0};
+    auto answer = [&arrived](std::string body) {
+        return [&arrived, body](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+            ++arrived;
+            while (arrived < 4) co_await p.pause(1ms);
+            co_return co_await p.write(reply(200, body));
+        };
+    };
+    test_server one(answer("one"));
     std::optional<test_server> two;
     try {
-        two.emplace(
-            [](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
-                co_await p.pause(20ms);
-                co_return co_await p.write(reply(200, "two"));
-            },
-            nullptr, "127.0.0.2", one.port());
+        two.emplace(answer("two"), nullptr, "127.0.0.2", one.port());
     } catch (const std::exception& e) {
         MESSAGE("skipped: cannot listen on 127.0.0.2 (", e.what(), ")");
         return;
