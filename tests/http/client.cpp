@@ -35,6 +35,8 @@
 
 #include <doctest/doctest.h>
 
+#include <openssl/ssl.h>
+
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -326,6 +328,61 @@ TEST_CASE("http client keeps each lane within its share of max_connections")
     CHECK(srv.accepts() <= 4);
     CHECK(c.stats().connections_opened == static_cast<std::uint64_t>(srv.accepts()));
     CHECK(c.stats().requests == 60);
+}
+
+namespace {
+
+/// A script for requests that must each open their own connection: none is answered before
+/// `n` have arrived (counted in `arrived`), then each gets its target back.
+conveyor_test::script answer_after(std::atomic<int>& arrived, int n)
+{
+    return [&arrived, n](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        ++arrived;
+        while (arrived < n) co_await p.pause(1ms);
+        co_return co_await p.write(reply(200, std::string(req.target())));
+    };
+}
+
+} // namespace
+
+TEST_CASE("http client keeps at most its share of max_idle connections idle, closing the least recently used")
+{
+    std::atomic<int> arrived{0};
+    test_server srv(answer_after(arrived, 4)); // the four requests overlap: one connection each
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.max_connections = 8; // four per lane
+    o.max_idle = 2;        // one per lane
+    ch::client c(rt, srv.endpoint(), o);
+
+    std::vector<ch::request> reqs;
+    for (int i = 0; i < 4; ++i) reqs.push_back(get("/" + std::to_string(i)));
+    std::vector<std::future<result>> fs;
+    for (auto& r : reqs) fs.push_back(asio::co_spawn(rt.io_executor(0), c.async_send(r), asio::use_future));
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+        auto [ec, resp] = wait_for(fs[i], "overlapping requests");
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(resp.body.view() == reqs[i].target);
+    }
+    CHECK(srv.accepts() == 4);
+    CHECK(eventually([&] { return srv.closed() == 3; }, 10s));
+    CHECK(c.stats().idle_closed == 3);
+    // The one kept is used again; the lane may open connections up to its limit as before.
+    auto [ec, resp] = send_on(rt, c, get("/again"));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.reused_connection);
+    CHECK(srv.accepts() == 4);
+
+    // max_idle 0: no connection is kept.
+    o.max_idle = 0;
+    ch::client none(rt, srv.endpoint(), o);
+    for (int i = 0; i < 2; ++i) {
+        auto [e, r] = send_on(rt, none, get("/none"));
+        REQUIRE_MESSAGE(!e, e.message());
+        CHECK_FALSE(r.reused_connection);
+    }
+    CHECK(srv.accepts() == 6);
+    CHECK(none.stats().idle_closed == 2);
 }
 
 TEST_CASE("http client serves requests waiting for a connection in arrival order")
@@ -852,6 +909,53 @@ TEST_CASE("http client resolves a host name, shared by the first requests on a l
     CHECK(srv.last_fields()[bhttp::field::host] == "localhost:" + std::to_string(srv.port()));
 }
 
+TEST_CASE("http client spreads new connections over its addresses in turn, passing over one that refuses")
+{
+    // Two servers on one port, at 127.0.0.1 and 127.0.0.2 (all of 127/8 is loopback on
+    // Linux); nothing listens at 127.0.0.3.
+    // None is answered before all four have arrived: the requests overlap, one connection each.
+    std::atomic<int> arrived{0};
+    auto answer = [&arrived](std::string body) {
+        return [&arrived, body](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+            ++arrived;
+            while (arrived < 4) co_await p.pause(1ms);
+            co_return co_await p.write(reply(200, body));
+        };
+    };
+    test_server one(answer("one"));
+    std::optional<test_server> two;
+    try {
+        two.emplace(answer("two"), nullptr, "127.0.0.2", one.port());
+    } catch (const std::exception& e) {
+        MESSAGE("skipped: cannot listen on 127.0.0.2 (", e.what(), ")");
+        return;
+    }
+    cv::runtime rt(two_lanes());
+    auto o = quick();
+    o.addresses = {"127.0.0.1", "127.0.0.3", "127.0.0.2"};
+    ch::client c(rt, one.endpoint("bucket.example"), o);
+    std::vector<std::future<result>> fs;
+    const auto req = get("/");
+    for (int i = 0; i < 4; ++i) fs.push_back(asio::co_spawn(rt.io_executor(0), c.async_send(req), asio::use_future));
+    int from_one = 0, from_two = 0;
+    for (auto& f : fs) {
+        auto [ec, resp] = wait_for(f, "request over several addresses");
+        REQUIRE_MESSAGE(!ec, ec.message());
+        from_one += resp.body.view() == "one";
+        from_two += resp.body.view() == "two";
+    }
+    // Lane 0 starts at the first address: .1, then .3 (refused) falls over to .2, .2, .1.
+    CHECK(from_one == 2);
+    CHECK(from_two == 2);
+    CHECK(one.accepts() == 2);
+    CHECK(two->accepts() == 2);
+    CHECK(one.last_fields()[bhttp::field::host] == "bucket.example:" + std::to_string(one.port()));
+
+    ch::client_options bad = quick();
+    bad.addresses = {"not-an-address"};
+    CHECK_THROWS_AS(ch::client(rt, one.endpoint(), bad), cv::error);
+}
+
 // =======================================================================================
 // Cancellation, threads, lifetime
 
@@ -1108,6 +1212,46 @@ TEST_CASE("https client verifies the server's certificate against a given CA fil
     auto [ec, resp] = send_on(rt, c, get(target));
     REQUIRE_MESSAGE(!ec, ec.message());
     CHECK(resp.body.view() == target);
+}
+
+TEST_CASE("https client resumes the TLS session of an earlier connection, under TLS 1.2 and 1.3")
+{
+    const auto& certs = test_certs::get();
+    REQUIRE_MESSAGE(certs.error.empty(), certs.error);
+    for (const int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+        CAPTURE(version);
+        auto tls = server_tls("good");
+        SSL_CTX_set_min_proto_version(tls->native_handle(), version);
+        SSL_CTX_set_max_proto_version(tls->native_handle(), version);
+        // Every reply closes its connection: each request makes a new one. (Under TLS 1.3 the
+        // ticket to resume comes after the handshake, read with the first reply.)
+        std::atomic<int> resumed_here{0};
+        test_server srv(
+            [&](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+                if (p.tls_resumed()) ++resumed_here;
+                co_await p.write(reply(200, "once", "Connection: close\r\n"));
+                co_return false;
+            },
+            tls.get());
+        cv::runtime rt(two_lanes());
+        auto o = quick();
+        o.ca_file = certs.cert("good");
+        ch::client c(rt, srv.endpoint("localhost"), o);
+        for (int i = 0; i < 3; ++i) {
+            auto [ec, resp] = send_on(rt, c, get("/"));
+            REQUIRE_MESSAGE(!ec, ec.message());
+            CHECK(resp.body.view() == "once");
+        }
+        CHECK(srv.accepts() == 3);
+        const auto s = c.stats();
+        CHECK(s.connections_opened == 3);
+        CHECK(s.tls_resumed == 2); // the first is a full handshake
+        CHECK(resumed_here == 2);
+        // The other lane has no session yet: a full handshake.
+        auto [ec, resp] = send_on(rt, c, get("/"), 1);
+        REQUIRE_MESSAGE(!ec, ec.message());
+        CHECK(c.stats().tls_resumed == 2);
+    }
 }
 
 TEST_CASE("https client rejects a certificate it cannot verify")

@@ -128,6 +128,9 @@ public:
         sock_.shutdown(tcp::socket::shutdown_send, ignored);
     }
 
+    /// Whether the TLS handshake resumed an earlier session (false without TLS).
+    bool tls_resumed() { return tls_ && SSL_session_reused(tls_->native_handle()) == 1; }
+
     void close()
     {
         boost::system::error_code ignored;
@@ -169,8 +172,10 @@ using script = std::function<asio::awaitable<bool>(peer&, const bhttp::request<b
 /// A server on 127.0.0.1 (port 0) running `script` for every request, on its own thread.
 class test_server {
 public:
-    explicit test_server(script s, asio::ssl::context* tls = nullptr)
-        : script_(std::move(s)), tls_(tls), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0))
+    /// Listens on `address`:`port` (port 0: one the system picks); throws when it cannot.
+    explicit test_server(script s, asio::ssl::context* tls = nullptr, const std::string& address = "127.0.0.1",
+                         std::uint16_t port = 0)
+        : script_(std::move(s)), tls_(tls), acceptor_(io_, tcp::endpoint(asio::ip::make_address(address), port))
     {
         port_ = acceptor_.local_endpoint().port();
         asio::co_spawn(io_, accept_loop(), asio::detached);

@@ -111,7 +111,7 @@ struct response {
 /** An HTTP/1.1 client for one endpoint (plain HTTP or HTTPS through OpenSSL).
 
     Connections are kept alive and pooled per lane: each I/O thread of the runtime has its
-    own idle list and its own share of `max_connections`, touched only from that thread,
+    own idle list and its own share of `max_connections` and `max_idle`, touched only from that thread,
     so no request takes a lock. A connection goes back to its pool only when its response
     was read completely, nothing came after it, and the server allows keep-alive; any
     error, timeout or cancellation closes it. Before a kept-alive connection is used
@@ -127,6 +127,12 @@ struct response {
     `request::body_into`): for a Content-Length body, the bytes that came with the header
     are copied and the rest is read from the socket straight into place. Chunked bodies
     and bodies that end at the connection's close go through Beast's parser.
+
+    TLS sessions are resumed: each lane keeps the latest session ticket (TLS 1.3, where
+    it arrives after the handshake, with the first response) or session (TLS 1.2) that
+    the server gave one of its connections, and a new connection offers it, so that it
+    skips the certificate exchange and its verification; a server that declines gets a
+    full handshake.
 
     Host names are resolved asynchronously on first use on each lane and the addresses
     kept for 30 seconds (new connections take them in turn); a host that is an IP address
@@ -192,6 +198,8 @@ public:
         std::uint64_t reused;             ///< requests sent on a kept-alive connection
         std::uint64_t stale_retries;      ///< requests sent again after a kept-alive connection was found closed
         std::uint64_t discarded;          ///< kept-alive connections closed instead of reused: bytes waited on them, or the server had closed its side
+        std::uint64_t tls_resumed;        ///< TLS connections that resumed an earlier session (an abbreviated handshake)
+        std::uint64_t idle_closed;        ///< kept-alive connections closed to stay within `client_options::max_idle`
     };
     /// The counters (relaxed atomic reads: safe from any thread).
     CONVEYOR_DECL counters stats() const noexcept;

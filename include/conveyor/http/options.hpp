@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace conveyor::http {
 
@@ -49,6 +50,21 @@ struct client_options {
     /// ceil(max_connections / lanes) of them (at least one); further requests on a lane
     /// wait, first come first served, for one of its connections.
     std::size_t max_connections = 64;
+    /// Most idle kept-alive connections to the endpoint, over all lanes: each lane keeps
+    /// ceil(max_idle / lanes) of them (0: none, every connection is closed after its
+    /// response). A connection that comes back to a lane at its cap, with no request
+    /// waiting for it, replaces the lane's least recently used idle one, which is closed.
+    /// It bites only below `max_connections`: after a burst, it gives the server back the
+    /// connections a steady load does not need, at the cost of opening them again at the
+    /// next burst. The default equals `max_connections`'s, so that a steady load never
+    /// churns connections; raise both together.
+    std::size_t max_idle = 64;
+    /** IP addresses to connect to instead of the ones the endpoint's host resolves to
+        (curl's `--resolve`), e.g. {"10.0.0.5", "10.0.0.6", "::1"}: the host still names
+        the server in `Host`, SNI and the certificate check. Empty: the host is resolved
+        (or used as is when it is an address). As with resolved addresses, new connections
+        take them in turn, and one that refuses or fails to connect gives way to the next. */
+    std::vector<std::string> addresses;
     /// Time limits of each request.
     http::timeouts timeouts;
     /// Verify the server's certificate chain and that it names the endpoint's host.

@@ -38,6 +38,10 @@
 
 namespace conveyor::http::detail {
 
+/// OpenSSL's new-session callback: keeps a copy of a resumable session on the lane of the
+/// connection it came to (see `lane_pool::tls_session`).
+CONVEYOR_DECL int keep_tls_session(SSL* ssl, SSL_SESSION* session);
+
 /** What a `client` holds (see `http::client`): its endpoint and settings, the TLS
     context, one pool per I/O lane and the counters, with the coroutines that carry a
     request. Only `client` makes one, and it is never moved. */
@@ -76,6 +80,7 @@ struct client_impl {
     std::atomic<std::uint64_t> reused_{0};
     std::atomic<std::uint64_t> stale_retries_{0};
     std::atomic<std::uint64_t> discarded_{0};
+    std::atomic<std::uint64_t> tls_resumed_{0};
 };
 
 template <class Stream>

@@ -244,14 +244,30 @@ struct waiter {
     bool queued = false;
 };
 
+/// Frees an OpenSSL session (a reference count: safe on any thread).
+struct tls_session_free {
+    void operator()(SSL_SESSION* s) const noexcept { SSL_SESSION_free(s); }
+};
+using tls_session_ptr = std::unique_ptr<SSL_SESSION, tls_session_free>;
+
+/// The OpenSSL ex_data slot of a client connection's SSL that points to its `lane_pool`
+/// (Asio keeps its verify callback in the app data slot).
+inline int tls_pool_index() noexcept
+{
+    static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return index;
+}
+
 /** One lane's share of the client: its idle connections, its count against the limit,
-    the requests waiting for a connection, and the host's addresses. Touched only on the
-    lane's thread, so it needs no lock. */
+    the requests waiting for a connection, the host's addresses and the TLS session that
+    new connections resume. Touched only on the lane's thread, so it needs no lock. */
 struct lane_pool {
-    lane_pool(const lane_executor& e, std::size_t lim) : ex(e), limit(lim) {}
+    lane_pool(const lane_executor& e, std::size_t lim, std::size_t idle_lim) : ex(e), limit(lim), idle_limit(idle_lim) {}
 
     lane_executor ex;
     std::size_t limit;
+    std::size_t idle_limit; ///< most connections in `idle`
+    std::atomic<std::uint64_t> idle_closed{0}; ///< connections closed to stay within `idle_limit` (read by `stats` on any thread)
     std::size_t open = 0; ///< connections that exist or are being opened (idle ones included)
     std::vector<std::shared_ptr<connection>> idle; ///< most recently used last
     std::deque<waiter*> waiters;                   ///< first come, first served
@@ -264,7 +280,13 @@ struct lane_pool {
     boost::system::error_code resolve_error;
     std::size_t next_address = 0;
 
-    /// A connection whose response was read completely goes to the first waiter, else idle.
+    /// The latest resumable session the server gave a connection of this lane. Kept and
+    /// offered as copies: OpenSSL marks a connection's session unresumable when that
+    /// connection is freed without a close_notify, as HTTP clients close them.
+    tls_session_ptr tls_session;
+
+    /// A connection whose response was read completely goes to the first waiter, else idle;
+    /// at the idle limit, the least recently used idle connection is closed instead.
     void put_back(std::shared_ptr<connection> c)
     {
         c->expire_never();
@@ -272,6 +294,18 @@ struct lane_pool {
             w->handed = std::move(c);
             w->timer.cancel();
             return;
+        }
+        if (idle_limit == 0) {
+            c->close();
+            idle_closed.fetch_add(1, std::memory_order_relaxed);
+            --open; // no request waits (above)
+            return;
+        }
+        if (idle.size() >= idle_limit) {
+            idle.front()->close();
+            idle.erase(idle.begin());
+            idle_closed.fetch_add(1, std::memory_order_relaxed);
+            --open;
         }
         idle.push_back(std::move(c));
     }

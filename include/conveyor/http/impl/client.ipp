@@ -34,6 +34,21 @@
 
 namespace conveyor::http {
 
+namespace detail {
+
+/// OpenSSL's new-session callback (`SSL_CTX_sess_set_new_cb`), on the lane's thread, inside
+/// a handshake or a read: a copy of the session becomes the lane's one to resume. Returns 0:
+/// OpenSSL keeps its own reference.
+CONVEYOR_DECL int keep_tls_session(SSL* ssl, SSL_SESSION* session)
+{
+    auto* pool = static_cast<lane_pool*>(SSL_get_ex_data(ssl, tls_pool_index()));
+    if (!pool || !SSL_SESSION_is_resumable(session)) return 0;
+    if (SSL_SESSION* copy = SSL_SESSION_dup(session)) pool->tls_session.reset(copy);
+    return 0;
+}
+
+} // namespace detail
+
 CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_options o)
     : rt_(&rt), ep_(std::move(ep)), opts_(std::move(o)), host_header_(ep_.host_header()), port_(std::to_string(ep_.port))
 {
@@ -56,6 +71,10 @@ CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_
         };
         tls_ = std::make_unique<ssl::context>(ssl::context::tls_client);
         SSL_CTX_set_min_proto_version(tls_->native_handle(), TLS1_2_VERSION);
+        // Sessions to resume: OpenSSL hands each new one to keep_tls_session (for TLS 1.3,
+        // when its ticket arrives, after the handshake), which keeps it on the lane.
+        SSL_CTX_set_session_cache_mode(tls_->native_handle(), SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+        SSL_CTX_sess_set_new_cb(tls_->native_handle(), &detail::keep_tls_session);
         tls_->set_verify_mode(opts_.verify_tls ? ssl::verify_peer : ssl::verify_none);
         if (opts_.verify_tls) {
             if (opts_.ca_file.empty() && opts_.ca_path.empty()) {
@@ -73,16 +92,29 @@ CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_
         }
     }
 
+    // Addresses that are never looked up: the caller's, else the host when it is one.
+    std::vector<detail::tcp::endpoint> fixed;
+    for (const auto& a : opts_.addresses) {
+        const auto ip = asio::ip::make_address(a, ec);
+        if (ec)
+            throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                                  {.stage = "http", .where = ep_.url(), .detail = "'" + a + "' in addresses is not an IP address"});
+        fixed.emplace_back(ip, ep_.port);
+    }
+    if (fixed.empty() && host_is_address_) fixed.emplace_back(address, ep_.port);
+
     const std::size_t lanes = rt.io_lanes();
     const std::size_t total = std::max<std::size_t>(opts_.max_connections, 1);
     const std::size_t per_lane = (total + lanes - 1) / lanes;
+    const std::size_t idle_per_lane = (opts_.max_idle + lanes - 1) / lanes;
     lanes_.reserve(lanes);
     for (std::size_t i = 0; i < lanes; ++i) {
-        auto p = std::make_unique<detail::lane_pool>(rt.io_executor(i), per_lane);
-        if (host_is_address_) {
+        auto p = std::make_unique<detail::lane_pool>(rt.io_executor(i), per_lane, idle_per_lane);
+        if (!fixed.empty()) {
             p->fixed_address = true;
-            p->addresses.emplace_back(address, ep_.port);
+            p->addresses = fixed;
         }
+        p->next_address = i; // the lanes' first connections go to different addresses
         lanes_.push_back(std::move(p));
     }
 }
@@ -121,9 +153,11 @@ CONVEYOR_DECL runtime& client::rt() const noexcept
 CONVEYOR_DECL client::counters client::stats() const noexcept
 {
     const auto& i = *impl_;
+    std::uint64_t idle_closed = 0;
+    for (const auto& p : i.lanes_) idle_closed += p->idle_closed.load(std::memory_order_relaxed);
     return {i.opened_.load(std::memory_order_relaxed), i.requests_.load(std::memory_order_relaxed),
             i.reused_.load(std::memory_order_relaxed), i.stale_retries_.load(std::memory_order_relaxed),
-            i.discarded_.load(std::memory_order_relaxed)};
+            i.discarded_.load(std::memory_order_relaxed), i.tls_resumed_.load(std::memory_order_relaxed), idle_closed};
 }
 
 CONVEYOR_DECL asio::awaitable<std::pair<std::error_code, response>> client::async_send(const request& req)
@@ -306,9 +340,16 @@ CONVEYOR_DECL asio::awaitable<std::error_code> detail::client_impl::connect(deta
             if (ok != 1)
                 co_return to_std_error(boost::system::error_code(static_cast<int>(::ERR_get_error()), asio::error::get_ssl_category()));
         }
+        SSL_set_ex_data(ssl, detail::tls_pool_index(), &pool);
+        if (pool.tls_session) {
+            // A copy again: the connection's close would make the lane's own unresumable.
+            detail::tls_session_ptr offer(SSL_SESSION_dup(pool.tls_session.get()));
+            if (offer) SSL_set_session(ssl, offer.get()); // which takes its own reference
+        }
         if (detail::cancelled(cs)) co_return detail::aborted();
         auto [ec] = co_await t->async_handshake(asio::ssl::stream_base::client, detail::no_throw_for<detail::tls_stream_type>());
         if (ec) co_return detail::failure(c, cs, ec);
+        if (SSL_session_reused(ssl)) tls_resumed_.fetch_add(1, std::memory_order_relaxed);
     }
     c.expire_never();
     co_return std::error_code{};

@@ -13,9 +13,11 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/property_tree/ptree.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstring>
 #include <exception>
@@ -205,10 +207,11 @@ inline asio::awaitable<void> client_state::get_rest(std::string_view bucket, std
 {
     const std::uint64_t part = opts.part_size, total = whole.size();
     const std::uint64_t parts = (total + part - 1) / part;
-    std::uint64_t next = 1;
-    auto worker = [&](std::size_t) -> asio::awaitable<void> {
-        while (next < parts) {
-            const std::uint64_t p = next++;
+    std::atomic<std::uint64_t> next{1}; // the workers may run on different lanes
+    auto fetch_parts = [&]() -> asio::awaitable<void> {
+        for (;;) {
+            const std::uint64_t p = next.fetch_add(1, std::memory_order_relaxed);
+            if (p >= parts) co_return;
             const std::uint64_t first = p * part, last = std::min(total, first + part) - 1;
             auto resp = co_await get_range(bucket, key, first, last, whole.subspan(first, last - first + 1), etag);
             std::uint64_t f, l;
@@ -224,6 +227,17 @@ inline asio::awaitable<void> client_state::get_rest(std::string_view bucket, std
                               "object was " + std::to_string(total) + " bytes, now " + std::to_string(t));
             if (crcs) (*crcs)[p] = co_await crc_of(checksum_algorithm::crc64nvme, whole.subspan(first, last - first + 1));
         }
+    };
+    // The workers take turns over the I/O lanes, so that the copies out of the sockets and
+    // the page faults of fresh memory, which dominate a large object's cost, use every I/O
+    // thread, not only the caller's. (co_spawn passes cancellation to the other lane on its
+    // own thread, and resumes this coroutine on this one.)
+    const std::size_t lanes = rt.io_lanes();
+    const std::size_t here = rt.current_io_lane().value_or(0);
+    auto worker = [&](std::size_t i) -> asio::awaitable<void> {
+        const std::size_t lane = (here + i) % lanes;
+        if (lane == here) co_await fetch_parts();
+        else co_await asio::co_spawn(rt.io_executor(lane), fetch_parts(), asio::use_awaitable);
     };
     const auto workers = std::min<std::uint64_t>(opts.parts_in_flight, parts - 1);
     co_await conveyor::detail::run_all(workers, worker);
