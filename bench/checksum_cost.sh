@@ -40,11 +40,6 @@ done
 for v in objects size big_mb rounds concurrency; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: --${v//_/-} wants a positive integer" >&2; exit 2; }
 done
-if [[ -n $build_dir && -z ${CONVEYOR_BENCH:-} ]]; then
-    for b in "$build_dir/bench/conveyor-bench" "$build_dir/conveyor-bench"; do
-        if [[ -x $b ]]; then export CONVEYOR_BENCH=$b; break; fi
-    done
-fi
 # shellcheck source-path=SCRIPTDIR source=find_bench.sh
 source "$(dirname "${BASH_SOURCE[0]}")/find_bench.sh"
 [[ -n ${bench_bin:-} && -x $bench_bin ]] || { echo "checksum_cost: no conveyor-bench: build it (cmake --build build/default --target conveyor-bench) or give --build-dir" >&2; exit 2; }

@@ -233,8 +233,8 @@ int cmd_s3_get(const s3_args& a)
         const auto h = lat.merged();
         const std::uint64_t errors = run.stats().skipped;
         const std::uint64_t gets = stats.requests - stats0.requests;
-        cb::json_line()
-            .add("bench", "s3-get")
+        cb::json_line line;
+        line.add("bench", "s3-get")
             .add("engine", "conveyor")
             .add("endpoint", c.cfg().endpoint.url())
             .add("bucket", shared->bucket)
@@ -250,18 +250,9 @@ int cmd_s3_get(const s3_args& a)
             .add("MB_per_s", static_cast<double>(bytes) / 1e6 / secs)
             .add("p50_ms", h.percentile(50) / 1e6)
             .add("p99_ms", h.percentile(99) / 1e6)
-            .add("max_ms", static_cast<double>(h.max()) / 1e6)
-            .add("requests", gets)
-            .add("retries", stats.retries - stats0.retries)
-            .add("throttles", stats.throttled - stats0.throttled)
-            .add("retries_refused", stats.retries_refused - stats0.retries_refused)
-            .add("limit", stats.limit)
-            .add("lowest_limit", stats.lowest_limit)
-            .add("checksums", a.no_checksums ? "off" : "verified")
-            .add("checksums_verified", stats.checksums_verified - stats0.checksums_verified)
-            .add("checksum_failures", stats.checksum_failures - stats0.checksum_failures)
-            .add("checksums_skipped", stats.checksums_skipped - stats0.checksums_skipped)
-            .add("checksums_absent", stats.checksums_absent - stats0.checksums_absent)
+            .add("max_ms", static_cast<double>(h.max()) / 1e6);
+        add_s3_counters(line, stats, stats0, a.no_checksums);
+        line.add("retries_refused", stats.retries_refused - stats0.retries_refused)
             .add("rate", stats.rate)
             .add("lowest_rate", stats.lowest_rate)
             .add("errors", errors)

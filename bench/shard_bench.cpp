@@ -3,6 +3,8 @@
 // with read(2) into one reused buffer) over the same files.
 #include "shard_bench.hpp"
 
+#include "s3_bench.hpp"
+
 #include "support/bench.hpp"
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
@@ -161,19 +163,7 @@ int cmd_shards(const shard_args& a)
             .add("max_rss_MB", r.usage.max_rss_mb())
             .add("rss_before_MB", rss_before_mb)
             .add("memory_peak_MB", static_cast<double>(rt.memory().stats().peak) / 1e6);
-        if (s3) { // what the S3 client did in this pass
-            const auto st = s3->stats();
-            line.add("requests", st.requests - s3_0.requests)
-                .add("retries", st.retries - s3_0.retries)
-                .add("throttles", st.throttled - s3_0.throttled)
-                .add("limit", st.limit)
-                .add("lowest_limit", st.lowest_limit)
-                .add("checksums", a.no_checksums ? "off" : "verified")
-                .add("checksums_verified", st.checksums_verified - s3_0.checksums_verified)
-                .add("checksum_failures", st.checksum_failures - s3_0.checksum_failures)
-                .add("checksums_skipped", st.checksums_skipped - s3_0.checksums_skipped)
-                .add("checksums_absent", st.checksums_absent - s3_0.checksums_absent);
-        }
+        if (s3) add_s3_counters(line, s3->stats(), s3_0, a.no_checksums); // what the S3 client did in this pass
         if (!a.cache.empty()) {
             const auto cs = cv::store::cache_stats_of(a.cache);
             line.add("cache_hits", cs.hits - cache0.hits).add("cache_misses", cs.misses - cache0.misses);

@@ -58,11 +58,6 @@ for v in objects size rate concurrency seconds repeat lift_after; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: --${v//_/-} wants a positive integer" >&2; exit 2; }
 done
 
-if [[ -n $build_dir && -z ${CONVEYOR_BENCH:-} ]]; then
-    for b in "$build_dir/bench/conveyor-bench" "$build_dir/conveyor-bench"; do
-        if [[ -x $b ]]; then export CONVEYOR_BENCH=$b; break; fi
-    done
-fi
 # shellcheck source-path=SCRIPTDIR source=find_bench.sh
 source "$(dirname "${BASH_SOURCE[0]}")/find_bench.sh"
 if [[ -z $bench_bin || ! -x $bench_bin ]]; then
