@@ -205,7 +205,7 @@ struct client_state : std::enable_shared_from_this<client_state> {
         std::string why;
     };
     /// One fetch of the whole object, checked (see `get_object`).
-    CONVEYOR_DECL asio::awaitable<fetched> fetch_object(std::string_view bucket, std::string_view key, std::int64_t size_hint);
+    inline asio::awaitable<fetched> fetch_object(std::string_view bucket, std::string_view key, std::int64_t size_hint);
     /// `fetch_object` of an object that may be larger than a part, checksums verified.
     inline asio::awaitable<fetched> fetch_checked(std::string_view bucket, std::string_view key);
 

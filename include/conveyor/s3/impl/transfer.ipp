@@ -243,7 +243,7 @@ inline asio::awaitable<void> client_state::get_rest(std::string_view bucket, std
     co_await conveyor::detail::run_all(workers, worker);
 }
 
-CONVEYOR_DECL asio::awaitable<client_state::fetched> client_state::fetch_object(std::string_view bucket, std::string_view key,
+inline asio::awaitable<client_state::fetched> client_state::fetch_object(std::string_view bucket, std::string_view key,
                                                                                 std::int64_t size_hint)
 {
     const bool verify = opts.checksums.verify;
