@@ -6,6 +6,7 @@
 #include <conveyor/detail/config.hpp>
 
 #include <chrono>
+#include <optional>
 #include <cstddef>
 #include <string>
 #include <system_error>
@@ -56,9 +57,9 @@ struct client_options {
     /// waiting for it, replaces the lane's least recently used idle one, which is closed.
     /// It bites only below `max_connections`: after a burst, it gives the server back the
     /// connections a steady load does not need, at the cost of opening them again at the
-    /// next burst. The default equals `max_connections`'s, so that a steady load never
-    /// churns connections; raise both together.
-    std::size_t max_idle = 64;
+    /// next burst. Unset (the default): `max_connections`, so that a steady load never
+    /// churns connections whatever `max_connections` is raised to.
+    std::optional<std::size_t> max_idle;
     /** IP addresses to connect to instead of the ones the endpoint's host resolves to
         (curl's `--resolve`), e.g. {"10.0.0.5", "10.0.0.6", "::1"}: the host still names
         the server in `Host`, SNI and the certificate check. Empty: the host is resolved

@@ -106,7 +106,7 @@ CONVEYOR_DECL detail::client_impl::client_impl(runtime& rt, endpoint ep, client_
     const std::size_t lanes = rt.io_lanes();
     const std::size_t total = std::max<std::size_t>(opts_.max_connections, 1);
     const std::size_t per_lane = (total + lanes - 1) / lanes;
-    const std::size_t idle_per_lane = (opts_.max_idle + lanes - 1) / lanes;
+    const std::size_t idle_per_lane = (opts_.max_idle.value_or(total) + lanes - 1) / lanes;
     lanes_.reserve(lanes);
     for (std::size_t i = 0; i < lanes; ++i) {
         auto p = std::make_unique<detail::lane_pool>(rt.io_executor(i), per_lane, idle_per_lane);
