@@ -188,6 +188,9 @@ struct client_state : std::enable_shared_from_this<client_state> {
         the checksum of the bytes received. */
     CONVEYOR_DECL check_result tally(const std::optional<object_checksum>& expected, const checksum* computed, std::string* why);
 
+    /// `tally` of `bytes`, the whole object, against `expected`.
+    CONVEYOR_DECL check_result check(std::span<const std::byte> bytes, const std::optional<object_checksum>& expected, std::string* why);
+
     /// The error of an object that failed its checksum twice (`why` from `tally`).
     CONVEYOR_DECL request_error checksum_failed(std::string_view bucket, std::string_view key, std::string why) const;
 

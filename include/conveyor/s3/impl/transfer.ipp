@@ -109,6 +109,15 @@ CONVEYOR_DECL check_result client_state::tally(const std::optional<object_checks
     return check_result::mismatch;
 }
 
+CONVEYOR_DECL check_result client_state::check(std::span<const std::byte> bytes, const std::optional<object_checksum>& expected,
+                                               std::string* why)
+{
+    if (!expected || expected->composite) return tally(expected, nullptr, why);
+    checksum c(expected->algorithm);
+    c.update(bytes);
+    return tally(expected, &c, why);
+}
+
 CONVEYOR_DECL request_error client_state::checksum_failed(std::string_view bucket, std::string_view key, std::string why) const
 {
     op o{.name = "GetObject", .bucket = bucket, .key = key};
@@ -248,21 +257,12 @@ inline asio::awaitable<client_state::fetched> client_state::fetch_object(std::st
 {
     const bool verify = opts.checksums.verify;
     fetched out;
-    // The bytes of one reply, checked against the checksum it (or a HeadObject) gives.
-    auto check_whole = [&](std::span<const std::byte> bytes, const std::optional<object_checksum>& expected) {
-        std::optional<checksum> c;
-        if (expected && !expected->composite) {
-            c.emplace(expected->algorithm);
-            c->update(bytes);
-        }
-        return tally(expected, c ? &*c : nullptr, &out.why);
-    };
     const std::uint64_t part = opts.part_size;
     auto whole_get = [&]() -> asio::awaitable<void> {
         op o{.method = boost::beast::http::verb::get, .name = "GetObject", .bucket = bucket, .key = key};
         ask_checksum(o);
         auto resp = co_await execute(o);
-        if (verify) out.result = check_whole(resp.body.span(), checksum_in(resp.headers, false));
+        if (verify) out.result = check(resp.body.span(), checksum_in(resp.headers, false), &out.why);
         out.body = std::move(resp.body);
     };
     if (part == 0 || (size_hint >= 0 && static_cast<std::uint64_t>(size_hint) <= part)) {
@@ -330,12 +330,7 @@ inline asio::awaitable<client_state::fetched> client_state::fetch_checked(std::s
     const auto& expected = sink.expected;
     const bool crc64 = expected && !expected->composite && expected->algorithm == checksum_algorithm::crc64nvme;
     if (sink.limit == sink.total) {
-        std::optional<checksum> c;
-        if (expected && !expected->composite) {
-            c.emplace(expected->algorithm);
-            c->update(bytes);
-        }
-        out.result = tally(expected, c ? &*c : nullptr, &out.why);
+        out.result = check(bytes, expected, &out.why);
         out.body = std::move(sink.whole);
         co_return out;
     }
