@@ -10,10 +10,15 @@ the translation units:
   pipeline  a TU with a small pipeline (files -> map -> batch, iterated);
 and, for comparison, `deps`: a TU that includes only the dependency headers that
 conveyor's headers include in that form (found with g++ -H, so it follows the headers).
-Prints seconds and peak compiler memory for each, and fails (exit 1) when a case exceeds
-its budget in scripts/compile_budget.json.
+Prints seconds and peak compiler memory for each against its budget in
+scripts/compile_budget.json. It fails (exit 1) when a case's peak memory is over budget:
+memory depends on the compiler and the code alone (the same TU measured 1791 and 1792 MB on
+two machines whose compile times differed by 1.5x). Time is checked only with --check-time,
+on a quiet machine, as a benchmark would be: on shared machines a case's seconds, and even
+its ratio to the dependency headers alone, moved by a third between machines for the same
+tree, so the ctest test reports them without failing on them.
 
-    scripts/compile_budget.py [--opt -O0] [--repeat 1] [--cxx g++] [--json out.jsonl]
+    scripts/compile_budget.py [--opt -O0] [--repeat 1] [--cxx g++] [--json out.jsonl] [--check-time]
 """
 import argparse
 import json
@@ -99,6 +104,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="compile each case this many times; the median counts")
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
     ap.add_argument("--json", help="also append the results to this file as JSON lines")
+    ap.add_argument("--check-time", action="store_true",
+                    help="fail on time over budget too (on a quiet machine; the test checks memory only)")
     args = ap.parse_args()
 
     budgets = json.loads(BUDGET_FILE.read_text())
@@ -140,7 +147,7 @@ def main():
                 before = after
 
     # The human summary, with each case against its budget and the dependencies alone.
-    failures = []
+    failures, time_overs = [], []
     print(f"\ncompile time of one translation unit ({args.cxx} {args.opt}), median of {args.repeat}:")
     print(f"  {'form':<12} {'case':<9} {'seconds':>8} {'peak MB':>8} {'vs deps':>8}   budget   (vs deps: CPU time against the"
           " dependency headers alone, compiled just before and after)")
@@ -155,13 +162,19 @@ def main():
             # makes every compile slower, the yardstick too, while conveyor's own weight
             # shows in the ratio.
             ratio_ok = "vs_deps" in limit and ratio <= limit["vs_deps"]
+            slow = None
             if r["seconds"] > limit["seconds"] and not ratio_ok:
-                over.append(f"{r['seconds']} s > {limit['seconds']} s"
-                            + (f" and {ratio:.2f}x deps > {limit['vs_deps']}x" if "vs_deps" in limit else ""))
+                slow = (f"{r['seconds']} s > {limit['seconds']} s"
+                        + (f" and {ratio:.2f}x deps > {limit['vs_deps']}x" if "vs_deps" in limit else ""))
+                if args.check_time:
+                    over.append(slow)
+                else:
+                    time_overs.append(f"{r['form']} {r['case']}: {slow}")
             if r["peak_mb"] > limit["peak_mb"]:
                 over.append(f"{r['peak_mb']} MB > {limit['peak_mb']} MB")
             within = f"{limit['seconds']} s" + (f" or {limit['vs_deps']}x deps" if "vs_deps" in limit else "")
-            verdict = f"{within}, {limit['peak_mb']} MB" + ("  OVER: " + "; ".join(over) if over else "  ok")
+            verdict = f"{within}, {limit['peak_mb']} MB" + ("  OVER: " + "; ".join(over) if over else
+                                                            f"  slow ({slow}), memory ok" if slow else "  ok")
             if over:
                 failures.append(f"{r['form']} {r['case']}: " + "; ".join(over))
         extra = f" ({r['headers']} headers)" if r["case"] == "deps" else ""
@@ -170,10 +183,14 @@ def main():
         with open(args.json, "a") as f:
             for r in results:
                 f.write(json.dumps(r) + "\n")
+    if time_overs:
+        print("\ncompile_budget: over the time budget on this machine, not failed on (rerun with --check-time"
+              " on a quiet machine to check time): " + "; ".join(time_overs))
     if failures:
         print("\ncompile_budget: OVER BUDGET (scripts/compile_budget.json): " + "; ".join(failures), file=sys.stderr)
         return 1
-    print("\ncompile_budget: every case within its budget (scripts/compile_budget.json)")
+    print("\ncompile_budget: every case within its " + ("budget" if args.check_time or not time_overs else "memory budget")
+          + " (scripts/compile_budget.json)")
     return 0
 
 
