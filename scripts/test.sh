@@ -1,44 +1,119 @@
 #!/usr/bin/env bash
-# Installs what is needed, configures and builds a preset, and runs the whole test suite.
-# Usage: scripts/test.sh [--preset default|asan|tsan]
+# Installs what is needed, builds, and runs the whole test suite: what CI runs (.ci/run).
+#
+# Usage: scripts/test.sh [--preset default|asan|tsan] [--stages LIST]
+#
+# Without --preset, the whole suite in stages, each program compiled once:
+#   other    the `default` preset (optimised) with CONVEYOR_TESTS=other: the library,
+#            examples, benchmarks and Python module, and the tests of those, of the headers,
+#            the packaging, the documentation's examples and the compile budget;
+#   asan     the unit tests (the library's own code, label `unit`) under ASan+UBSan;
+#   tsan     the unit tests of the threaded parts (label `threaded`) under TSan;
+#   fuzz     each libFuzzer target for a short fixed time, after its saved regressions
+#            (scripts/fuzz.sh; clang).
+# A failed stage does not stop the next ones; the run fails if any did, and ends with a
+# table of the stages, their times and results.
+# --preset P builds one preset and runs its tests (default: every test, unit tests included,
+# in one optimised build); --stages a,b runs only those stages of the whole suite.
+#
 # Environment: CONVEYOR_JOBS (parallel compile jobs, default: all cores),
-#              CTEST_PARALLEL_LEVEL (tests run at once, default: 1).
+#              CTEST_PARALLEL_LEVEL (tests run at once, default: 1),
+#              CONVEYOR_FUZZ_SECONDS (each fuzz target's time in the fuzz stage, default 20).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 usage() {
-  echo "usage: $0 [--preset default|asan|tsan]" >&2
+  echo "usage: $0 [--preset default|asan|tsan] [--stages other,asan,tsan,fuzz]" >&2
   exit 2
 }
 
-preset=default
+preset="" stages="other,asan,tsan,fuzz"
 while (($#)); do
   case "$1" in
     --preset) (($# >= 2)) || usage; preset=$2; shift 2 ;;
     --preset=*) preset=${1#--preset=}; shift ;;
+    --stages) (($# >= 2)) || usage; stages=$2; shift 2 ;;
+    --stages=*) stages=${1#--stages=}; shift ;;
     -h|--help) usage ;;
     *) echo "test.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
 case "$preset" in
-  default|asan|tsan) ;;
+  ""|default|asan|tsan) ;;
   *) echo "test.sh: unknown preset '$preset'" >&2; usage ;;
 esac
+IFS=, read -r -a stage_list <<<"$stages"
+for s in "${stage_list[@]}"; do
+  case "$s" in
+    other|asan|tsan|fuzz) ;;
+    *) echo "test.sh: unknown stage '$s' (stages: other, asan, tsan, fuzz)" >&2; usage ;;
+  esac
+done
 
+jobs=${CONVEYOR_JOBS:-$(nproc)}
 start=$SECONDS
-report_time() {
-  local rc=$? elapsed=$((SECONDS - start))
-  printf 'test.sh: preset %s %s after %dm%02ds\n' "$preset" \
-    "$([[ $rc == 0 ]] && echo passed || echo "FAILED (exit $rc)")" $((elapsed / 60)) $((elapsed % 60))
-}
-trap report_time EXIT
+summary=()
+failed=0
 
 run() {
   echo "+ $*"
   "$@"
 }
 
+# stage NAME COMMAND...: runs the command, times it, and records how it ended.
+stage() {
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  echo "=== test.sh: stage $name"
+  "$@" || rc=$?
+  local elapsed=$((SECONDS - t0))
+  summary+=("$(printf '  %-7s %3dm%02ds  %s' "$name" $((elapsed / 60)) $((elapsed % 60)) \
+    "$([[ $rc == 0 ]] && echo passed || echo "FAILED (exit $rc)")")")
+  ((rc == 0)) || failed=1
+}
+
+# preset P [cmake -D...]: configures, builds and tests one preset.
+preset_run() {
+  local p=$1
+  shift
+  run cmake --preset "$p" "$@" &&
+    run cmake --build --preset "$p" --parallel "$jobs" &&
+    run ctest --preset "$p"
+}
+
+finish() {
+  local rc=$? elapsed=$((SECONDS - start))
+  if ((${#summary[@]})); then
+    echo "test.sh: stages"
+    printf '%s\n' "${summary[@]}"
+  fi
+  printf 'test.sh: %s %s after %dm%02ds\n' "${preset:+preset $preset}${preset:-whole suite}" \
+    "$([[ $rc == 0 ]] && echo passed || echo "FAILED (exit $rc)")" $((elapsed / 60)) $((elapsed % 60))
+}
+trap finish EXIT
+
 run bash scripts/install-deps.sh
-run cmake --preset "$preset"
-run cmake --build --preset "$preset" --parallel "${CONVEYOR_JOBS:-$(nproc)}"
-run ctest --preset "$preset"
+
+if [[ -n $preset ]]; then
+  # A developer's build of one preset; default builds every test (CONVEYOR_TESTS=all).
+  if [[ $preset == default ]]; then
+    preset_run default -DCONVEYOR_TESTS=all
+  else
+    preset_run "$preset"
+  fi
+  exit
+fi
+
+for s in "${stage_list[@]}"; do
+  case "$s" in
+    other) stage other preset_run default -DCONVEYOR_TESTS=other ;;
+    asan)  stage asan preset_run asan ;;
+    tsan)  stage tsan preset_run tsan ;;
+    fuzz)
+      if [[ -f scripts/fuzz.sh ]]; then
+        stage fuzz bash scripts/fuzz.sh --seconds "${CONVEYOR_FUZZ_SECONDS:-20}"
+      fi
+      ;;
+  esac
+done
+exit $failed

@@ -25,6 +25,9 @@ namespace cv = conveyor;
 
 namespace {
 
+// Handlers are posted, never called inside acquire or release: settle runs them.
+using test::settle;
+
 /// The outcome of one async_acquire, filled in by its handler.
 struct result {
     bool done = false;
@@ -41,13 +44,6 @@ void acquire(cv::memory_budget& b, asio::io_context& ctx, std::size_t n, result&
                         r.lease = std::move(l);
                         if (order) order->push_back(n);
                     }));
-}
-
-/// Runs what is ready on `ctx` (handlers are posted, never called inside acquire or release).
-void settle(asio::io_context& ctx)
-{
-    ctx.restart();
-    ctx.poll();
 }
 
 } // namespace

@@ -35,7 +35,7 @@ namespace {
 
 using http_request = bhttp::request<bhttp::string_body>;
 
-std::string pattern(std::size_t n, unsigned seed)
+std::string served_bytes(std::size_t n, unsigned seed)
 {
     std::string s(n, '\0');
     for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>(conveyor_test::mix(i * 131 + seed));
@@ -130,7 +130,7 @@ std::string url_of(const test_server& srv, std::string_view path) { return "http
 
 TEST_CASE("http read_chunks streams a URL's resource in chunks with one GET, every byte in place")
 {
-    web_server w{.data = pattern(3'000'001, 1)};
+    web_server w{.data = served_bytes(3'000'001, 1)};
     test_server srv(script_for(w));
     cv::runtime rt({.io_threads = 1});
     const std::string url = url_of(srv, "/data/shard.tar?v=1");
@@ -146,7 +146,7 @@ TEST_CASE("http read_chunks streams a URL's resource in chunks with one GET, eve
 
 TEST_CASE("http read_chunks resumes after a reset mid-body with Range and If-Match; retries busy statuses")
 {
-    web_server w{.data = pattern(2'500'000, 2)};
+    web_server w{.data = served_bytes(2'500'000, 2)};
     w.reset_on = 0;
     w.reset_after = 700'000;
     test_server srv(script_for(w));
@@ -159,7 +159,7 @@ TEST_CASE("http read_chunks resumes after a reset mid-body with Range and If-Mat
     CHECK(w.seen[1].first == "bytes=700000-2499999");
     CHECK(w.seen[1].second == "\"abc\"");
 
-    web_server busy{.data = pattern(100'000, 3)};
+    web_server busy{.data = served_bytes(100'000, 3)};
     busy.fail_first = 2;
     test_server srv2(script_for(busy));
     auto r2 = ch::read_chunks(rt, url_of(srv2, "/data/shard.tar?v=1"));
@@ -173,7 +173,7 @@ TEST_CASE("http read_chunks errors name the URL: a missing resource, a changed o
 {
     cv::runtime rt({.io_threads = 1});
     {
-        web_server w{.data = pattern(1000, 4)};
+        web_server w{.data = served_bytes(1000, 4)};
         test_server srv(script_for(w));
         const std::string url = url_of(srv, "/data/missing.tar");
         auto r = ch::read_chunks(rt, url);
@@ -185,7 +185,7 @@ TEST_CASE("http read_chunks errors name the URL: a missing resource, a changed o
         CHECK(w.seen.size() == 1); // not retried
     }
     {
-        web_server w{.data = pattern(2'000'000, 5)};
+        web_server w{.data = served_bytes(2'000'000, 5)};
         w.reset_on = 0;
         w.reset_after = 500'000;
         w.etag = "\"v1\"";
@@ -199,7 +199,7 @@ TEST_CASE("http read_chunks errors name the URL: a missing resource, a changed o
         CHECK(bytes == w.data.substr(0, bytes.size()));
     }
     {
-        web_server w{.data = pattern(1'000'000, 6)};
+        web_server w{.data = served_bytes(1'000'000, 6)};
         w.reset_on = 0;
         w.reset_after = 300'000;
         w.ignore_range = true;

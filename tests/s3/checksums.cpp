@@ -81,7 +81,7 @@ std::string crc64_base64(const std::string& data)
     return c.base64();
 }
 
-s3::client_options small_parts()
+s3::client_options checked_parts()
 {
     auto o = fast_retries();
     o.part_size = 1u << 20;                 // GETs: ranged parts of 1 MiB
@@ -115,7 +115,7 @@ TEST_CASE("s3 checksums: a PUT sends CRC64NVME, the store checks it, and a GET v
 
 TEST_CASE("s3 checksums: a multipart upload sends each part's CRC and the whole object's, read back in ranged parts")
 {
-    auto c = make_client(small_parts());
+    auto c = make_client(checked_parts());
     const std::string key = "checksums/multipart.bin", data = pattern((12u << 20) + 777, 62);
     const auto put = c.run(c.async_put(bucket(), key, bytes_of(data)));
     CHECK(put.parts == 3);
@@ -152,7 +152,7 @@ TEST_CASE("s3 checksums: bytes altered in transfer are fetched once more; altere
 {
     for (bool split : {false, true}) {
         CAPTURE(split);
-        auto c = make_client(small_parts());
+        auto c = make_client(checked_parts());
         const std::string key = std::string("checksums/transfer-") + (split ? "split" : "whole") + ".bin";
         // Split: 2 parts of 1 MiB; the corrupt fault changes the middle byte of a reply's body,
         // which for the first GET (read up to 1 MiB, then closed) must lie in its first part.
@@ -198,7 +198,7 @@ TEST_CASE("s3 checksums: an object whose stored checksum does not match (altered
 TEST_CASE("s3 checksums: CRC32C, CRC32, SHA-1 and SHA-256 the store computed are verified, whole and in parts")
 {
     reset_default restore;
-    auto o = small_parts();
+    auto o = checked_parts();
     o.checksums.upload.reset(); // the proxy keeps none: it computes its default for each read
     auto c = make_client(o);
     const std::string small = pattern(70'000, 66), large = pattern((2u << 20) + 3, 67);

@@ -39,7 +39,7 @@ bool exists(s3::client& c, const std::string& key)
     }
 }
 
-s3::client_options small_parts(unsigned attempts = 10)
+s3::client_options upload_parts(unsigned attempts = 10)
 {
     auto o = fast_retries(attempts);
     o.upload_part_size = 5u << 20;
@@ -51,7 +51,7 @@ s3::client_options small_parts(unsigned attempts = 10)
 
 TEST_CASE("a multipart upload fed part by part stores the parts in the order given")
 {
-    auto c = make_client(small_parts());
+    auto c = make_client(upload_parts());
     const std::string a = pattern(5u << 20, 21), b = pattern(5u << 20, 22), tail = pattern(123'457, 23);
     s3::multipart_upload up(c, bucket(), "multipart/streamed.bin", "application/x-tar");
     CHECK(up.upload_id().empty());
@@ -65,7 +65,7 @@ TEST_CASE("a multipart upload fed part by part stores the parts in the order giv
 
 TEST_CASE("a multipart upload dropped before it completes is aborted")
 {
-    auto c = make_client(small_parts());
+    auto c = make_client(upload_parts());
     const auto before = deletes_seen();
     {
         s3::multipart_upload up(c, bucket(), "multipart/dropped.bin");
@@ -77,7 +77,7 @@ TEST_CASE("a multipart upload dropped before it completes is aborted")
 
 TEST_CASE("a multipart upload whose part fails is aborted and fails the next call with upload_aborted")
 {
-    auto c = make_client(small_parts(2));
+    auto c = make_client(upload_parts(2));
     const auto before = deletes_seen();
     arm_fault("multipart/failing.bin", "status", 100, 400, "InvalidPart", "PUT");
     s3::multipart_upload up(c, bucket(), "multipart/failing.bin");
@@ -95,7 +95,7 @@ TEST_CASE("a multipart upload whose part fails is aborted and fails the next cal
 
 TEST_CASE("shard writer streams S3 shards as multipart uploads, a small one as one PutObject, with the local bytes")
 {
-    auto c = make_client(small_parts());
+    auto c = make_client(upload_parts());
     const auto local = std::filesystem::temp_directory_path() / ("conveyor-s3-shards-" + std::to_string(::getpid()));
     std::filesystem::remove_all(local);
     cv::shard::dataset_index remote_index;
@@ -130,7 +130,7 @@ TEST_CASE("shard writer streams S3 shards as multipart uploads, a small one as o
 
 TEST_CASE("shard writer aborts the upload of an S3 shard that fails, and no object appears")
 {
-    auto c = make_client(small_parts(2));
+    auto c = make_client(upload_parts(2));
     const auto before = deletes_seen();
     arm_fault("shards-fail/shard-000000.tar", "status", 100, 400, "InvalidPart", "PUT");
     auto e = error_of([&] {

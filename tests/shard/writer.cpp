@@ -6,6 +6,8 @@
 #include <conveyor/shard/detail/tar_write.hpp>
 #include <conveyor/shard/writer.hpp>
 
+#include "tar_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -22,32 +24,15 @@ namespace sd = conveyor::shard::detail;
 
 namespace {
 
-struct temp_dir {
-    fs::path path;
-    temp_dir()
-    {
-        static int n = 0;
-        path = fs::temp_directory_path() / ("conveyor-writer-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~temp_dir() { fs::remove_all(path); }
-};
-
-std::string slurp(const fs::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using tar_test::slurp;
+using tar_test::temp_dir;
 
 std::span<const std::byte> bytes_of(const std::string& s)
 {
     return std::as_bytes(std::span(s.data(), s.size()));
 }
 
-struct member {
+struct written_member {
     std::string name;
     std::uint64_t header; // offset of its (first) header
     std::uint64_t data;   // offset of its data
@@ -55,9 +40,9 @@ struct member {
 };
 
 /// Reads a shard back header by header, applying pax `path` and `size` records.
-std::vector<member> read_members(const std::string& t)
+std::vector<written_member> read_members(const std::string& t)
 {
-    std::vector<member> out;
+    std::vector<written_member> out;
     std::string pax_path;
     std::int64_t pax_size = -1;
     std::uint64_t first_header = 0;
