@@ -8,8 +8,10 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <map>
+#include <thread>
 
 namespace cv = conveyor;
 namespace cf = conveyor::file;
@@ -288,7 +290,8 @@ TEST_CASE("write_index writes a JSON array that read_index reads back identicall
     const auto l = cf::walk(d / "data");
     const auto idx = d / "index.json";
     cf::write_index(l, idx);
-    CHECK_FALSE(fs::exists(idx.string() + ".tmp")); // written beside, then renamed into place
+    for (const auto& e : fs::directory_iterator(d.path())) // written beside, then renamed into place
+        CHECK((e.path().filename() == "data" || e.path().filename() == "index.json"));
 
     const auto text = ftest::read_whole(idx);
     const auto v = boost::json::parse(text);
@@ -310,6 +313,35 @@ TEST_CASE("write_index writes a JSON array that read_index reads back identicall
     auto e = ftest::error_from([&] { cf::write_index(l, bad); });
     REQUIRE(e);
     CHECK(std::string(e->what()).find((d / "no/such/dir").string()) != std::string::npos);
+}
+
+TEST_CASE("two writers of one index at once: each write whole, no error, no temporary file left")
+{
+    // Both once wrote through the same temporary name (`index.json.tmp`): one truncated the
+    // other's file, and the second rename found nothing to rename.
+    temp_dir d;
+    cf::listing a, b;
+    for (int i = 0; i < 2000; ++i) a.entries.push_back({"a/" + std::to_string(i) + ".bin", 1, -1});
+    for (int i = 0; i < 3000; ++i) b.entries.push_back({"b/" + std::to_string(i) + ".bin", 1, -1});
+    const auto idx = d / "index.json";
+    std::atomic<int> errors{0};
+    auto writer = [&](const cf::listing& l) {
+        for (int i = 0; i < 50; ++i) {
+            try {
+                cf::write_index(l, idx);
+            } catch (const std::exception& e) {
+                MESSAGE(std::string(e.what()));
+                ++errors;
+            }
+        }
+    };
+    std::thread ta(writer, std::cref(a)), tb(writer, std::cref(b));
+    ta.join();
+    tb.join();
+    CHECK(errors == 0);
+    const auto back = paths_of(cf::read_index(idx, d.path()));
+    CHECK((back == paths_of(a) || back == paths_of(b)));
+    CHECK(std::distance(fs::directory_iterator(d.path()), {}) == 1);
 }
 
 // ==== classes files ============================================================================

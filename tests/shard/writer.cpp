@@ -6,6 +6,7 @@
 #include <conveyor/shard/detail/tar_write.hpp>
 #include <conveyor/shard/writer.hpp>
 
+#include "../support/common.hpp"
 #include "tar_support.hpp"
 
 #include <doctest/doctest.h>
@@ -294,4 +295,35 @@ TEST_CASE("a member too large for ustar's size field gets a pax size record")
     CHECK(recs[0].second == std::to_string(huge));
     REQUIRE(sd::decode_tar_header(std::span(out).subspan(2 * sd::tar_block, sd::tar_block), h).empty());
     CHECK(h.name == "k.bin");
+}
+
+TEST_CASE("shard writer on a full disk: an error naming the shard, the shards before it whole, no partial file")
+{
+    conveyor_test::small_disk disk(512 * 1024);
+    if (!disk.ok()) {
+        MESSAGE("skipped: " << disk.why());
+        return;
+    }
+    cs::writer_options o;
+    o.pattern = (disk.path() / "shard-%06d.tar").string();
+    o.max_count = 2;
+    o.max_size = 1u << 30;
+    std::string failure;
+    try {
+        cs::writer w(o);
+        for (int i = 0; i < 40; ++i) write_sample(w, "s" + std::to_string(i), std::string(60'000, static_cast<char>('a' + i % 26)), "1");
+        w.close();
+    } catch (const conveyor::error& e) {
+        failure = e.what();
+        CHECK(e.code() == std::errc::no_space_on_device);
+    }
+    REQUIRE_FALSE(failure.empty());
+    CHECK(failure.find(disk.path().string() + "/") != std::string::npos);
+    // What is left: whole shards of two samples each, nothing hidden or half written.
+    for (const auto& name : disk.names()) {
+        INFO(name);
+        CHECK(name.rfind("shard-", 0) == 0);
+        const auto members = read_members(slurp(disk.path() / name));
+        CHECK(members.size() == 4); // two samples of two members
+    }
 }

@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <initializer_list>
@@ -24,6 +27,9 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <sys/mount.h>
+#include <unistd.h>
 
 namespace conveyor_test {
 
@@ -211,6 +217,58 @@ inline bool has_control_byte(std::string_view text)
         return u < 0x20 || u == 0x7F;
     });
 }
+
+/** A small file system of its own (a tmpfs of `bytes`) mounted on a fresh folder, for
+    tests of full disks and read-only folders; unmounted and removed with the object.
+    Mounting needs root (CAP_SYS_ADMIN): where it is refused, `ok()` is false and `why()`
+    says so, for the test to skip with that message. */
+class small_disk {
+public:
+    explicit small_disk(std::size_t bytes, bool read_only = false)
+    {
+        std::string t = (std::filesystem::temp_directory_path() / "conveyor-disk-XXXXXX").string();
+        if (::mkdtemp(t.data()) == nullptr) {
+            why_ = "mkdtemp failed";
+            return;
+        }
+        path_ = t;
+        const std::string opts = "size=" + std::to_string(bytes) + ",mode=0755";
+        if (::mount("tmpfs", t.c_str(), "tmpfs", read_only ? MS_RDONLY : 0, opts.c_str()) != 0) {
+            why_ = std::string("cannot mount a tmpfs (") + std::strerror(errno) + "): needs root";
+            return;
+        }
+        mounted_ = true;
+    }
+    small_disk(const small_disk&) = delete;
+    small_disk& operator=(const small_disk&) = delete;
+    ~small_disk()
+    {
+        if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
+        std::error_code ec;
+        if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    }
+    bool ok() const noexcept { return mounted_; }
+    const std::string& why() const noexcept { return why_; }
+    const std::filesystem::path& path() const noexcept { return path_; }
+    /// Makes the mounted file system read-only (or writable again).
+    bool set_read_only(bool ro)
+    {
+        return ::mount(nullptr, path_.c_str(), nullptr, MS_REMOUNT | (ro ? MS_RDONLY : 0), nullptr) == 0;
+    }
+    /// The names in the folder, sorted.
+    std::vector<std::string> names() const
+    {
+        std::vector<std::string> out;
+        for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+        std::sort(out.begin(), out.end());
+        return out;
+    }
+
+private:
+    std::filesystem::path path_;
+    std::string why_;
+    bool mounted_ = false;
+};
 
 } // namespace conveyor_test
 

@@ -103,7 +103,7 @@ CONVEYOR_DECL std::string index_text(const std::vector<std::string_view>& paths)
 /// The text of a classes file for class names by id (empty names are left out), with
 /// human names from `names` where it has them (what `write_classes` writes).
 CONVEYOR_DECL std::string classes_text(const std::vector<std::string>& classes, const std::map<std::string, std::string>& names);
-/// Writes `text` to `file` atomically (beside it, then renamed into place).
+/// Writes `text` to `file` whole or not at all (`conveyor::detail::replace_file`).
 CONVEYOR_DECL void write_text_file(const std::filesystem::path& file, const std::string& text);
 } // namespace detail
 

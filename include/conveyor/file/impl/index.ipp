@@ -5,6 +5,7 @@
 #include <conveyor/file/index.hpp>
 
 #include <conveyor/core/detail/ascii.hpp>
+#include <conveyor/core/detail/replace_file.hpp>
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/file/error.hpp>
@@ -183,18 +184,7 @@ CONVEYOR_DECL boost::json::value parse_json_file(const std::filesystem::path& fi
 
 CONVEYOR_DECL void write_text_file(const std::filesystem::path& file, const std::string& text)
 {
-    // Write beside, then rename: a reader never sees half a file.
-    const auto tmp = file.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw_file_error(std::error_code(errno, std::system_category()), tmp, "cannot create");
-        out << text;
-        out.flush();
-        if (!out) throw_file_error(std::error_code(errno ? errno : EIO, std::system_category()), tmp, "cannot write");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, file, ec);
-    if (ec) throw_file_error(ec, file.string(), "cannot rename " + tmp + " into place");
+    conveyor::detail::replace_file(file, text, "file listing");
 }
 } // namespace detail
 

@@ -5,18 +5,16 @@
 
 #include <conveyor/shard/index.hpp>
 
+#include <conveyor/core/detail/replace_file.hpp>
 #include <conveyor/core/error.hpp>
 
 #include <boost/json/stream_parser.hpp>
 #include <boost/json/value.hpp>
 
 #include <cerrno>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <system_error>
-
-#include <unistd.h>
 
 namespace conveyor::shard {
 
@@ -239,29 +237,7 @@ CONVEYOR_DECL std::string to_json(const dataset_index& index)
 
 CONVEYOR_DECL void write_index(const std::filesystem::path& path, const dataset_index& index)
 {
-    const std::string text = to_json(index);
-    const auto fail = [&](const std::string& what) {
-        throw conveyor::error(std::error_code(errno, std::system_category()),
-                              {.stage = "shard index", .key = "", .where = path.string(), .offset = -1, .detail = what});
-    };
-    std::filesystem::path tmp = path;
-    tmp += ".tmp-" + std::to_string(::getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) fail("cannot create " + tmp.string());
-        out.write(text.data(), static_cast<std::streamsize>(text.size()));
-        out.flush();
-        if (!out) {
-            std::filesystem::remove(tmp);
-            fail("cannot write " + tmp.string());
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        std::filesystem::remove(tmp);
-        errno = e;
-        fail("cannot rename " + tmp.string() + " to it");
-    }
+    conveyor::detail::replace_file(path, to_json(index), "shard index");
 }
 
 } // namespace conveyor::shard

@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_STORE_IMPL_FILE_IPP
 #define CONVEYOR_STORE_IMPL_FILE_IPP
 
+#include <conveyor/core/detail/replace_file.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/store/file.hpp>
@@ -32,14 +33,11 @@ class file_writer final : public object_writer {
 public:
     file_writer(std::string path, bool sync, std::size_t buffer) : path_(std::move(path)), sync_(sync)
     {
-        static std::atomic<std::uint64_t> serial{0};
         const std::filesystem::path p(path_);
         std::error_code ec;
         if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
         if (ec) file_error(ec, p.parent_path().string(), "cannot make the object's folder");
-        tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                   std::to_string(serial.fetch_add(1))))
-                   .string();
+        tmp_ = conveyor::detail::temporary_beside(p);
         fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd_ < 0) file_error({errno, std::system_category()}, tmp_, "cannot create the temporary file");
         buf_.reserve(std::max<std::size_t>(buffer, 64 * 1024));
