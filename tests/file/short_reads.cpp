@@ -59,7 +59,7 @@ TEST_CASE("short reads of regular files are continued, not reported as shrunk fi
         const auto got = ftest::run_all(p);
         if (got.error) {
             const auto e = ftest::as_error(got.error);
-            FAIL("the run failed: " << (e ? e->what() : "not a conveyor::error"));
+            FAIL("the run failed: " << std::string(e ? e->what() : "not a conveyor::error"));
         }
         ftest::check_in_order(got.blobs, l, t);
     }
