@@ -170,7 +170,7 @@ struct client_stats {
     // `checksum_failures`; a request the HTTP client sent again on a fresh connection after
     // a kept-alive one turned out closed is no failed attempt).
     std::uint64_t status_errors = 0;     ///< answered with an error status (5xx, 429, 4xx)
-    std::uint64_t connection_errors = 0; ///< connection refused, reset or closed before an answer
+    std::uint64_t connection_errors = 0; ///< connection refused, reset or closed, and any other failure that is neither a timeout nor a short body
     std::uint64_t timeouts = 0;          ///< ended by one of the timeouts (`http.timeouts`)
     std::uint64_t short_bodies = 0;      ///< the body ended before its Content-Length (`http::errc::body_truncated`)
     /// Times the clock used for signing was corrected by a clock skew error's `Date`
