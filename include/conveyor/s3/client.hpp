@@ -166,6 +166,18 @@ struct client_stats {
     std::uint64_t checksums_absent = 0;   ///< whole objects read whose store sent no checksum
     double rate = 0;              ///< requests per second allowed now (the lowest over endpoints and buckets; 0: no limit)
     double lowest_rate = 0;       ///< the lowest that rate has been (0: never limited)
+    // Failed attempts by what failed them, whether retried or not (a checksum mismatch is
+    // `checksum_failures`; a request the HTTP client sent again on a fresh connection after
+    // a kept-alive one turned out closed is no failed attempt).
+    std::uint64_t status_errors = 0;     ///< answered with an error status (5xx, 429, 4xx)
+    std::uint64_t connection_errors = 0; ///< connection refused, reset or closed, and any other failure that is neither a timeout nor a short body
+    std::uint64_t timeouts = 0;          ///< ended by one of the timeouts (`http.timeouts`)
+    std::uint64_t short_bodies = 0;      ///< the body ended before its Content-Length (`http::errc::body_truncated`)
+    /// Times the clock used for signing was corrected by a clock skew error's `Date`
+    /// (RequestTimeTooSkewed and the like; see `client`), and the correction now: the
+    /// server's clock less this machine's, in milliseconds.
+    std::uint64_t clock_corrections = 0;
+    std::int64_t clock_offset_ms = 0;
 };
 
 /// One object of a listing.
@@ -199,6 +211,13 @@ struct client_state;
     Errors are `request_error`s: the object (`s3://bucket/key`), the operation, the HTTP
     status, S3's code, message and request id, and how many attempts were made. Secrets
     never appear in them.
+
+    Clock skew: a request refused with one of the AWS clock skew codes (RequestTimeTooSkewed,
+    RequestExpired, RequestInTheFuture, SignatureDoesNotMatch, InvalidSignatureException,
+    AuthFailure) whose reply's `Date` is 4 minutes or more from the client's clock corrects
+    that clock by the difference, for this request (signed again and retried) and every later
+    one of the client and its copies, as the AWS SDKs do. Without such a `Date` these errors
+    are not retried.
 
     @par Thread Safety
     Safe.

@@ -25,6 +25,7 @@ import io
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -194,6 +195,7 @@ class Verifier:
         self.identities = {i.access_key: i for i in identities}
         self.region = region
         self.derived_master = derived_master
+        self.max_skew_s = MAX_SKEW_S  # a request time further than this from now is refused
 
     # The returned dict tells the forwarder what to do; S3Error is raised on any failure.
     def verify(self, method, raw_target, headers, body, now=None):
@@ -350,12 +352,12 @@ class Verifier:
         if epoch is None:
             raise S3Error(403, "AccessDenied",
                           "AWS authentication requires a valid Date or x-amz-date header")
-        if abs(now - epoch) > MAX_SKEW_S:
+        if abs(now - epoch) > self.max_skew_s:
             raise S3Error(403, "RequestTimeTooSkewed",
                           "The difference between the request time and the current time is "
                           "too large.", RequestTime=amz_date or headers.get("date"),
                           ServerTime=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-                          MaxAllowedSkewMilliseconds=str(MAX_SKEW_S * 1000))
+                          MaxAllowedSkewMilliseconds=str(int(self.max_skew_s * 1000)))
         ident = self._check_scope(fields["Credential"], timestamp,
                                   "AuthorizationHeaderMalformed", 400)
 
@@ -426,7 +428,7 @@ class Verifier:
                           "X-Amz-Expires must be between 1 and 604800 seconds")
         ident = self._check_scope(params["X-Amz-Credential"], amz_date,
                                   "AuthorizationQueryParametersError", 400)
-        if epoch - now > MAX_SKEW_S:
+        if epoch - now > self.max_skew_s:
             raise S3Error(403, "AccessDenied", "Request is not valid yet",
                           XAmzDate=amz_date)
         if now > epoch + expires:
@@ -456,6 +458,10 @@ class Verifier:
 # Faults and statistics
 
 
+FAULT_KINDS = ("status", "reset", "truncate", "delay", "reset_after", "hold", "corrupt", "stall",
+               "content_length", "garbage")
+
+
 class Fault:
     _ids = itertools.count(1)
 
@@ -463,7 +469,7 @@ class Fault:
         if not isinstance(spec, dict):
             raise ValueError("a fault is a JSON object")
         unknown = set(spec) - {"key", "method", "kind", "status", "code", "message", "count",
-                               "delay_ms", "after_bytes"}
+                               "delay_ms", "after_bytes", "delta", "seed"}
         if unknown:
             raise ValueError("unknown fault field(s): %s" % ", ".join(sorted(unknown)))
         self.key = spec.get("key", "")
@@ -475,8 +481,8 @@ class Fault:
                 raise ValueError("method must be a string")
             self.method = self.method.upper()
         self.kind = spec.get("kind", "status")
-        if self.kind not in ("status", "reset", "truncate", "delay", "reset_after", "hold", "corrupt"):
-            raise ValueError("kind must be one of status, reset, truncate, delay, reset_after, hold, corrupt")
+        if self.kind not in FAULT_KINDS:
+            raise ValueError("kind must be one of %s" % ", ".join(FAULT_KINDS))
         # corrupt: the answer's body is forwarded with one byte changed (in its middle): a
         # transfer that altered the bytes, which only a checksum can tell.
         # reset_after: the answer is forwarded until `after_bytes` bytes of its body have gone
@@ -495,7 +501,17 @@ class Fault:
         self.count = int(spec.get("count", 1))
         if self.count < 1:
             raise ValueError("count must be >= 1")
-        self.delay_ms = int(spec.get("delay_ms", 1000 if self.kind == "delay" else 0))
+        # content_length: the answer announces `delta` bytes more (> 0: then the connection
+        # closes before they come) or fewer (< 0: the whole body is sent anyway, and the
+        # connection closed after it) than its body has. Default: a quarter of the body more.
+        self.delta = int(spec.get("delta", 0))
+        # garbage: a 200 answer whose body is as long as the object's but random bytes (from
+        # `seed`), its header fields (a checksum included) those of the real object.
+        self.seed = int(spec.get("seed", 0))
+        # stall: nothing is answered for `delay_ms` (default 2000), then the connection is
+        # closed: a server that hangs past the client's timeouts.
+        default_delay = {"delay": 1000, "stall": 2000}.get(self.kind, 0)
+        self.delay_ms = int(spec.get("delay_ms", default_delay))
         if self.delay_ms < 0:
             raise ValueError("delay_ms must be >= 0")
         # hold: the request waits until the test releases it (POST /release), or at most
@@ -515,6 +531,104 @@ class Fault:
         return {"id": self.id, "key": self.key, "method": self.method, "kind": self.kind,
                 "status": self.status, "code": self.code, "count": self.count,
                 "delay_ms": self.delay_ms, "injected": self.injected}
+
+
+# The kinds a fault plan draws from, each an ordinary fault (see Fault) with its settings.
+PLAN_KINDS = ("status_500", "status_503", "reset", "reset_after", "stall", "truncate",
+              "content_length_long", "content_length_short", "garbage", "corrupt")
+
+
+class FaultPlan:
+    """Faults drawn at random, reproducibly: request n (counted over the requests the plan
+    matches, from 0) is faulted when a hash of (seed, n) falls under `rate`, and a second hash
+    picks its kind by the weights. Which object a fault hits depends on the order requests
+    arrive in; the sequence of draws depends on the seed only."""
+
+    def __init__(self, spec):
+        if not isinstance(spec, dict):
+            raise ValueError("a fault plan is a JSON object")
+        unknown = set(spec) - {"seed", "rate", "kinds", "keys", "methods", "stall_ms",
+                               "after_bytes", "max_per_key"}
+        if unknown:
+            raise ValueError("unknown fault plan field(s): %s" % ", ".join(sorted(unknown)))
+        self.seed = int(spec.get("seed", 0))
+        self.rate = float(spec.get("rate", 0.1))
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError("rate must be in [0, 1]")
+        kinds = spec.get("kinds") or {k: 1 for k in PLAN_KINDS if k != "corrupt"}
+        if not isinstance(kinds, dict) or not kinds:
+            raise ValueError("kinds is an object {kind: weight}")
+        for k, w in kinds.items():
+            if k not in PLAN_KINDS:
+                raise ValueError("unknown plan kind %r (one of %s)" % (k, ", ".join(PLAN_KINDS)))
+            if not isinstance(w, (int, float)) or w < 0:
+                raise ValueError("weight of %s must be a number >= 0" % k)
+        self.kinds = sorted((k, float(w)) for k, w in kinds.items() if w > 0)
+        if not self.kinds:
+            raise ValueError("kinds has no weight above 0")
+        self.total_weight = sum(w for _, w in self.kinds)
+        self.keys = spec.get("keys") or ""
+        if not isinstance(self.keys, str):
+            raise ValueError("keys must be a string")
+        methods = spec.get("methods", ["GET"])
+        self.methods = None if methods in (None, "*") else {str(m).upper() for m in methods}
+        self.stall_ms = int(spec.get("stall_ms", 2000))
+        self.after_bytes = int(spec.get("after_bytes", 1000))
+        # At most this many faults per path (0: no limit): a test can bound how often one
+        # object is hit (e.g. 1: its retry always succeeds).
+        self.max_per_key = int(spec.get("max_per_key", 0))
+        self.counter = 0
+        self.matched = 0
+        self.injected = {k: 0 for k, _ in self.kinds}
+        self.per_key = {}
+
+    def _unit(self, n, salt):
+        digest = hashlib.sha256(("%d:%d:%s" % (self.seed, n, salt)).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / float(1 << 64)
+
+    def draw(self, method, raw_path):
+        """The fault for this request, or None. Called under the state's lock."""
+        if self.methods is not None and method not in self.methods:
+            return None
+        if self.keys and self.keys not in raw_path and self.keys not in urllib.parse.unquote(raw_path):
+            return None
+        n = self.counter
+        self.counter += 1
+        self.matched += 1
+        if self._unit(n, "hit") >= self.rate:
+            return None
+        if self.max_per_key and self.per_key.get(raw_path, 0) >= self.max_per_key:
+            return None
+        pick = self._unit(n, "kind") * self.total_weight
+        kind = self.kinds[-1][0]
+        for k, w in self.kinds:
+            if pick < w:
+                kind = k
+                break
+            pick -= w
+        self.per_key[raw_path] = self.per_key.get(raw_path, 0) + 1
+        self.injected[kind] += 1
+        spec = {"status_500": {"kind": "status", "status": 500},
+                "status_503": {"kind": "status", "status": 503},
+                "reset": {"kind": "reset"},
+                "reset_after": {"kind": "reset_after", "after_bytes": self.after_bytes},
+                "stall": {"kind": "stall", "delay_ms": self.stall_ms},
+                "truncate": {"kind": "truncate"},
+                "content_length_long": {"kind": "content_length", "delta": 0},
+                "content_length_short": {"kind": "content_length", "delta": -1},
+                "garbage": {"kind": "garbage", "seed": n},
+                "corrupt": {"kind": "corrupt"}}[kind]
+        fault = Fault(spec)
+        fault.plan_kind = kind
+        fault.injected = 1
+        return fault
+
+    def describe(self):
+        return {"seed": self.seed, "rate": self.rate, "kinds": dict(self.kinds), "keys": self.keys,
+                "methods": sorted(self.methods) if self.methods is not None else "*",
+                "stall_ms": self.stall_ms, "after_bytes": self.after_bytes,
+                "max_per_key": self.max_per_key, "requests": self.matched,
+                "injected": dict(self.injected), "faulted": sum(self.injected.values())}
 
 
 class State:
@@ -538,6 +652,14 @@ class State:
         self.upload_parts = {}
         self.default_checksum = None
         self.checksum_mismatches = 0
+        self.plan = None  # the FaultPlan, or None
+        self.skew_s = 0.0  # the proxy's clock is time.time() + skew_s (see /clock)
+        self.max_skew_s = MAX_SKEW_S
+        # Multipart uploads begun and neither completed nor aborted: upload id -> (bucket, key,
+        # initiated); s3rver lists none (ListMultipartUploads 501) and refuses aborts (405),
+        # so the proxy keeps them and answers both itself, as S3 does.
+        self.uploads = {}
+        self.uploads_aborted = 0
         self._request_ids = itertools.count(1)
 
     def request_id(self):
@@ -571,7 +693,15 @@ class State:
                     if fault.count == 0:
                         self.faults.remove(fault)
                     return fault
+            if self.plan is not None:
+                fault = self.plan.draw(method, raw_path)
+                if fault is not None:
+                    self.faults_injected += 1
+                return fault
         return None
+
+    def now(self):
+        return time.time() + self.skew_s
 
     def path_counts(self, path):
         """{method: requests} for a path, compared as sent and percent-decoded."""
@@ -590,7 +720,11 @@ class State:
                     "requests_by_method": dict(self.by_method),
                     "rejected_by_code": dict(self.rejected_by_code),
                     "expired_token": self.expired_token,
-                    "faults_armed": [f.describe() for f in self.faults]}
+                    "faults_armed": [f.describe() for f in self.faults],
+                    "fault_plan": self.plan.describe() if self.plan is not None else None,
+                    "skew_s": self.skew_s,
+                    "uploads_in_progress": len(self.uploads),
+                    "uploads_aborted": self.uploads_aborted}
 
     def summary(self):
         s = self.stats()
@@ -630,6 +764,31 @@ def error_xml(code, message, request_id, extra=None, resource=None):
     return "".join(parts).encode("utf-8")
 
 
+class _ReadBody:
+    """An upstream response whose body was read already: the same interface as far as
+    _forward uses it."""
+
+    def __init__(self, response, data):
+        self._response = response
+        self._data = io.BytesIO(data)
+        self.status = response.status
+        self.reason = response.reason
+        self.will_close = response.will_close
+        self.length = len(data)
+
+    def getheader(self, name, default=None):
+        return self._response.getheader(name, default)
+
+    def getheaders(self):
+        return self._response.getheaders()
+
+    def read(self, n=-1):
+        return self._data.read(n)
+
+    def isclosed(self):
+        return self._response.isclosed()
+
+
 class ProxyServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -660,6 +819,10 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             super().finish()
         finally:
             self._close_upstream()
+
+    def date_time_string(self, timestamp=None):
+        """The Date of an answer: the proxy's clock, skewed as /clock set it."""
+        return super().date_time_string(self.server.state.now() if timestamp is None else timestamp)
 
     def log_message(self, fmt, *args):  # http.server's own messages (parse errors)
         self.server.log.line("%s %s" % (self.client_address[0], fmt % args))
@@ -937,6 +1100,60 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
             return []
         return [("x-amz-checksum-" + alg, value), ("x-amz-checksum-type", kind)]
 
+    def _multipart_here(self, method, raw_target, vhost_bucket, request_id):
+        """AbortMultipartUpload and ListMultipartUploads, answered here from the uploads this
+        proxy saw begin (s3rver answers 405 and 501). Returns True when answered."""
+        path, query = _split_target(raw_target)
+        params = urllib.parse.parse_qs(query or "", keep_blank_values=True)
+        if vhost_bucket is not None:
+            path = "/" + vhost_bucket + path
+        state = self.server.state
+        if method == "DELETE" and "uploadId" in params:
+            with state.lock:
+                found = state.uploads.pop(params["uploadId"][0], None)
+                if found is not None:
+                    state.uploads_aborted += 1
+            if found is None:
+                err = S3Error(404, "NoSuchUpload", "The specified upload does not exist. The upload ID "
+                              "may be invalid, or the upload may have been aborted or completed.",
+                              UploadId=params["uploadId"][0])
+                self._send_error_response(err, request_id, path, method)
+                self._multipart_status, self._multipart_detail = 404, "NoSuchUpload (proxy)"
+                return True
+            self.send_response_only(204)
+            self.send_header("x-amz-request-id", request_id)
+            self.send_header("Date", self.date_time_string())
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self._multipart_status, self._multipart_detail = 204, "upload aborted (proxy)"
+            return True
+        bucket, key = self._object_of(path)
+        if method == "GET" and "uploads" in params and not key:
+            prefix = params.get("prefix", [""])[0]
+            with state.lock:
+                rows = sorted((k, uid, when) for uid, (b, k, when) in state.uploads.items()
+                              if b == bucket and k.startswith(prefix))
+            xml = ['<?xml version="1.0" encoding="UTF-8"?>\n<ListMultipartUploadsResult '
+                   'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+                   "<Bucket>%s</Bucket><Prefix>%s</Prefix><MaxUploads>1000</MaxUploads>"
+                   "<IsTruncated>false</IsTruncated>" % (xml_escape(bucket), xml_escape(prefix))]
+            for k, uid, when in rows:
+                xml.append("<Upload><Key>%s</Key><UploadId>%s</UploadId><Initiated>%s</Initiated>"
+                           "<StorageClass>STANDARD</StorageClass></Upload>"
+                           % (xml_escape(k), xml_escape(uid), when))
+            xml.append("</ListMultipartUploadsResult>")
+            data = "".join(xml).encode()
+            self.send_response_only(200)
+            self.send_header("x-amz-request-id", request_id)
+            self.send_header("Date", self.date_time_string())
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self._multipart_status, self._multipart_detail = 200, "ListMultipartUploads (proxy): %d" % len(rows)
+            return True
+        return False
+
     def _forward(self, method, raw_target, body, auth, vhost_bucket, fault, request_id, recorded=None):
         """Forwards to the upstream server and streams its answer back. Returns the status.
         `recorded`: an upload's checksum (from _check_upload), kept when the server took the
@@ -969,6 +1186,20 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
 
         if recorded is not None and response.status == 200:
             self._record_upload(raw_target, vhost_bucket, recorded)
+        upload_params = urllib.parse.parse_qs(query or "", keep_blank_values=True)
+        if method == "POST" and response.status == 200 and ("uploads" in upload_params or "uploadId" in upload_params):
+            # CreateMultipartUpload / CompleteMultipartUpload: kept for ListMultipartUploads.
+            data = response.read()
+            response = _ReadBody(response, data)
+            with self.server.state.lock:
+                if "uploadId" in upload_params:
+                    self.server.state.uploads.pop(upload_params["uploadId"][0], None)
+                else:
+                    m = re.search(r"<UploadId>([^<]+)</UploadId>", data.decode("utf-8", "replace"))
+                    if m:
+                        bucket, key = self._object_of(path)
+                        self.server.state.uploads[m.group(1)] = (
+                            bucket, key, time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()))
         content_range = response.getheader("Content-Range") or ""
         if response.status == 206 and EMPTY_RANGE_RE.match(content_range):
             # s3rver fix-up: a ranged GET of an empty object gets "206, Content-Range bytes 0-0/0,
@@ -1000,6 +1231,8 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 continue
             if lname == "content-length":
                 length = value
+            if lname == "date":  # the proxy's clock (skewed by /clock), as the server's
+                value = self.date_time_string()
             out_headers.append((name, value))
         if not any(n.lower() == "x-amz-request-id" for n, _ in out_headers):
             out_headers.append(("x-amz-request-id", request_id))
@@ -1008,20 +1241,43 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
         want_checksum = (method in ("GET", "HEAD") and response.status == 200
                          and (self.headers.get("x-amz-checksum-mode") or "").upper() == "ENABLED"
                          and "range" not in self.headers and "partNumber=" not in (query or ""))
-        corrupt = fault is not None and fault.kind == "corrupt" and not no_body
+        corrupt = fault is not None and fault.kind in ("corrupt", "garbage") and not no_body
+        wrong_length = (fault is not None and fault.kind == "content_length" and not no_body
+                        and response.status == 200)
         body_source = response  # where the body is read from
         note = None
-        if want_checksum or corrupt:
+        if want_checksum or corrupt or wrong_length:
             # The whole body first: its checksum goes in the header fields (and a corrupt
             # fault changes it); the faults below then apply to it as to any other.
             data = b"" if no_body else response.read()
             if want_checksum:
                 out_headers.extend(self._checksum_fields(method, path, data, host, auth))
-            if corrupt and data:
+            if corrupt and data and fault.kind == "corrupt":
                 i = len(data) // 2
                 data = data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:]
                 note = "fault corrupt (byte %d of %d changed)" % (i, len(data))
+            elif corrupt and data:
+                rng = random.Random(fault.seed)
+                data = bytes(rng.getrandbits(8) for _ in range(len(data)))
+                note = "fault garbage (%d random bytes)" % len(data)
             body_source = io.BytesIO(data)
+            if wrong_length and data:
+                delta = fault.delta or max(1, len(data) // 4)
+                if delta < 0:
+                    delta = -max(1, len(data) // 4)
+                announced = max(0, len(data) + delta)
+                if response.will_close:
+                    self._close_upstream()
+                self.send_response_only(response.status, response.reason)
+                for name, value in out_headers:
+                    if name.lower() != "content-length":
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(announced))
+                self.end_headers()
+                self.wfile.write(data)
+                self.wfile.flush()
+                self.close_connection = True
+                return response.status, "fault content_length (%d announced, %d sent)" % (announced, len(data))
 
         truncate = fault is not None and fault.kind == "truncate"
         if truncate:
@@ -1125,6 +1381,51 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                         f.released.set()
                     state.holds.clear()
                 return self._send_json(200, {"cleared": n})
+        elif sub == "/fault-plan":
+            # POST {"seed", "rate", "kinds": {kind: weight}, "keys", "methods", "stall_ms",
+            # "after_bytes", "max_per_key"}: faults drawn per request (FaultPlan); GET: the
+            # plan and what it injected; DELETE: no plan.
+            if method == "POST":
+                try:
+                    plan = FaultPlan(json.loads(body.decode("utf-8") or "null"))
+                except (ValueError, TypeError) as exc:
+                    return self._send_json(400, {"error": str(exc)})
+                with state.lock:
+                    state.plan = plan
+                    return self._send_json(200, {"plan": plan.describe()})
+            if method in ("GET", "DELETE"):
+                with state.lock:
+                    plan = state.plan.describe() if state.plan is not None else None
+                    if method == "DELETE":
+                        state.plan = None
+                return self._send_json(200, {"plan": plan})
+        elif sub == "/clock":
+            # POST {"skew_s": S, "max_skew_s": M}: the proxy's clock runs S seconds ahead of
+            # the machine's (its checks of request times and its Date fields), and a request
+            # time further than M from it is 403 RequestTimeTooSkewed. GET: both.
+            if method == "POST":
+                try:
+                    spec = json.loads(body.decode("utf-8") or "null")
+                    if not isinstance(spec, dict):
+                        raise ValueError("a JSON object")
+                    with state.lock:
+                        if "skew_s" in spec:
+                            state.skew_s = float(spec["skew_s"])
+                        if "max_skew_s" in spec:
+                            self.server.verifier.max_skew_s = float(spec["max_skew_s"])
+                except (ValueError, TypeError) as exc:
+                    return self._send_json(400, {"error": str(exc)})
+            if method in ("GET", "POST"):
+                return self._send_json(200, {"skew_s": state.skew_s,
+                                             "max_skew_s": self.server.verifier.max_skew_s})
+        elif sub == "/uploads":
+            # GET: the multipart uploads begun and neither completed nor aborted.
+            if method == "GET":
+                with state.lock:
+                    return self._send_json(200, {
+                        "uploads": [{"bucket": b, "key": k, "upload_id": uid, "initiated": w}
+                                    for uid, (b, k, w) in sorted(state.uploads.items())],
+                        "aborted": state.uploads_aborted})
         elif sub == "/release":
             if method == "POST":
                 with state.lock:
@@ -1230,7 +1531,7 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                 raise S3Error(400, "InvalidURI", "Couldn't parse the specified URI.",
                               URI=raw_target)
             bucket, vhost_bucket = self._bucket_of(raw_path)
-            auth = self.server.verifier.verify(method, raw_target, self.headers, body)
+            auth = self.server.verifier.verify(method, raw_target, self.headers, body, now=state.now())
             if auth is None:
                 if bucket in self.server.config.public_buckets and method in ("GET", "HEAD"):
                     result = "anonymous"
@@ -1246,7 +1547,11 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                     fault.released.wait(fault.delay_ms / 1000.0)
                 elif fault.delay_ms:
                     time.sleep(fault.delay_ms / 1000.0)
-                if fault.kind == "status":
+                if fault.kind == "stall":
+                    # The client has given up by now (its timeout is shorter): hang up.
+                    self._reset_connection()
+                    status, detail = 0, "fault stall %d ms" % fault.delay_ms
+                elif fault.kind == "status":
                     err = S3Error(fault.status, fault.code, fault.message)
                     self._send_error_response(err, request_id, raw_path, method)
                     status, detail = fault.status, "fault status %s" % fault.code
@@ -1266,8 +1571,12 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
                                                    fault, request_id)
                     if fault.kind == "delay":
                         detail = "fault delay %d ms" % fault.delay_ms
+                    elif fault.kind in ("garbage", "content_length", "corrupt") and detail is None:
+                        detail = "fault %s (nothing to change)" % fault.kind
                     elif fault.kind == "hold":
                         detail = "fault hold (%s)" % ("released" if fault.released.is_set() else "timed out")
+            elif self._multipart_here(method, raw_target, vhost_bucket, request_id):
+                status, detail = self._multipart_status, self._multipart_detail
             else:
                 recorded = self._check_upload(method, raw_target, body)
                 status, detail = self._forward(method, raw_target, body, auth, vhost_bucket,

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +32,20 @@
 namespace conveyor::file::detail {
 
 namespace asio = boost::asio;
+
+/** For tests only: when not 0, every read of a file's bytes (the ring's reads and `pread`)
+    asks for at most this many bytes at a time. A read of a regular file may legally return
+    fewer bytes than asked before its end (a signal, a network or FUSE file system); on a
+    local disk it almost never does, so a test sets this to make every read short and see
+    that each is continued. Never set by the library. */
+inline std::atomic<std::uint32_t> read_cap_for_tests{0};
+
+/// `n`, or less under `read_cap_for_tests`.
+inline std::size_t capped_read(std::size_t n) noexcept
+{
+    const std::uint32_t cap = read_cap_for_tests.load(std::memory_order_relaxed);
+    return cap != 0 && n > cap ? cap : n;
+}
 
 /// Settings of a ring.
 struct uring_options {

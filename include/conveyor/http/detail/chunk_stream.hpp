@@ -44,6 +44,12 @@ struct resumable_sink : body_sink {
     virtual void before_attempt(boost::beast::http::fields& h) = 0;
     /// True when body bytes arrived since the last call.
     virtual bool took_progress() noexcept = 0;
+    /** Called when an attempt that resumed the body was answered 416: the rest asked for
+        begins at or past the resource's end, so an earlier reply announced more bytes than
+        the resource has (a wrong Content-Length). Forgets what arrived so that the next
+        attempt starts over from the beginning, and returns true; false (the default) when it
+        cannot, because bytes have gone on to a consumer or nothing was resumed. */
+    virtual bool restart() noexcept { return false; }
 };
 
 /// "bytes 0-8388607/1073741824" → (first, last, total); total -1 for "*".

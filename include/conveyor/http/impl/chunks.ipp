@@ -81,6 +81,13 @@ CONVEYOR_DECL asio::awaitable<void> produce_url(std::shared_ptr<url_stream> st)
             }
             if (!ec) {
                 if (resp.status == 416 && st->next == st->o.offset && st->etag.empty()) break; // nothing from there on
+                if (resp.status == 416 && st->next > st->o.offset && !st->etag.empty()) {
+                    // A resumed GET pinned to the first reply's ETag: that version ends at `next`,
+                    // all of it has arrived (the first reply announced more than it had).
+                    st->end = st->next;
+                    st->flush();
+                    break;
+                }
                 if (resp.status == 412)
                     throw st->failure(make_error_code(errc::resource_changed),
                                       "it changed while it was read (a ranged GET resuming at byte " + std::to_string(st->next) +

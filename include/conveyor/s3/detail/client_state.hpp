@@ -51,6 +51,17 @@ CONVEYOR_DECL std::uint64_t jitter_draw(std::uint64_t bound_ms);
 /// Whether an error code says "slow down" (SlowDown, Throttling, TooManyRequestsException...).
 CONVEYOR_DECL bool is_throttling_code(std::string_view code) noexcept;
 
+/// Whether an error code may mean "signed at a time too far from the server's"
+/// (RequestTimeTooSkewed, RequestExpired, SignatureDoesNotMatch...).
+CONVEYOR_DECL bool is_clock_skew_code(std::string_view code) noexcept;
+
+/// An HTTP `Date` field (IMF-fixdate), or nullopt when it is not one.
+CONVEYOR_DECL std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string_view v);
+
+/// The smallest difference between a server's clock and the client's that a clock skew
+/// error corrects (the AWS SDKs': a few minutes; a reply's Date has whole seconds).
+inline constexpr std::chrono::seconds clock_skew_threshold{240};
+
 // A whole decimal number, nothing else (no sign, no spaces).
 CONVEYOR_DECL bool parse_decimal(std::string_view s, std::uint64_t& out);
 
@@ -151,10 +162,23 @@ struct client_state : std::enable_shared_from_this<client_state> {
     std::map<std::string, std::shared_ptr<http::client>, std::less<>> pools;  // by endpoint URL
     std::atomic<std::uint64_t> requests{0}, retries{0}, bytes_in{0}, bytes_out{0}, retries_refused{0}, throttled{0};
     std::atomic<std::uint64_t> checksums_verified{0}, checksum_failures{0}, checksums_skipped{0}, checksums_absent{0};
+    // Failed attempts by what failed them (see client_stats).
+    std::atomic<std::uint64_t> status_errors{0}, connection_errors{0}, timeouts{0}, short_bodies{0};
+    /// The server's clock less this machine's, as the last clock skew error's Date said
+    /// (0 until one); every request is signed at now() = the system clock plus this.
+    std::atomic<std::int64_t> clock_offset_ms{0};
+    std::atomic<std::uint64_t> clock_corrections{0};
     retry_quota quota;
     std::map<std::string, std::shared_ptr<send_limit>, std::less<>> limits; // by endpoint URL and bucket (under mu)
 
     CONVEYOR_DECL http::client& pool_for(const http::endpoint& ep);
+
+    /// The time requests are signed with: the system clock, corrected by `clock_offset_ms`.
+    CONVEYOR_DECL std::chrono::system_clock::time_point now() const noexcept;
+    /** After a clock skew error: sets the offset from the reply's `date` when it differs
+        from the corrected clock by `clock_skew_threshold` or more. Returns whether it did
+        (the request is then worth signing again). */
+    CONVEYOR_DECL bool correct_clock(std::string_view date) noexcept;
     /// The in-flight limit of an endpoint and bucket; null when throttling is not adaptive.
     CONVEYOR_DECL std::shared_ptr<send_limit> limit_for(const http::endpoint& ep, std::string_view bucket);
 

@@ -102,6 +102,12 @@ CONVEYOR_DECL asio::awaitable<void> produce(std::shared_ptr<object_stream> st)
             } catch (const request_error& e) {
                 // 416 before any byte: the range starts at or past the end of the object.
                 if (e.reply().status == 416 && st->next == st->o.offset && st->etag.empty()) past_end = true;
+                // 416 to an attempt resuming at `next`, pinned to the first reply's ETag: that
+                // version of the object has no byte `next`, so it ends there, and every byte of
+                // it has arrived; the first reply announced more than it had (a wrong
+                // Content-Length). The stream ends, checked against the object's checksum when
+                // it had one, as any other.
+                else if (e.reply().status == 416 && st->next > st->o.offset && !st->etag.empty()) st->end = st->next;
                 else throw st->located(e);
             }
             if (!past_end) {

@@ -100,6 +100,12 @@ CONVEYOR_DECL client_stats client::stats() const noexcept
     st.checksums_skipped = s_->checksums_skipped.load();
     st.checksums_absent = s_->checksums_absent.load();
     st.throttled = s_->throttled.load();
+    st.status_errors = s_->status_errors.load();
+    st.connection_errors = s_->connection_errors.load();
+    st.timeouts = s_->timeouts.load();
+    st.short_bodies = s_->short_bodies.load();
+    st.clock_corrections = s_->clock_corrections.load();
+    st.clock_offset_ms = s_->clock_offset_ms.load();
     try {
         std::lock_guard lk(s_->mu);
         bool first = true;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 namespace conveyor::s3 {
@@ -34,6 +35,60 @@ CONVEYOR_DECL bool is_throttling_code(std::string_view code) noexcept
                                "BandwidthLimitExceeded", "ProvisionedThroughputExceededException", "SlowDownRead", "SlowDownWrite"})
         if (code == c) return true;
     return false;
+}
+
+/// The error codes with which AWS services refuse a request signed at a time too far from
+/// theirs (the AWS SDKs' list of clock skew errors).
+CONVEYOR_DECL bool is_clock_skew_code(std::string_view code) noexcept
+{
+    for (std::string_view c : {"RequestTimeTooSkewed", "RequestExpired", "RequestInTheFuture", "InvalidSignatureException",
+                               "SignatureDoesNotMatch", "AuthFailure"})
+        if (code == c) return true;
+    return false;
+}
+
+CONVEYOR_DECL std::optional<std::chrono::system_clock::time_point> parse_http_date(std::string_view v)
+{
+    // IMF-fixdate (RFC 9110): "Sun, 06 Nov 1994 08:49:37 GMT", the form servers must send.
+    static constexpr std::string_view months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    if (v.size() != 29 || v[3] != ',' || v.substr(25) != " GMT") return std::nullopt;
+    auto num = [&](std::size_t at, std::size_t n, int& out) {
+        out = 0;
+        for (std::size_t i = at; i < at + n; ++i) {
+            if (v[i] < '0' || v[i] > '9') return false;
+            out = out * 10 + (v[i] - '0');
+        }
+        return true;
+    };
+    int day, year, hh, mm, ss;
+    if (!num(5, 2, day) || !num(12, 4, year) || !num(17, 2, hh) || !num(20, 2, mm) || !num(23, 2, ss)) return std::nullopt;
+    if (v[16] != ' ' || v[19] != ':' || v[22] != ':') return std::nullopt;
+    unsigned month = 0;
+    while (month < 12 && months[month] != v.substr(8, 3)) ++month;
+    if (month == 12 || hh > 23 || mm > 59 || ss > 60) return std::nullopt;
+    const std::chrono::year_month_day ymd{std::chrono::year(year), std::chrono::month(month + 1), std::chrono::day(static_cast<unsigned>(day))};
+    if (!ymd.ok()) return std::nullopt;
+    return std::chrono::sys_days(ymd) + std::chrono::hours(hh) + std::chrono::minutes(mm) + std::chrono::seconds(ss);
+}
+
+CONVEYOR_DECL std::chrono::system_clock::time_point client_state::now() const noexcept
+{
+    return std::chrono::system_clock::now() + std::chrono::milliseconds(clock_offset_ms.load(std::memory_order_relaxed));
+}
+
+CONVEYOR_DECL bool client_state::correct_clock(std::string_view date) noexcept
+{
+    const auto server = parse_http_date(date);
+    if (!server) return false;
+    const auto local = std::chrono::system_clock::now();
+    const auto offset = std::chrono::duration_cast<std::chrono::milliseconds>(*server - local).count();
+    const auto before = clock_offset_ms.load(std::memory_order_relaxed);
+    // A reply's Date has whole seconds, and a refusal for a skew of less than a few minutes
+    // is no clock's fault: the SDKs correct only a larger difference.
+    if (std::llabs(offset - before) < std::chrono::duration_cast<std::chrono::milliseconds>(clock_skew_threshold).count()) return false;
+    clock_offset_ms.store(offset, std::memory_order_relaxed);
+    clock_corrections.fetch_add(1, std::memory_order_relaxed);
+    return true;
 }
 
 CONVEYOR_DECL request_error client_state::error_for(const op& o, std::error_code ec, reply_error reply, unsigned attempts, std::string detail) const
@@ -78,6 +133,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
     // them (each send gets the same deadline).
     const auto deadline = limits.total.count() > 0 ? started + limits.total : std::chrono::steady_clock::time_point::max();
     unsigned timed_out = 0;
+    unsigned restarts = 0; // bodies started over after a 416 to a resumed attempt (bounded: a server may keep lying)
     unsigned series = 0; // attempts before the current series (a streamed body's progress starts a new one)
     unsigned quota_taken = 0; // what the last retry took from the retry quota
     bool last_timed_out = false;
@@ -99,7 +155,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         // The credentials valid now: each attempt is signed afresh, so a retry after a
         // refresh goes with the new ones.
         const std::shared_ptr<const signer> sign = co_await creds->async_signer();
-        sign->sign(o.method, target, req.headers, payload);
+        sign->sign(o.method, target, req.headers, payload, now());
         requests.fetch_add(1, std::memory_order_relaxed);
         if (attempt > 1) retries.fetch_add(1, std::memory_order_relaxed);
         // A place in flight for this endpoint and bucket, given back with the outcome.
@@ -137,6 +193,21 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
             retry = reply.retryable();
             code = reply.to_error_code();
             detail = reply.describe();
+            // Signed at a time the server refuses (this machine's clock is off): the offset
+            // from the reply's Date is kept for every later request of this client, and this
+            // one is signed again with it, as the AWS SDKs do.
+            if (!retry && is_clock_skew_code(reply.code) && correct_clock(std::string_view(resp.headers[boost::beast::http::field::date]))) {
+                retry = true;
+                detail += " (the clock was corrected by the reply's Date: " + std::to_string(clock_offset_ms.load() / 1000) + " s)";
+            }
+            // A resumed body answered 416: the reply it resumed announced more bytes than the
+            // object has. Started over from its first byte, when the sink can.
+            if (!retry && resp.status == 416 && o.stream && restarts < 2 && o.stream->restart()) {
+                ++restarts;
+                retry = true;
+                detail += " (resuming a body whose reply announced more bytes than the object has: read again from its start)";
+            }
+            status_errors.fetch_add(1, std::memory_order_relaxed);
         } else {
             retry = http::is_transient(ec);
             code = ec;
@@ -144,6 +215,9 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
             detail = timeout.empty() ? ec.message() : timeout;
             // The call's own deadline passed: no attempt is left. Other timeouts have
             // their own, smaller budget of attempts.
+            if (!timeout.empty()) timeouts.fetch_add(1, std::memory_order_relaxed);
+            else if (ec == http::errc::body_truncated) short_bodies.fetch_add(1, std::memory_order_relaxed);
+            else connection_errors.fetch_add(1, std::memory_order_relaxed);
             if (ec == http::errc::total_timeout) retry = false;
             else if (!timeout.empty() && ++timed_out >= r.max_timeouts && r.max_timeouts > 0) retry = false;
             last_timed_out = !timeout.empty();

@@ -146,6 +146,19 @@ struct first_part_sink final : body_stream {
 
     bool took_progress() noexcept override { return std::exchange(progress, false); }
 
+    bool restart() noexcept override
+    {
+        // Nothing has gone further than this sink's own buffer: the whole object again.
+        if (!got_header || filled == 0) return false;
+        got_header = false;
+        total = limit = filled = 0;
+        etag.clear();
+        expected.reset();
+        whole = buffer{};
+        progress = false;
+        return true;
+    }
+
     std::error_code on_header(unsigned status, const boost::beast::http::fields& h) override
     {
         const auto bad = make_error_code(errc::bad_reply);

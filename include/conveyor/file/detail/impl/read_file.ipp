@@ -115,7 +115,7 @@ CONVEYOR_DECL std::pair<std::error_code, std::size_t> pread_fully(int fd, std::b
 {
     std::size_t got = 0;
     while (got < n) {
-        const ssize_t r = ::pread(fd, p + got, n - got, static_cast<off_t>(offset + got));
+        const ssize_t r = ::pread(fd, p + got, capped_read(n - got), static_cast<off_t>(offset + got));
         if (r < 0) {
             if (errno == EINTR) continue;
             return {std::error_code(errno, std::system_category()), got};

@@ -533,12 +533,19 @@ public:
     // the statx, which also names what went wrong. On warm files this saves the statx's trip
     // through an io-wq worker (a thread wake-up per file); on cold ones it costs an open and
     // close more, against the disk's latency.
+    //
+    // The buffer holds the size the caller expects plus one byte (a file that grew fills
+    // it). A careful read that stops short of that size without failing is continued from
+    // where it stopped, by the same chain again (`filled`: the bytes already read): the
+    // kernel may return fewer bytes than asked before the end of a regular file (a signal,
+    // a network or FUSE file system). Only a read of 0 bytes is the end of the file, and a
+    // file that ends before the size expected is the caller's to report (it shrank).
     struct small_read_op final : read_op {
-        small_read_op(impl& r, file_ref f, buffer b, std::uint64_t g, read_handler h)
-            : read_op(r, std::move(f), std::move(b), g, std::move(h))
+        small_read_op(impl& r, file_ref f, buffer b, std::uint64_t g, read_handler h, std::size_t already = 0)
+            : read_op(r, std::move(f), std::move(b), g, std::move(h)), filled(already)
         {
             // An empty file gives no read to tell a device or FIFO from it: the careful way.
-            fast = file.listed_regular && buf.size() > 1;
+            fast = file.listed_regular && buf.size() > 1 && filled == 0;
             file.listed_regular = fast;
         }
         bool prepare() override
@@ -547,7 +554,7 @@ public:
             if (!open) return false;
             open->flags |= IOSQE_IO_LINK;
             io_uring_sqe* read = ring.get_sqe(2);
-            io_uring_prep_read(read, slot_id, buf.data(), static_cast<unsigned>(buf.size()), 0);
+            io_uring_prep_read(read, slot_id, buf.data() + filled, static_cast<unsigned>(capped_read(buf.size() - filled)), filled);
             if (fast) read->rw_flags = RWF_NOWAIT;
             read->flags |= IOSQE_FIXED_FILE | IOSQE_IO_HARDLINK;
             io_uring_sqe_set_data64(read, tagged(this, 2));
@@ -593,9 +600,17 @@ public:
             if (special()) return complete(make_error_code(errc::not_a_regular_file), 0);
             if (res[1] < 0) return complete(open_error(res[1], file), 0);
             if (res[2] < 0) return complete(errno_code(res[2]), 0);
-            complete({}, static_cast<std::uint64_t>(res[2]));
+            const std::size_t got = filled + static_cast<std::size_t>(res[2]);
+            if (res[2] > 0 && got + 1 < buf.size()) {
+                // A short read, not the end: the rest, unless the read was abandoned.
+                if (delivered) return;
+                ring.launch(new small_read_op(ring, std::move(file), std::move(buf), group, std::move(handler), got), here);
+                return;
+            }
+            complete({}, got);
         }
         bool fast = false;
+        std::size_t filled = 0; // bytes read by earlier passes (a continued short read)
         int res[4] = {0, 0, 0, 0};
         bool done[4] = {false, false, false, false};
     };
@@ -696,7 +711,7 @@ public:
         {
             auto* c = new chunk_read(*this, offset, n);
             io_uring_sqe* sqe = ring.get_sqe(1);
-            io_uring_prep_read(sqe, slot_id, buf.data() + offset, n, offset);
+            io_uring_prep_read(sqe, slot_id, buf.data() + offset, static_cast<unsigned>(capped_read(n)), offset);
             sqe->flags |= IOSQE_FIXED_FILE;
             io_uring_sqe_set_data64(sqe, tagged(c, 0));
             c->started = true;
@@ -754,7 +769,7 @@ public:
         void issue()
         {
             io_uring_sqe* sqe = ring.get_sqe(1);
-            const auto want = static_cast<unsigned>(std::min<std::size_t>(buf.size() - filled, 1u << 30));
+            const auto want = static_cast<unsigned>(capped_read(std::min<std::size_t>(buf.size() - filled, 1u << 30)));
             io_uring_prep_read(sqe, fd->fd(), buf.data() + filled, want, offset + filled);
             io_uring_sqe_set_data64(sqe, tagged(this, 0));
             ++pending;
