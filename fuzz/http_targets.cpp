@@ -147,7 +147,8 @@ void http_response(input in)
     bool keep = false;
     bool completed = false;
     std::error_code result;
-    asio::co_spawn(ctx, client.exchange(stream, *conn, req, resp, reused, stale, keep, http::detail::limit{}),
+    const http::detail::limit outer; // (exchange keeps a reference: it must outlive the coroutine)
+    asio::co_spawn(ctx, client.exchange(stream, *conn, req, resp, reused, stale, keep, outer),
                    [&](std::exception_ptr e, std::error_code ec) {
                        // exchange reports errors as values: an exception out of it is a finding.
                        if (e) std::rethrow_exception(e);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdint>
 #include <optional>
 #include <regex>
@@ -35,6 +36,18 @@ struct outcome {
     bool operator==(const outcome&) const = default;
 };
 
+/// Checks that `a` and `b` are the same, showing both when they are not.
+void check_same(const outcome& a, const outcome& b, std::string_view what)
+{
+    if (a == b) return;
+    for (const auto* o : {&a, &b}) {
+        std::fprintf(stderr, "fuzz: %s:\n", o == &a ? "first" : "second");
+        for (const auto& i : o->items) std::fprintf(stderr, "  %s\n", i.c_str());
+        if (o->code) std::fprintf(stderr, "  error %s at %lld\n", o->code->message().c_str(), static_cast<long long>(o->offset));
+    }
+    check(false, what);
+}
+
 std::string bytes_digest(const slice& s)
 {
     return std::to_string(s.size()) + "#" + std::to_string(hash_of({reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}));
@@ -48,12 +61,13 @@ outcome read_tar(const slice& whole, std::size_t chunk_size, const shard::tar_op
 {
     outcome out;
     sd::tar_reader r("fuzz://shard.tar", o);
+    std::uint64_t end = 0; // (a member may come before its padding: checked once the input has ended)
     if (total) r.set_total_size(whole.size());
     auto take = [&] {
         while (auto m = r.next()) {
             check(m->header_offset <= m->data_offset && m->data_offset + m->data.size() <= m->end_offset,
                   "tar member offsets out of order");
-            check(m->end_offset <= whole.size(), "tar member ends past the input");
+            end = std::max(end, m->end_offset);
             check(m->end_offset % sd::tar_block == 0 && m->header_offset % sd::tar_block == 0,
                   "tar member not on block boundaries");
             check(m->data.view() == whole.view().substr(m->data_offset, m->data.size()),
@@ -72,6 +86,7 @@ outcome read_tar(const slice& whole, std::size_t chunk_size, const shard::tar_op
         r.finish();
         take();
         check(r.done(), "tar reader not done after finish and drain");
+        check(end <= whole.size(), "a tar member's padding runs past the end of an archive read without error");
     } catch (const conveyor::error& e) {
         check_message(e);
         out.code = e.code();
@@ -139,7 +154,7 @@ void tar(input in)
     const outcome cut = read_tar(whole, chunk_sizes[(h >> 8) % chunk_sizes.size()], o, total);
     // The documented contract (tests/shard/detail/tar_reader.cpp): the same members and the
     // same error at the same offset, however the input is cut.
-    check(ref == cut, "tar reader: another result when the input is cut into chunks");
+    check_same(ref, cut, "tar reader: another result when the input is cut into chunks");
 }
 
 void tar_gzip(input in)
@@ -149,7 +164,14 @@ void tar_gzip(input in)
     const bool lowercase = (h & 1) != 0;
     const outcome a = read_shard(whole, SIZE_MAX, std::size_t{1} << 20, lowercase);
     const outcome b = read_shard(whole, chunk_sizes[(h >> 8) % chunk_sizes.size()], 4096 + (h >> 16) % 3 * 1000, lowercase);
-    check(a == b, "sample parser: another result with other compressed and inflated chunk sizes");
+    // The same samples, or the same error; where the error is found depends on how far
+    // inflating had gone, so the samples before it may be fewer in one of the two.
+    if (a.code && a.code == b.code) {
+        const auto& shorter = a.items.size() <= b.items.size() ? a : b;
+        const auto& longer = a.items.size() <= b.items.size() ? b : a;
+        if (std::equal(shorter.items.begin(), shorter.items.end(), longer.items.begin())) return;
+    }
+    check_same(a, b, "sample parser: another result with other compressed and inflated chunk sizes");
 }
 
 void samples(input in)
