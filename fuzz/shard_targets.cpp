@@ -79,7 +79,9 @@ outcome read_tar(const slice& whole, std::size_t chunk_size, const shard::tar_op
     try {
         for (std::size_t at = 0; at < whole.size(); at += chunk_size) {
             r.feed(chunk{whole.sub(at, std::min(chunk_size, whole.size() - at)), at});
-            check(r.held_bytes() <= whole.size(), "tar reader holds more than it was fed");
+            // What it holds: chunks not yet consumed, and a member being gathered (pooled, so
+            // rounded up to a size class): bounded by the input, never by what headers claim.
+            check(r.held_bytes() <= 2 * whole.size() + 8192, "tar reader holds more than its input");
             take();
             if (r.done()) break;
         }
@@ -164,9 +166,10 @@ void tar_gzip(input in)
     const bool lowercase = (h & 1) != 0;
     const outcome a = read_shard(whole, SIZE_MAX, std::size_t{1} << 20, lowercase);
     const outcome b = read_shard(whole, chunk_sizes[(h >> 8) % chunk_sizes.size()], 4096 + (h >> 16) % 3 * 1000, lowercase);
-    // The same samples, or the same error; where the error is found depends on how far
-    // inflating had gone, so the samples before it may be fewer in one of the two.
-    if (a.code && a.code == b.code) {
+    // The same samples, or an error in both; where an error is found depends on how far
+    // inflating had gone (a corrupt gzip stream may hold a corrupt tar: which is met first
+    // depends on the chunk sizes), so the samples before it may be fewer in one of the two.
+    if (a.code && b.code) {
         const auto& shorter = a.items.size() <= b.items.size() ? a : b;
         const auto& longer = a.items.size() <= b.items.size() ? b : a;
         if (std::equal(shorter.items.begin(), shorter.items.end(), longer.items.begin())) return;
