@@ -80,8 +80,12 @@ outcome read_tar(const slice& whole, std::size_t chunk_size, const shard::tar_op
         for (std::size_t at = 0; at < whole.size(); at += chunk_size) {
             r.feed(chunk{whole.sub(at, std::min(chunk_size, whole.size() - at)), at});
             // What it holds: chunks not yet consumed, and a member being gathered (pooled, so
-            // rounded up to a size class): bounded by the input, never by what headers claim.
-            check(r.held_bytes() <= 2 * whole.size() + 8192, "tar reader holds more than its input");
+            // rounded up to a size class). The gathering buffer is taken for the size a
+            // header claims, up to max_member_size; with the archive's length known, a size
+            // past its end is refused at the header, so it is bounded by the input.
+            const std::uint64_t bound = 2 * whole.size() + 8192 + (total ? 0 : o.max_member_size + o.max_member_size / 4);
+            check(r.held_bytes() <= bound,
+                  "tar reader holds " + std::to_string(r.held_bytes()) + " bytes for an input of " + std::to_string(whole.size()));
             take();
             if (r.done()) break;
         }
