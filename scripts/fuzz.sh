@@ -6,10 +6,11 @@
 #
 # Usage: scripts/fuzz.sh [--seconds N] [--jobs J] [TARGET...]
 #   --seconds N  how long each target runs (default 10)
-#   --jobs J     targets run at once, and compile jobs (default 1)
+#   --jobs J     targets run at once (default 1)
 #   TARGET       tar tar_gzip samples index_json labels aws_config sigv4 s3_xml
 #                http_response jpeg png (default: all)
-# Environment: CONVEYOR_SKIP_DEPS=1 skips the package check (as in install-deps.sh).
+# Environment: CONVEYOR_JOBS (parallel compile jobs, default: all cores, as in test.sh),
+#              CONVEYOR_SKIP_DEPS=1 skips the package check (as in install-deps.sh).
 # Corpora grow under build/fuzz/corpus/<target>/ from run to run; what a target finds is
 # written to build/fuzz/findings/<target>/.
 set -euo pipefail
@@ -51,7 +52,7 @@ bash scripts/install-deps.sh clang-14 libclang-rt-14-dev llvm-14 golang-1.19-src
 build=build/fuzz
 start=$SECONDS
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz --parallel "$jobs" --target "${targets[@]/#/fuzz_}"
+cmake --build --preset fuzz --parallel "${CONVEYOR_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"
 echo "fuzz.sh: built ${#targets[@]} targets in $((SECONDS - start)) s"
 
 python3 scripts/fuzz_corpus.py "$build/corpus/seeds"
