@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages conveyor needs to build, test, benchmark and run its demo.
 # Idempotent: when everything is already installed it touches nothing (no apt at all).
+# Extra package names given as arguments are installed too (scripts/fuzz.sh adds clang's).
 # Runs as root, or through sudo when not root. CONVEYOR_SKIP_DEPS=1 skips it entirely.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,6 +14,7 @@ packages=(
   python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil
   pybind11-dev python3-dev python3-pytest
 )
+packages+=("$@")
 # The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)

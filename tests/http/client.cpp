@@ -29,6 +29,7 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
@@ -753,6 +754,23 @@ TEST_CASE("http client returns a 404 with its body as a response, not an error")
     REQUIRE_MESSAGE(!ec2, ec2.message());
     CHECK(resp2.status == 503);
     CHECK(resp2.reused_connection);
+}
+
+TEST_CASE("http client reports a status below 100 as a malformed response")
+{
+    // Found by fuzz/ (http_response): "HTTP/1.1 043 ..." came back as a response of status 43.
+    test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        const std::string status = req.target() == "/000" ? "000" : "043";
+        co_return co_await p.write("HTTP/1.1 " + status + " Odd\r\nContent-Length: 2\r\n\r\nok");
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (const std::string target : {"/043", "/000"}) {
+        CAPTURE(target);
+        auto [ec, resp] = send_on(rt, c, get(target));
+        CHECK(ec == cv::to_std_error(boost::beast::http::error::bad_status));
+        CHECK(resp.status == 0);
+    }
 }
 
 // =======================================================================================

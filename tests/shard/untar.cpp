@@ -215,6 +215,51 @@ TEST_CASE("a shard streamed in chunks of any size, plain or gzip-compressed, giv
     }
 }
 
+TEST_CASE("a gzip-compressed shard is read to the end of its gzip stream: a cut or corrupt trailer after the tar's end is an error at any chunk size")
+{
+    // The tar's end-of-archive marker comes well before the end of the gzip stream (GNU tar
+    // pads to a 10 KiB record), so the trailer (CRC-32 and length) is only reached when
+    // inflating goes on after the marker. Found by fuzz/ (tar_gzip): with small inflated
+    // chunks the samples came out and a missing or wrong trailer went unnoticed.
+    const std::string tar = wds_shard(0, 8) + std::string(8192, '\0');
+    temp_dir d;
+    spill(d.path / "s.tar", tar);
+    REQUIRE(sh("gzip -n '" + (d.path / "s.tar").string() + "'") == 0);
+    const std::string tgz = slurp(d.path / "s.tar.gz");
+    REQUIRE(tgz.size() > 8);
+    std::string wrong_crc = tgz;
+    wrong_crc[wrong_crc.size() - 8] ^= 1;
+    const auto whole = describe(samples_of(tar));
+    REQUIRE(whole.size() == 8);
+
+    sd::sample_reader_options small;
+    small.inflate_chunk_size = 1000;
+    conveyor::runtime rt({.io_threads = 1, .compute_threads = 1});
+    for (const auto& [bytes, code] : {std::pair{tgz.substr(0, tgz.size() - 8), shard::errc::truncated_gzip},
+                                      std::pair{wrong_crc, shard::errc::bad_gzip}}) {
+        for (std::size_t cs : {std::size_t{7}, std::size_t{4096}, SIZE_MAX}) {
+            CAPTURE(cs);
+            for (auto* runtime : {static_cast<conveyor::runtime*>(nullptr), &rt}) {
+                CAPTURE(runtime != nullptr);
+                try {
+                    stream_samples(runtime, bytes, cs, small);
+                    FAIL("no error");
+                } catch (const conveyor::error& e) {
+                    CHECK(e.code() == code);
+                }
+            }
+        }
+        try {
+            sd::read_members(to_slice(bytes), "test://s.tar");
+            FAIL("no error");
+        } catch (const conveyor::error& e) {
+            CHECK(e.code() == code);
+        }
+    }
+    CHECK(describe(stream_samples(nullptr, tgz, 7, small)) == whole); // and a sound one reads to its end
+    CHECK(describe(stream_samples(&rt, tgz, 4096, small)) == whole);
+}
+
 TEST_CASE("a shard file read in chunks from disk gives the samples of the whole, holding little of it")
 {
     if (!have("tar") || !have("gzip")) return;

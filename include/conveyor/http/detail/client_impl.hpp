@@ -133,6 +133,10 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
             co_return detail::failure(c, cs, ec);
         }
         const unsigned status = parser->get().result_int();
+        // A status code is three digits from 100 up (RFC 9110, 15); Beast's parser takes any
+        // three. 000 to 099 stand for no status at all (and 0 for "no reply" to callers):
+        // a malformed response, which ends the connection.
+        if (status < 100) co_return to_std_error(bhttp::error::bad_status);
         if (status >= 100 && status < 200 && status != 101) continue;
         if (status == 408 && reused) {
             // A server that drops an idle connection may send 408 first; here it crossed

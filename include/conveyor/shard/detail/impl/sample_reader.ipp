@@ -124,7 +124,7 @@ CONVEYOR_DECL void sample_parser::finish()
 
 CONVEYOR_DECL bool sample_parser::has_inflate_work() const noexcept
 {
-    return gz_ && inflated_.empty() && !tar_.done() && !tar_finished_ && gz_->has_work();
+    return gz_ && !done_ && inflated_.empty() && !tar_finished_ && gz_->has_work();
 }
 
 CONVEYOR_DECL void sample_parser::inflate_some()
@@ -161,8 +161,20 @@ CONVEYOR_DECL std::optional<sample> sample_parser::next(bool inflate)
             continue;
         }
         if (tar_.done()) {
+            if (auto s = group_.finish()) return s;
+            // A compressed shard ends where its gzip stream ends, not at the tar's
+            // end-of-archive marker: what follows the marker (a record's zero padding) is
+            // inflated and dropped, so that the stream's trailer (CRC-32 and length) is
+            // checked and a cut or corrupt end is an error whatever the chunk sizes.
+            if (gz_ && !gz_->done()) {
+                inflated_.clear();
+                if (!inflate) return std::nullopt; // has_inflate_work() says inflate_some is due
+                while (gz_->next()) {
+                }
+                if (!gz_->done()) return std::nullopt; // more compressed input is needed
+            }
             done_ = true;
-            return group_.finish();
+            return std::nullopt;
         }
         // The tar reader needs input.
         if (!gz_ || tar_finished_) return std::nullopt;
@@ -215,7 +227,12 @@ CONVEYOR_DECL std::vector<tar_member> read_members(slice shard, std::string url,
             out.push_back(std::move(*m));
             continue;
         }
-        if (tar.done() || !gz) break;
+        if (tar.done() || !gz) {
+            if (gz) // the gzip stream's end is checked too (see sample_parser::next)
+                while (gz->next()) {
+                }
+            break;
+        }
         if (auto c = gz->next()) tar.feed(std::move(*c));
         else tar.finish();
     }
