@@ -10,7 +10,7 @@
 #   asan     the unit tests (the library's own code, label `unit`) under ASan+UBSan;
 #   tsan     the unit tests of the threaded parts (label `threaded`) under TSan;
 #   fuzz     each libFuzzer target for a short fixed time, after its saved regressions
-#            (scripts/fuzz.sh; clang).
+#            (scripts/fuzz.sh: preset `fuzz`, clang; as many targets at once as compile jobs).
 # A failed stage does not stop the next ones; the run fails if any did, and ends with a
 # table of the stages, their times and results.
 # --preset P builds one preset and runs its tests (default: every test, unit tests included,
@@ -110,10 +110,7 @@ for s in "${stage_list[@]}"; do
     asan)  stage asan preset_run asan ;;
     tsan)  stage tsan preset_run tsan ;;
     fuzz)
-      if [[ -f scripts/fuzz.sh ]]; then
-        stage fuzz bash scripts/fuzz.sh --seconds "${CONVEYOR_FUZZ_SECONDS:-20}"
-      fi
-      ;;
+      stage fuzz bash scripts/fuzz.sh --seconds "${CONVEYOR_FUZZ_SECONDS:-20}" --jobs "$jobs" ;;
   esac
 done
 exit $failed
