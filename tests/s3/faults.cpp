@@ -9,37 +9,31 @@
 // from the server's Date, and a multipart upload failing midway, aborted with nothing left.
 #include "support.hpp"
 
+#include <conveyor/core/checksum.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/writer.hpp>
 #include <conveyor/s3/chunks.hpp>
 #include <conveyor/s3/multipart.hpp>
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
+#include <span>
 
 using namespace s3test;
 using verb = boost::beast::http::verb;
 
 namespace {
 
+/// The SHA-256 of `bytes` (OpenSSL's, through conveyor::checksum), in base64.
 std::string sha256(std::string_view bytes)
 {
-    unsigned char md[32];
-    unsigned int n = 0;
-    REQUIRE(EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr) == 1);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) {
-        out += hex[md[i] >> 4];
-        out += hex[md[i] & 15];
-    }
-    return out;
+    conveyor::checksum c(conveyor::checksum_algorithm::sha256);
+    c.update(std::as_bytes(std::span(bytes.data(), bytes.size())));
+    return c.base64();
 }
 
 boost::json::value admin_json(verb method, const std::string& target, const std::string& body = {})
