@@ -83,6 +83,7 @@ preset_run() {
 
 finish() {
   local rc=$? elapsed=$((SECONDS - start))
+  ((rc != 0 || !failed)) || rc=1 # a failed stage fails the run, however the script ended
   if ((${#summary[@]})); then
     echo "test.sh: stages"
     printf '%s\n' "${summary[@]}"
@@ -91,6 +92,8 @@ finish() {
     "$([[ $rc == 0 ]] && echo passed || echo "FAILED (exit $rc)")" $((elapsed / 60)) $((elapsed % 60))
 }
 trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 run bash scripts/install-deps.sh
 
