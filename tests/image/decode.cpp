@@ -4,10 +4,13 @@
 // random-resized-crop math against torchvision's definition, determinism, flips, and
 // decode_into.
 #include "support.hpp"
+#include "../support/common.hpp"
 
 #include <conveyor/image/decode.hpp>
 
 #include <doctest/doctest.h>
+
+#include <zlib.h>
 
 #include <turbojpeg.h>
 
@@ -15,9 +18,11 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <thread>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace image = conveyor::image;
@@ -199,6 +204,170 @@ TEST_CASE("PNGs of every colour type and bit depth decode to RGB, BGR and grey")
     const auto full = decode_file(go_pngs / "pngsuite" / "basn2c08.png");
     CHECK(pal.channels == 3);
     CHECK(full.channels == 3);
+}
+
+namespace {
+
+/// A PNG chunk: `length` is the data's unless given (a chunk that claims more than it holds).
+std::string bomb_png_chunk(const char* type, const std::string& data, std::optional<std::uint32_t> length = {})
+{
+    std::string out;
+    auto be32 = [&](std::uint32_t v) {
+        for (int s = 24; s >= 0; s -= 8) out += static_cast<char>((v >> s) & 0xFF);
+    };
+    const std::string typed = std::string(type, 4) + data;
+    be32(length.value_or(static_cast<std::uint32_t>(data.size())));
+    out += typed;
+    be32(static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(typed.data()), static_cast<uInt>(typed.size()))));
+    return out;
+}
+
+/// `raw` through zlib (the format of IDAT, zTXt, iCCP and iTXt's compressed text).
+std::string bomb_zlib(const std::string& raw)
+{
+    uLongf n = ::compressBound(static_cast<uLong>(raw.size()));
+    std::string out(n, '\0');
+    REQUIRE(::compress2(reinterpret_cast<Bytef*>(out.data()), &n, reinterpret_cast<const Bytef*>(raw.data()),
+                        static_cast<uLong>(raw.size()), 9) == Z_OK);
+    out.resize(n);
+    return out;
+}
+
+/// A 16x16 RGB PNG whose image data (`rows`, filter bytes included) is compressed into one
+/// IDAT, with `before` between IHDR and IDAT.
+std::vector<std::byte> bomb_png(const std::string& before, std::string rows = {})
+{
+    if (rows.empty())
+        for (int y = 0; y < 16; ++y) rows += '\0' + std::string(48, static_cast<char>(y * 16));
+    std::string ihdr;
+    for (std::uint32_t v : {16u, 16u})
+        for (int s = 24; s >= 0; s -= 8) ihdr += static_cast<char>((v >> s) & 0xFF);
+    ihdr += std::string("\x08\x02\x00\x00\x00", 5); // 8-bit RGB, not interlaced
+    const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + bomb_png_chunk("IHDR", ihdr) + before +
+                            bomb_png_chunk("IDAT", bomb_zlib(rows)) + bomb_png_chunk("IEND", "");
+    const auto* b = reinterpret_cast<const std::byte*>(png.data());
+    return {b, b + png.size()};
+}
+
+} // namespace
+
+TEST_CASE("decompression bombs and absurd sizes are refused before they take memory")
+{
+    const image::decoder dec;
+    const image::decode_context ctx{.key = "bomb", .origin = "test://bombs"};
+    // The case's error (none: it decoded) and how far resident memory rose while it ran.
+    auto attempt = [&](const std::vector<std::byte>& bytes, const char* what) {
+        std::error_code ec;
+        std::string message;
+        const auto grew = conveyor_test::resident_growth([&] {
+            try {
+                (void)dec.decode(bytes, {}, ctx);
+            } catch (const conveyor::error& e) {
+                ec = e.code();
+                message = e.what();
+            }
+        });
+        CAPTURE(message);
+        if (ec) CHECK(message.find("bomb") != std::string::npos);
+        // The decoder's own state (a 16x16 image, the codec contexts) is small; ancillary
+        // chunks are held up to 16 MiB in all.
+        conveyor_test::check_resident_growth(grew, 40u << 20, what);
+        return std::pair(ec, message);
+    };
+    // Made once for every subcase: 256 MiB of zeros compress to about 260 KB.
+    static const std::string inflates_to_256_mib = bomb_zlib(std::string(256u << 20, '\0'));
+    REQUIRE(inflates_to_256_mib.size() < (1u << 20));
+
+    SUBCASE("an ancillary chunk that claims 2 GiB")
+    {
+        auto [ec, m] = attempt(bomb_png(bomb_png_chunk("tEXt", std::string("Comment\0abc", 11), 0x7fffffffu)), "tEXt claiming 2 GiB");
+        CHECK((ec == image::errc::truncated || ec == image::errc::too_large));
+    }
+    SUBCASE("compressed text, an ICC profile and international text that inflate to 256 MiB")
+    {
+        const std::pair<const char*, std::string> cases[] = {
+            {"zTXt", std::string("Comment\0\0", 9) + inflates_to_256_mib},
+            {"iCCP", std::string("icc\0\0", 5) + inflates_to_256_mib},
+            {"iTXt", std::string("Comment\0\1\0\0\0", 12) + inflates_to_256_mib},
+        };
+        for (const auto& [type, data] : cases) {
+            const std::string chunk_type = type;
+            CAPTURE(chunk_type);
+            auto [ec, m] = attempt(bomb_png(bomb_png_chunk(type, data)), type);
+            CHECK(ec == image::errc::too_large);
+            CHECK(m.find("limits") != std::string::npos);
+        }
+    }
+    SUBCASE("image data that inflates far past the image: the image is read, the rest is not")
+    {
+        std::string rows;
+        for (int y = 0; y < 16; ++y) rows += '\0' + std::string(48, static_cast<char>(y));
+        auto [ec, m] = attempt(bomb_png("", rows + std::string(64u << 20, '\0')), "IDAT inflating 64 MiB past the image");
+        CHECK_FALSE(ec);
+    }
+    SUBCASE("a hundred thousand chunks")
+    {
+        std::string many;
+        for (int i = 0; i < 100'000; ++i) many += bomb_png_chunk("tEXt", std::string("k\0v", 3));
+        auto [ec, m] = attempt(bomb_png(many), "100,000 tEXt chunks");
+        CHECK(ec == image::errc::too_large);
+    }
+    SUBCASE("headers claiming 65,500 x 65,500 (JPEG) and 100,000 x 100,000 (PNG) pixels")
+    {
+        auto jpeg = make_jpeg(64, 48, TJSAMP_420, 90);
+        patch_sof(jpeg, [](std::byte* sof) {
+            sof[1] = sof[3] = std::byte{0xFF}; // 65,500 = 0xFFDC
+            sof[2] = sof[4] = std::byte{0xDC};
+        });
+        CHECK(attempt(jpeg, "JPEG of 65,500 x 65,500").first == image::errc::too_large);
+        auto png = bomb_png("");
+        const std::uint32_t side = 100'000;
+        for (int at : {16, 20}) // IHDR's width and height, then its CRC again
+            for (int s = 0; s < 4; ++s) png[at + s] = std::byte((side >> (24 - 8 * s)) & 0xFF);
+        const std::string ihdr(reinterpret_cast<const char*>(png.data()) + 12, 17);
+        const auto crc = static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(ihdr.data()), 17));
+        for (int s = 0; s < 4; ++s) png[29 + s] = std::byte((crc >> (24 - 8 * s)) & 0xFF);
+        CHECK(attempt(png, "PNG of 100,000 x 100,000").first == image::errc::too_large);
+    }
+}
+
+TEST_CASE("a progressive JPEG whose scans repeat is refused after 500 scans, on every decoding path")
+{
+    // Each scan is a pass over the whole image's coefficients: a small file of many scans
+    // costs a large image's time many times over. Here the last scan of a progressive JPEG
+    // is repeated 600 times (a warning each, so only lenient decoding gets that far).
+    const auto good = make_jpeg(64, 48, TJSAMP_420, 90, TJFLAG_PROGRESSIVE);
+    std::size_t last_sos = 0;
+    for (std::size_t i = 0; i + 1 < good.size(); ++i)
+        if (good[i] == std::byte{0xFF} && good[i + 1] == std::byte{0xDA}) last_sos = i;
+    REQUIRE(last_sos > 0);
+    REQUIRE(good[good.size() - 2] == std::byte{0xFF});
+    REQUIRE(good[good.size() - 1] == std::byte{0xD9});
+    std::vector<std::byte> bomb(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(last_sos));
+    for (int i = 0; i < 600; ++i) bomb.insert(bomb.end(), good.begin() + static_cast<std::ptrdiff_t>(last_sos), good.end() - 2);
+    bomb.insert(bomb.end(), good.end() - 2, good.end());
+
+    const image::decoder dec;
+    const image::decode_context ctx{.key = "scans", .origin = "test://scans"};
+    const image::decode_options ways[] = {
+        {.strict = false},
+        {.size = {32, 24}, .crop = image::crop_mode::center, .jpeg_crop = image::jpeg_crop_method::decode_region, .strict = false},
+        {.size = {32, 24}, .crop = image::crop_mode::center, .jpeg_crop = image::jpeg_crop_method::decode_then_crop, .strict = false},
+        {.size = {32, 24}, .crop = image::crop_mode::center, .jpeg_crop = image::jpeg_crop_method::transform_then_decode, .strict = false},
+    };
+    for (std::size_t w = 0; w < std::size(ways); ++w) {
+        CAPTURE(w);
+        CHECK_NOTHROW((void)dec.decode(good, ways[w], ctx));
+        std::string message;
+        try {
+            (void)dec.decode(bomb, ways[w], ctx);
+        } catch (const conveyor::error& e) {
+            CHECK(e.code() == image::errc::too_large);
+            message = e.what();
+        }
+        CAPTURE(message);
+        CHECK(message.find("more than 500 scans") != std::string::npos);
+    }
 }
 
 TEST_CASE("bad input of every kind is an error naming the key and the path, never a crash")

@@ -25,7 +25,7 @@ TEST_CASE("every image error code has a message of its own, in the conveyor.imag
     CHECK(image::make_error_code(image::errc::truncated).message() == "image data are truncated");
     CHECK(image::make_error_code(image::errc::corrupt).message() == "image data are corrupt");
     CHECK(image::make_error_code(image::errc::unsupported).message() == "unsupported kind of image");
-    CHECK(image::make_error_code(image::errc::too_large).message() == "image is larger than the pixel limit");
+    CHECK(image::make_error_code(image::errc::too_large).message() == "image is larger than a decoding limit (pixels, metadata or scans)");
     CHECK(image::make_error_code(image::errc::zero_size).message() == "image is empty");
     CHECK(image::make_error_code(image::errc::bad_options).message() == "invalid image decode options");
     CHECK(image::make_error_code(image::errc::missing_field).message() == "sample has no such field or key");

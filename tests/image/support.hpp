@@ -50,15 +50,15 @@ inline std::vector<std::uint8_t> block_picture(std::uint32_t w, std::uint32_t h)
     return px;
 }
 
-/// `block_picture(w, h)` compressed by TurboJPEG.
-inline std::vector<std::byte> make_jpeg(std::uint32_t w, std::uint32_t h, int subsamp, int quality)
+/// `block_picture(w, h)` compressed by TurboJPEG (`flags`: e.g. TJFLAG_PROGRESSIVE).
+inline std::vector<std::byte> make_jpeg(std::uint32_t w, std::uint32_t h, int subsamp, int quality, int flags = 0)
 {
     const auto px = block_picture(w, h);
     tjhandle tj = tjInitCompress();
     REQUIRE(tj != nullptr);
     unsigned char* out = nullptr;
     unsigned long size = 0;
-    const int rc = tjCompress2(tj, px.data(), int(w), 0, int(h), TJPF_RGB, &out, &size, subsamp, quality, 0);
+    const int rc = tjCompress2(tj, px.data(), int(w), 0, int(h), TJPF_RGB, &out, &size, subsamp, quality, flags);
     tjDestroy(tj);
     REQUIRE(rc == 0);
     std::vector<std::byte> b(size);

@@ -31,7 +31,9 @@ enum class errc {
     /// or lossless JPEG, and the like.
     unsupported,
     /// The header claims more pixels than `decode_options::max_pixels` (a decompression
-    /// bomb guard: checked before any pixel memory is taken).
+    /// bomb guard: checked before any pixel memory is taken); or a PNG's metadata chunks
+    /// pass the decoder's limits (8 MiB a chunk, 16 MiB in all, 1,000 chunks); or a
+    /// progressive JPEG has more than 500 scans.
     too_large,
     /// The input is empty, or its header gives a width or a height of zero.
     zero_size,

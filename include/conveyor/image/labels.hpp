@@ -100,7 +100,9 @@ private:
 CONVEYOR_DECL std::shared_ptr<const label_map> parse_label_map(std::string_view text, std::string_view source = "label map");
 
 /** Reads a validation map file (see `label_map` and `parse_label_map`). A file that cannot
-    be read is a `conveyor::error` with the system's error code, naming the path. */
+    be read is a `conveyor::error` with the system's error code, naming the path; so is one
+    larger than `detail::default_max_index_bytes` (`std::errc::file_too_large`), refused
+    before it is read. */
 CONVEYOR_DECL std::shared_ptr<const label_map> load_label_map(const std::filesystem::path& path);
 
 /// Which entry of a label map an item takes (`label_map_options::by`).

@@ -19,7 +19,7 @@ public:
         case errc::truncated: return "image data are truncated";
         case errc::corrupt: return "image data are corrupt";
         case errc::unsupported: return "unsupported kind of image";
-        case errc::too_large: return "image is larger than the pixel limit";
+        case errc::too_large: return "image is larger than a decoding limit (pixels, metadata or scans)";
         case errc::zero_size: return "image is empty";
         case errc::bad_options: return "invalid image decode options";
         case errc::missing_field: return "sample has no such field or key";

@@ -4,6 +4,8 @@
 
 #include <conveyor/image/labels.hpp>
 
+#include <conveyor/core/detail/read_file.hpp>
+
 #include <conveyor/core/error.hpp>
 
 #include <boost/json/parse.hpp>
@@ -321,16 +323,10 @@ CONVEYOR_DECL std::shared_ptr<const label_map> parse_label_map(std::string_view 
 
 CONVEYOR_DECL std::shared_ptr<const label_map> load_label_map(const std::filesystem::path& path)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw conveyor::error(std::error_code(errno ? errno : ENOENT, std::system_category()),
-                              {.stage = "label map", .where = path.string(), .detail = "cannot open the label map file"});
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (in.bad())
-        throw conveyor::error(std::error_code(EIO, std::system_category()),
-                              {.stage = "label map", .where = path.string(), .detail = "cannot read the label map file"});
-    return parse_label_map(ss.str(), path.string());
+    const auto f = conveyor::detail::read_whole_file(path, conveyor::detail::default_max_index_bytes, "detail::default_max_index_bytes");
+    if (f.ec)
+        throw conveyor::error(f.ec, {.stage = "label map", .where = path.string(), .detail = "cannot read the label map file: " + f.why});
+    return parse_label_map(f.text, path.string());
 }
 
 } // namespace conveyor::image

@@ -40,7 +40,9 @@ CONVEYOR_DECL errc classify_tj(std::string_view msg) noexcept
     if (msg.find("Unsupported") != std::string_view::npos || msg.find("precision") != std::string_view::npos ||
         msg.find("not supported") != std::string_view::npos)
         return errc::unsupported;
-    if (msg.find("Maximum supported image dimension") != std::string_view::npos) return errc::too_large;
+    if (msg.find("Maximum supported image dimension") != std::string_view::npos ||
+        msg.find("Progressive JPEG image has more than") != std::string_view::npos)
+        return errc::too_large;
     return errc::corrupt;
 }
 

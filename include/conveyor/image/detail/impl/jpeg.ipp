@@ -69,7 +69,7 @@ inline void jpeg_decode_region(std::span<const std::uint8_t> jpeg, std::uint32_t
 {
     tjhandle tj = decompressor(ctx.key, ctx.origin);
     const std::uint32_t sw = scaled(w, f), sh = scaled(h, f);
-    const int flags = opts.strict ? TJFLAG_STOPONWARNING : 0;
+    const int flags = TJFLAG_LIMITSCANS | (opts.strict ? TJFLAG_STOPONWARNING : 0);
     const bool whole = crop.left == 0 && crop.top == 0 && crop.width == w && crop.height == h;
     if (whole && sw == p.out.width && sh == p.out.height) {
         if (tjDecompress2(tj, jpeg.data(), jpeg.size(), dst, int(sw), int(sw * p.channels), int(sh), tj_format(opts.format), flags) != 0)
@@ -126,7 +126,7 @@ CONVEYOR_DECL void jpeg_decode(std::span<const std::uint8_t> b, const plan& p, c
     t.options = TJXOPT_CROP;
     tj_buffer cut;
     tjhandle tx = transformer(ctx.key, ctx.origin);
-    if (tjTransform(tx, b.data(), b.size(), 1, &cut.data, &cut.size, &t, opts.strict ? TJFLAG_STOPONWARNING : 0) != 0)
+    if (tjTransform(tx, b.data(), b.size(), 1, &cut.data, &cut.size, &t, TJFLAG_LIMITSCANS | (opts.strict ? TJFLAG_STOPONWARNING : 0)) != 0)
         check_tj(tx, opts, ctx, "crop");
     const region inner{crop.left - ax, crop.top - ay, crop.width, crop.height};
     const auto f = pick_factor(crop.width, crop.height, p.out, fit && opts.dct_scaling);

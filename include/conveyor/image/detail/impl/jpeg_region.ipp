@@ -54,10 +54,27 @@ extern "C" inline void conveyor_jpeg_emit_message(j_common_ptr cinfo, int level)
 
 extern "C" inline void conveyor_jpeg_output_message(j_common_ptr) {}
 
+/// The most scans of a progressive JPEG that are decoded (TurboJPEG's TJFLAG_LIMITSCANS).
+inline constexpr int max_jpeg_scans = 500;
+
+/* A progressive JPEG may repeat scans without end, each one a pass over the whole image's
+   coefficients: past `max_jpeg_scans` it is refused, as TurboJPEG's TJFLAG_LIMITSCANS
+   does (with the same message). */
+extern "C" inline void conveyor_jpeg_progress(j_common_ptr cinfo)
+{
+    if (!cinfo->is_decompressor) return;
+    const auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+    if (d->input_scan_number <= max_jpeg_scans) return;
+    auto* e = reinterpret_cast<jpeg_errors*>(cinfo->err);
+    std::snprintf(e->message, sizeof e->message, "Progressive JPEG image has more than %d scans", max_jpeg_scans);
+    std::longjmp(e->jump, 1);
+}
+
 /// A libjpeg decompressor per thread, reused image after image (jpeg_abort_decompress).
 struct jpeg_state {
     jpeg_decompress_struct cinfo{};
     jpeg_errors err;
+    jpeg_progress_mgr progress{};
     bool ready = false;
     jpeg_state() = default;
     jpeg_state(const jpeg_state&) = delete;
@@ -76,8 +93,10 @@ inline jpeg_state& thread_jpeg()
         s.err.pub.error_exit = conveyor_jpeg_error_exit;
         s.err.pub.emit_message = conveyor_jpeg_emit_message;
         s.err.pub.output_message = conveyor_jpeg_output_message;
+        s.progress.progress_monitor = conveyor_jpeg_progress;
         if (setjmp(s.err.jump) != 0) throw std::bad_alloc(); // jpeg_create_decompress ran out of memory
         jpeg_create_decompress(&s.cinfo);
+        s.cinfo.progress = &s.progress;
         s.ready = true;
     }
     return s;

@@ -44,7 +44,10 @@ CONVEYOR_DECL void png_decode(std::span<const std::uint8_t> b, const plan& p, co
     };
     const auto w = p.hdr.info.width, h = p.hdr.info.height;
     check(spng_set_image_limits(c.get(), std::max<std::uint32_t>(w, 1), std::max<std::uint32_t>(h, 1)), "limits");
-    check(spng_set_chunk_limits(c.get(), std::size_t{64} << 20, std::size_t{64} << 20), "limits");
+    // Ancillary chunks (text, ICC profiles, EXIF) are a few kilobytes; a crafted one may
+    // declare or inflate to gigabytes. libpng's defaults: 8 MB a chunk; here 16 MiB for
+    // all that the decoder keeps. The image data (IDAT) is not held and not limited here.
+    check(spng_set_chunk_limits(c.get(), std::size_t{8} << 20, std::size_t{16} << 20), "limits");
     check(spng_set_png_buffer(c.get(), b.data(), b.size()), "input");
     const bool gray_direct = opts.format == pixel_format::gray && p.hdr.png_color_type == 0 && p.hdr.png_bit_depth <= 8;
     const int fmt = gray_direct ? SPNG_FMT_G8 : SPNG_FMT_RGB8;
