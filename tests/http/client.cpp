@@ -738,6 +738,93 @@ TEST_CASE("http client reports a body larger than body_into as body_too_large an
     CHECK(srv.accepts() == 2);
 }
 
+namespace {
+
+/// Writes `head`, then `block` over and over until the client goes away. (No co_await in a
+/// condition: GCC 12 miscompiles such coroutine frames.)
+asio::awaitable<bool> write_without_end(peer& p, std::string_view head, const std::string& block)
+{
+    bool open = co_await p.write(head);
+    while (open) open = co_await p.write(block);
+    co_return false;
+}
+
+} // namespace
+
+TEST_CASE("http client refuses a response header without end at 64 KiB, holding little memory")
+{
+    std::string block;
+    for (int i = 0; i < 64; ++i) block += "X-Filler-" + std::to_string(i) + ": " + std::string(1000, 'h') + "\r\n";
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>&, std::size_t) -> asio::awaitable<bool> {
+        co_return co_await write_without_end(p, "HTTP/1.1 200 OK\r\n", block);
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    std::error_code ec;
+    const auto grew = conveyor_test::resident_growth([&] { ec = send_on(rt, c, get("/")).first; });
+    CHECK(ec == cv::to_std_error(bhttp::error::header_limit));
+    CHECK_FALSE(ch::is_transient(ec));
+    conveyor_test::check_resident_growth(grew, 8u << 20, "endless header");
+}
+
+TEST_CASE("http client refuses a body over max_body: at once by its Content-Length, as it comes when chunked")
+{
+    std::string chunk_block;
+    for (int i = 0; i < 16; ++i) chunk_block += "1000\r\n" + std::string(0x1000, 'b') + "\r\n";
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/length") {
+            // A terabyte announced; what follows is never read.
+            co_return co_await write_without_end(p, "HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n", std::string(1 << 16, 'b'));
+        }
+        if (req.target() == "/small") co_return co_await p.write(reply(200, std::string(1000, 's')));
+        co_return co_await write_without_end(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", chunk_block);
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (const std::string target : {"/length", "/chunked"}) {
+        CAPTURE(target);
+        auto req = get(target);
+        req.max_body = 4u << 20;
+        std::error_code ec;
+        const auto grew = conveyor_test::resident_growth([&] { ec = send_on(rt, c, req).first; });
+        CHECK(ec == ch::errc::body_too_large);
+        CHECK_FALSE(ch::is_transient(ec));
+        // The body's buffer doubles as it grows: at most twice the limit, and the copy.
+        conveyor_test::check_resident_growth(grew, 24u << 20, target.c_str());
+    }
+    auto req = get("/small");
+    req.max_body = 1000; // a body of exactly the limit is taken
+    auto [ec, resp] = send_on(rt, c, req);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.body.size() == 1000);
+}
+
+TEST_CASE("http client holds an error reply's body up to 1 MiB, whatever max_body says")
+{
+    std::string chunk_block;
+    for (int i = 0; i < 16; ++i) chunk_block += "1000\r\n" + std::string(0x1000, 'e') + "\r\n";
+    const std::string near_limit(ch::detail::max_error_body_bytes, 'n');
+    test_server srv([&](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {
+        if (req.target() == "/length")
+            co_return co_await write_without_end(p, "HTTP/1.1 503 Slow Down\r\nContent-Length: 100000000000\r\n\r\n", std::string(1 << 16, 'e'));
+        if (req.target() == "/at-limit") co_return co_await p.write(reply(500, near_limit));
+        co_return co_await write_without_end(p, "HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n", chunk_block);
+    });
+    cv::runtime rt(two_lanes());
+    ch::client c(rt, srv.endpoint(), quick());
+    for (const std::string target : {"/length", "/chunked"}) {
+        CAPTURE(target);
+        std::error_code ec;
+        const auto grew = conveyor_test::resident_growth([&] { ec = send_on(rt, c, get(target)).first; });
+        CHECK(ec == ch::errc::body_too_large);
+        conveyor_test::check_resident_growth(grew, 8u << 20, target.c_str());
+    }
+    auto [ec, resp] = send_on(rt, c, get("/at-limit"));
+    REQUIRE_MESSAGE(!ec, ec.message());
+    CHECK(resp.status == 500);
+    CHECK(resp.body.size() == near_limit.size());
+}
+
 TEST_CASE("http client returns a 404 with its body as a response, not an error")
 {
     test_server srv([](peer& p, const bhttp::request<bhttp::string_body>& req, std::size_t) -> asio::awaitable<bool> {

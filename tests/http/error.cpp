@@ -30,7 +30,7 @@ TEST_CASE("http errc values have their own messages in the conveyor.http categor
         {ch::errc::idle_timeout, "timed out: no data moved for the idle timeout"},
         {ch::errc::total_timeout, "timed out: the request took longer than its total timeout"},
         {ch::errc::body_truncated, "the server closed the connection before the whole body arrived"},
-        {ch::errc::body_too_large, "the response body is larger than the destination buffer"},
+        {ch::errc::body_too_large, "the response body is larger than the request allows (its destination buffer or limit)"},
         {ch::errc::stale_connection, "the server closed the connection without responding"},
         {ch::errc::attempt_timeout, "timed out: the attempt took longer than its attempt timeout"},
         {ch::errc::error_status, "the server answered with an error status"},

@@ -405,6 +405,40 @@ TEST_CASE("s3 list_all stops at a continuation token the server sends again, nam
     CHECK(pages.load() == 2); // the first repeat ends it
 }
 
+TEST_CASE("a listing page of millions of keys is refused at 16 MiB, naming the request; so is an error reply without end")
+{
+    // A page of S3's is at most 1,000 keys: this one streams <Contents> without end.
+    std::string keys;
+    for (int i = 0; i < 1000; ++i) keys += "<Contents><Key>photos/" + std::to_string(i) + ".jpg</Key><Size>1</Size></Contents>";
+    char size_line[32];
+    std::snprintf(size_line, sizeof size_line, "%zx\r\n", keys.size());
+    const std::string chunk = size_line + keys + "\r\n";
+    test_server srv([&](peer& p, const http_request& req, std::size_t) -> asio::awaitable<bool> {
+        const bool error_reply = query_param(req.target(), "prefix") == "error%2F";
+        const std::string head = error_reply ? "HTTP/1.1 500 Internal Error\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                             : "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                               "12\r\n<ListBucketResult>\r\n";
+        bool open = co_await p.write(head); // (no co_await in a condition: GCC 12 miscompiles it)
+        while (open) open = co_await p.write(chunk);
+        co_return false;
+    });
+    cv::runtime rt(two_lanes());
+    s3::client c(rt, path_style_config(srv.endpoint()), fast_retries());
+    for (const std::string prefix : {"photos/", "error/"}) {
+        CAPTURE(prefix);
+        std::optional<s3::request_error> e;
+        const auto grew = conveyor_test::resident_growth([&] { e = error_of([&] { c.run(c.async_list_all("pictures", prefix)); }); });
+        REQUIRE(e);
+        CHECK(e->code() == ch::errc::body_too_large);
+        const std::string what = e->what();
+        MESSAGE(what);
+        CHECK(contains(what, "ListObjectsV2"));
+        CHECK(contains(what, prefix == "photos/" ? "held up to 16777216 bytes" : "an error reply up to 1048576 bytes"));
+        // The body's buffer doubles up to past the limit (32 MiB) and is copied once.
+        conveyor_test::check_resident_growth(grew, 64u << 20, "listing reply without end, prefix " + prefix);
+    }
+}
+
 TEST_CASE("s3 listings that go round in circles are errors; empty pages with new tokens are followed")
 {
     std::atomic<int> cycle_pages{0};

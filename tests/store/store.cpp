@@ -3,6 +3,11 @@
 // the web store's refusals, and one shard list given as file:// URLs and as plain paths.
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/location.hpp>
+#include <conveyor/file/index.hpp>
+#include <conveyor/image/labels.hpp>
+#include <conveyor/s3/source.hpp>
+#include <conveyor/shard/index.hpp>
+#include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/writer.hpp>
 #include <conveyor/store/file.hpp>
@@ -121,6 +126,54 @@ TEST_CASE("the file store reads whole, by range and in chunks, lists a folder an
         ec = e.code();
     }
     CHECK(ec == std::errc::no_such_file_or_directory);
+}
+
+TEST_CASE("index, listing and label map readers refuse a file of gigabytes before reading it")
+{
+    temp_dir d;
+    const fs::path big = d.path / "huge.json";
+    std::ofstream(big) << "[";
+    fs::resize_file(big, std::uint64_t{4} << 30); // sparse: 4 GiB that take no disk
+    auto refused = [&](const std::string& what, auto&& read, const std::string& setting, const fs::path& file,
+                       std::uint64_t bound = 4u << 20) {
+        std::error_code ec;
+        std::string message;
+        const auto grew = conveyor_test::resident_growth([&] {
+            try {
+                read();
+            } catch (const cv::error& e) {
+                ec = e.code();
+                message = e.what();
+            }
+        });
+        CAPTURE(what);
+        CAPTURE(message);
+        CHECK(ec == std::errc::file_too_large);
+        CHECK(message.find(file.string()) != std::string::npos);
+        CHECK(message.find(setting) != std::string::npos);
+        conveyor_test::check_resident_growth(grew, bound, what);
+    };
+    refused("file index", [&] { (void)cv::file::read_index(big, d.path); }, "walk_options::max_index_bytes", big);
+    refused("classes file", [&] { (void)cv::file::read_classes(big); }, "default_max_index_bytes", big);
+    refused("dataset index", [&] { (void)cv::shard::read_index(big); }, "max_bytes", big);
+    refused("dataset index through its store", [&] { (void)cv::shard::load_index(big.string()); }, "list_options::max_index_bytes", big);
+    refused("shard list naming an index", [&] { (void)cv::shard::resolve(big.string()); }, "list_options::max_index_bytes", big);
+    refused("S3 index in a local file", [&] { (void)cv::s3::read_index("bucket", big.string()); }, "max_bytes", big);
+    refused("label map", [&] { (void)cv::image::load_label_map(big); }, "default_max_index_bytes", big);
+    // A device that never ends is read up to the limit, then refused.
+    refused("an index that never ends (/dev/zero)",
+            [&] { (void)cv::file::read_index("/dev/zero", d.path, {.max_index_bytes = 1u << 20}); }, "walk_options::max_index_bytes",
+            "/dev/zero", 8u << 20); // what came, in a buffer that doubles
+    // The limit as set: a file of exactly the limit is read, one byte more is not.
+    const fs::path small = d.path / "small.json";
+    std::ofstream(small) << R"(["a.jpg", "b.jpg"])";
+    const auto size = fs::file_size(small);
+    CHECK(cv::file::read_index(small, d.path, {.max_index_bytes = size}).entries.size() == 2);
+    refused("file index one byte over its limit", [&] { (void)cv::file::read_index(small, d.path, {.max_index_bytes = size - 1}); },
+            "walk_options::max_index_bytes", small);
+    refused("the store's read_small", [&] { (void)cv::store::file_store().read_small(cv::location(small.string()), size - 1, "a test's limit"); },
+            "a test's limit", small);
+    CHECK(cv::store::file_store().read_small(cv::location(small.string()), size, "a test's limit").size() == size);
 }
 
 TEST_CASE("the web store lists nothing and writes nothing, and says so naming the URL")

@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -269,6 +270,66 @@ private:
     std::string why_;
     bool mounted_ = false;
 };
+
+/** Resident memory, as the kernel counts it for this process (`/proc/self/status`). */
+struct resident_memory {
+    std::uint64_t now = 0;  ///< VmRSS, bytes
+    std::uint64_t peak = 0; ///< VmHWM (the high-water mark), bytes
+};
+
+inline resident_memory read_resident_memory()
+{
+    resident_memory m;
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return m;
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long long kb = 0;
+        if (std::sscanf(line, "VmRSS: %llu kB", &kb) == 1) m.now = kb << 10;
+        if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) m.peak = kb << 10;
+    }
+    std::fclose(f);
+    return m;
+}
+
+/** How far this process's resident memory rose above its level at the start while `f`
+    ran, in bytes: the kernel's high-water mark (VmHWM) is reset first (writing "5" to
+    `/proc/self/clear_refs`), so that cases can be measured one after another. Empty where
+    the kernel refuses the reset: the caller then says that the bound went unchecked.
+    Everything the process does meanwhile counts (other threads, a test server's
+    buffers), so a bound measured this way is an upper bound of what `f` took. */
+template <class F>
+std::optional<std::uint64_t> resident_growth(F&& f)
+{
+    std::FILE* clear = std::fopen("/proc/self/clear_refs", "w");
+    const bool reset = clear && std::fputs("5", clear) >= 0 && std::fflush(clear) == 0;
+    if (clear) std::fclose(clear);
+    const resident_memory before = read_resident_memory();
+    std::forward<F>(f)();
+    const resident_memory after = read_resident_memory();
+    if (!reset || before.now == 0) return std::nullopt;
+    return after.peak > before.now ? after.peak - before.now : 0;
+}
+
+/// `bytes` in MiB with one decimal, for messages.
+inline std::string mib(std::uint64_t bytes)
+{
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return s;
+}
+
+/// Checks that `grew` (from `resident_growth`) stayed under `bound` bytes and says by how
+/// much it grew, or says that it could not be measured.
+inline void check_resident_growth(const std::optional<std::uint64_t>& grew, std::uint64_t bound, const std::string& what)
+{
+    if (!grew) {
+        MESSAGE(what << ": peak resident memory not measured (/proc/self/clear_refs refused)");
+        return;
+    }
+    MESSAGE(what << ": peak resident memory grew by " << mib(*grew) << " (bound " << mib(bound) << ")");
+    CHECK_MESSAGE(*grew < bound, what << ": peak resident memory grew by " << mib(*grew) << ", over " << mib(bound));
+}
 
 } // namespace conveyor_test
 

@@ -4,6 +4,7 @@
 
 #include <conveyor/detail/config.hpp>
 
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/file/error.hpp>
 
@@ -53,6 +54,9 @@ struct walk_options {
     bool labels = false;
     /// Ids from a classes file (see `read_classes`) instead of sorted order.
     std::vector<class_info> classes;
+    /// `read_index`: the largest index file read (parsed, it takes a few times its size in
+    /// memory); a larger one is refused before it is read.
+    std::uint64_t max_index_bytes = conveyor::detail::default_max_index_bytes;
 };
 
 /** True when `extensions` is empty, or when the extension of `path`'s file name (from its
@@ -89,7 +93,8 @@ CONVEYOR_DECL listing read_index(const std::filesystem::path& index_file, const 
 /// Writes `l`'s paths as an index file (a JSON array of strings), atomically.
 CONVEYOR_DECL void write_index(const listing& l, const std::filesystem::path& index_file);
 
-/// Reads a classes file: `{"n01440764": {"id": 0, "name": "tench"}, ...}`.
+/// Reads a classes file: `{"n01440764": {"id": 0, "name": "tench"}, ...}`, of at most
+/// `detail::default_max_index_bytes`.
 CONVEYOR_DECL std::vector<class_info> read_classes(const std::filesystem::path& classes_file);
 
 /// Writes `l`'s classes as a classes file; `names` may give human names by directory.

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -64,6 +65,12 @@ public:
     virtual void commit(std::size_t n) = 0;
 };
 
+namespace detail {
+/// The most body bytes of a reply whose status is not 2xx that are held: error bodies
+/// are short documents (S3's are under a kilobyte); a larger one is `body_too_large`.
+inline constexpr std::uint64_t max_error_body_bytes = std::uint64_t{1} << 20;
+} // namespace detail
+
 /** One HTTP request. The client reads its fields only while `async_send` runs: they must stay
     valid until its awaitable completes. */
 struct request {
@@ -81,6 +88,12 @@ struct request {
     /// (e.g. to reassemble ranged parts of an object in place); a larger body fails with
     /// `errc::body_too_large`.
     std::span<std::byte> body_into;
+    /// The largest response body held whole in a pooled buffer (not `body_into`, whose size
+    /// is its limit, nor a body streamed to `body_to`): a larger one fails with
+    /// `errc::body_too_large`, at once when its Content-Length says so, else before much
+    /// more than this is held. Unlimited by default. Whatever it says, the body of a reply
+    /// whose status is not 2xx is held up to `detail::max_error_body_bytes` (1 MiB).
+    std::uint64_t max_body = std::numeric_limits<std::uint64_t>::max();
     /// If set, a 2xx response's body is handed to this sink as it arrives (see
     /// `body_sink`) instead of being held whole: `response::body` stays empty and
     /// `response::body_size` counts the bytes delivered. A failure mid-body (reset,

@@ -30,7 +30,8 @@ enum class errc {
     /// The server closed the connection before sending the whole body (fewer bytes than
     /// its Content-Length, or an unfinished chunked body).
     body_truncated,
-    /// The body does not fit in the caller's `request::body_into`.
+    /// The body does not fit in the caller's `request::body_into`, or is larger than
+    /// `request::max_body` (or than an error reply's limit).
     body_too_large,
     /// The server closed the connection without sending any byte of a response.
     stale_connection,

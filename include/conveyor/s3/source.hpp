@@ -3,6 +3,7 @@
 #define CONVEYOR_S3_SOURCE_HPP
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -119,12 +120,16 @@ CONVEYOR_DECL object_list list_url(const client& c, std::string_view url, const 
 CONVEYOR_DECL void assign_labels(object_list& l, std::string_view prefix, const std::vector<file::class_info>& classes = {});
 
 /** Reads an index — a JSON array of object keys relative to the bucket, as the seeds keep
-    it — from a local file. `prefix` is put before every key. */
-CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path, std::string_view prefix = {});
+    it — from a local file. `prefix` is put before every key. A file of more than
+    `max_bytes` is refused before it is read (`std::errc::file_too_large`). */
+CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path, std::string_view prefix = {},
+                                     std::uint64_t max_bytes = conveyor::detail::default_max_index_bytes);
 
 /** Reads an index kept in the bucket itself (`s3://bucket/path/index.json`): the keys in
-    it are relative to the same bucket, with `prefix` put before each. Blocks. */
-CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix = {});
+    it are relative to the same bucket, with `prefix` put before each. Blocks. An object of
+    more than `max_bytes` (its size from a HeadObject) is refused before it is fetched. */
+CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix = {},
+                                     std::uint64_t max_bytes = conveyor::detail::default_max_index_bytes);
 
 /** Writes `l`'s keys as an index file — a JSON array of object keys relative to the
     bucket, what `read_index` reads back — to `destination`: an `s3://bucket/key` URL

@@ -34,6 +34,8 @@ struct dataset_options {
     /// Shards kept open at once (each read opens its shard when it is not): a local one
     /// holds its file open; a remote one is its name and client.
     std::size_t max_open_files = 256;
+    /// The largest index read (see `load_index`).
+    std::uint64_t max_index_bytes = conveyor::detail::default_max_index_bytes;
 };
 
 /** Map-style random access to the samples of a sharded dataset, through the index the shard

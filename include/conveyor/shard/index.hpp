@@ -16,6 +16,7 @@
 #ifndef CONVEYOR_SHARD_INDEX_HPP
 #define CONVEYOR_SHARD_INDEX_HPP
 
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/detail/config.hpp>
 
 #include <cstdint>
@@ -72,7 +73,9 @@ struct dataset_index {
 CONVEYOR_DECL dataset_index parse_index(std::string_view json, std::string base);
 
 /// Reads and parses the dataset index in `path` (see `parse_index`); errors name `path`.
-CONVEYOR_DECL dataset_index read_index(const std::filesystem::path& path);
+/// A file of more than `max_bytes` is refused before it is read (`std::errc::file_too_large`).
+CONVEYOR_DECL dataset_index read_index(const std::filesystem::path& path,
+                                       std::uint64_t max_bytes = conveyor::detail::default_max_index_bytes);
 
 /// The JSON form of `index` (one line per shard, so that a large index stays diffable).
 CONVEYOR_DECL std::string to_json(const dataset_index& index);

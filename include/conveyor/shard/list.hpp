@@ -3,6 +3,7 @@
 #ifndef CONVEYOR_SHARD_LIST_HPP
 #define CONVEYOR_SHARD_LIST_HPP
 
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/shard/index.hpp>
 
@@ -52,8 +53,11 @@ CONVEYOR_DECL bool compressed_by_name(std::string_view url) noexcept;
 /** The dataset index at `url`: any location a store reads (a local path, `file://…`,
     `s3://bucket/key` read with `s3`, `http(s)://…`). Shard URLs are kept as stored (see
     `detail::beside`). Blocking. Throws `conveyor::error` naming the index when it cannot be
-    read or parsed, or when it is on S3 and no client was given. */
-CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3 = nullptr);
+    read or parsed, when it is on S3 and no client was given, or when it has more than
+    `max_bytes` (`std::errc::file_too_large`, refused before it is read where its size is
+    known first: a local file, an S3 object). */
+CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3 = nullptr,
+                                       std::uint64_t max_bytes = conveyor::detail::default_max_index_bytes);
 
 /// Settings for resolving shard lists.
 struct list_options {
@@ -62,6 +66,8 @@ struct list_options {
     const s3::client* s3 = nullptr;
     /// Names of a prefix listing (S3 keys, files under a folder) that count as shards.
     std::vector<std::string> suffixes{".tar", ".tar.gz", ".tgz"};
+    /// The largest dataset index read (see `load_index`).
+    std::uint64_t max_index_bytes = conveyor::detail::default_max_index_bytes;
 };
 
 /** The shards named by `specs`, in order. Each spec is one of:

@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace conveyor::store {
@@ -169,6 +170,18 @@ public:
     /// Reads the whole object at `where`, blocking the calling thread (which must not be
     /// one of the runtime's I/O threads). By default `async_read` run on the runtime.
     CONVEYOR_DECL virtual slice read(const location& where) const;
+
+    /** Reads the whole of a small object at `where` (an index, a listing, a label map),
+        blocking as `read` does, and refuses one of more than `max_bytes` with a
+        `conveyor::error` (`std::errc::file_too_large`) whose detail names `limit_name`, the
+        setting that raises the limit: a local file before any of it is read, a remote
+        object before its bytes are fetched where the store tells its size first
+        (`async_version`: S3's HeadObject), otherwise once it has come. */
+    CONVEYOR_DECL slice read_small(const location& where, std::uint64_t max_bytes, std::string_view limit_name) const;
+
+private:
+    CONVEYOR_DECL slice run_blocking(const location& where, asio::awaitable<slice> a) const;
+    CONVEYOR_DECL asio::awaitable<slice> async_read_small(location where, std::uint64_t max_bytes, std::string limit_name) const;
 };
 
 } // namespace conveyor::store

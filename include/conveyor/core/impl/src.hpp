@@ -17,6 +17,7 @@
 #include <conveyor/core/impl/runtime.ipp>
 #include <conveyor/core/impl/slice.ipp>
 #include <conveyor/core/impl/source.ipp>
+#include <conveyor/core/detail/impl/read_file.ipp>
 #include <conveyor/core/detail/impl/replace_file.ipp>
 
 #endif

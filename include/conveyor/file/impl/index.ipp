@@ -5,6 +5,7 @@
 #include <conveyor/file/index.hpp>
 
 #include <conveyor/core/detail/ascii.hpp>
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/detail/replace_file.hpp>
 
 #include <conveyor/core/error.hpp>
@@ -166,18 +167,15 @@ CONVEYOR_DECL listing from_paths(const std::vector<std::string>& paths)
 }
 
 namespace detail {
-CONVEYOR_DECL boost::json::value parse_json_file(const std::filesystem::path& file, const char* what)
+CONVEYOR_DECL boost::json::value parse_json_file(const std::filesystem::path& file, const char* what, std::uint64_t limit,
+                                                std::string_view limit_name)
 {
-    std::error_code dir_ec;
-    if (std::filesystem::is_directory(file, dir_ec))
+    const auto f = conveyor::detail::read_whole_file(file, limit, limit_name);
+    if (f.ec == std::errc::is_a_directory)
         throw_file_error(make_error_code(errc::not_a_regular_file), file.string(), std::string(what) + " is a directory");
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw_file_error(std::error_code(errno ? errno : ENOENT, std::system_category()), file.string(),
-                              std::string("cannot open ") + what);
-    std::ostringstream text;
-    text << in.rdbuf();
+    if (f.ec) throw_file_error(f.ec, file.string(), std::string("cannot read the ") + what + ": " + f.why);
     boost::system::error_code jec;
-    boost::json::value v = boost::json::parse(text.str(), jec);
+    boost::json::value v = boost::json::parse(f.text, jec);
     if (jec) throw_file_error(make_error_code(errc::invalid_json), file.string(), std::string(what) + ": " + jec.message());
     return v;
 }
@@ -191,7 +189,7 @@ CONVEYOR_DECL void write_text_file(const std::filesystem::path& file, const std:
 CONVEYOR_DECL listing read_index(const std::filesystem::path& index_file, const std::filesystem::path& root,
                                  const walk_options& o)
 {
-    const boost::json::value v = detail::parse_json_file(index_file, "index");
+    const boost::json::value v = detail::parse_json_file(index_file, "index", o.max_index_bytes, "walk_options::max_index_bytes");
     if (!v.is_array()) detail::throw_file_error(make_error_code(errc::index_not_array), index_file.string());
     const auto& arr = v.get_array();
     listing l;
@@ -235,7 +233,7 @@ CONVEYOR_DECL void write_index(const listing& l, const std::filesystem::path& in
 
 CONVEYOR_DECL std::vector<class_info> read_classes(const std::filesystem::path& classes_file)
 {
-    const boost::json::value v = detail::parse_json_file(classes_file, "classes file");
+    const boost::json::value v = detail::parse_json_file(classes_file, "classes file", conveyor::detail::default_max_index_bytes, "detail::default_max_index_bytes");
     if (!v.is_object()) detail::throw_file_error(make_error_code(errc::classes_file_invalid), classes_file.string(), "not a JSON object");
     std::vector<class_info> out;
     for (const auto& [key, val] : v.get_object()) {

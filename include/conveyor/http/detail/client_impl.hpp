@@ -168,6 +168,8 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
         co_return std::error_code{};
     }
     const bool into = !req.body_into.empty();
+    // What may be held of a body in a pooled buffer: an error reply's is short.
+    const std::uint64_t limit = status_now >= 200 && status_now < 300 ? req.max_body : std::min(req.max_body, detail::max_error_body_bytes);
     if (p.is_done()) {
         // No body: HEAD, 1xx, 204, 304, or Content-Length: 0.
     } else if (const auto length = p.content_length(); length && !p.chunked()) {
@@ -179,7 +181,7 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
             if (len > req.body_into.size()) co_return make_error_code(errc::body_too_large);
             dst = req.body_into.data();
         } else {
-            if (len > std::numeric_limits<std::size_t>::max()) co_return make_error_code(errc::body_too_large);
+            if (len > limit || len > std::numeric_limits<std::size_t>::max()) co_return make_error_code(errc::body_too_large);
             resp.body = rt_->buffers().acquire(static_cast<std::size_t>(len));
             dst = resp.body.data();
         }
@@ -233,6 +235,7 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
             c.expire_at(at, ph);
             auto [ec, n] = co_await bhttp::async_read_some(s, c.buf, p, detail::no_throw);
             received += room - b.size;
+            if (!into && received > limit) co_return make_error_code(errc::body_too_large);
             if (ec == bhttp::error::need_buffer) {
                 if (room == 0) co_return make_error_code(errc::body_too_large);
                 continue;

@@ -26,7 +26,7 @@ public:
         case errc::idle_timeout: return "timed out: no data moved for the idle timeout";
         case errc::total_timeout: return "timed out: the request took longer than its total timeout";
         case errc::body_truncated: return "the server closed the connection before the whole body arrived";
-        case errc::body_too_large: return "the response body is larger than the destination buffer";
+        case errc::body_too_large: return "the response body is larger than the request allows (its destination buffer or limit)";
         case errc::stale_connection: return "the server closed the connection without responding";
         case errc::attempt_timeout: return "timed out: the attempt took longer than its attempt timeout";
         case errc::error_status: return "the server answered with an error status";

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <memory>
@@ -89,7 +90,13 @@ struct op {
     std::string payload_hash;                   // empty: UNSIGNED-PAYLOAD
     std::span<std::byte> body_into;
     body_stream* stream = nullptr;              // a 2xx body goes here, as it arrives
+    std::uint64_t max_body = std::numeric_limits<std::uint64_t>::max(); // http::request::max_body
 };
+
+/// The largest reply body of a request that S3 answers with a document (a listing page of
+/// up to 1,000 keys of up to 1,024 bytes each, a multipart upload's XML): ten times the
+/// largest S3 sends, so that a server that sends without end is refused, not held.
+inline constexpr std::uint64_t max_document_bytes = std::uint64_t{16} << 20;
 
 struct client_state;
 

@@ -9,6 +9,7 @@
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/detail/ascii.hpp>
+#include <conveyor/core/detail/read_file.hpp>
 
 #include <boost/json/kind.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -92,28 +93,20 @@ CONVEYOR_DECL std::string expand_home(std::string p)
     return p;
 }
 
+/// The largest AWS configuration or credentials file read (they hold a few profiles).
+inline constexpr std::uint64_t max_config_file_bytes = std::uint64_t{16} << 20;
+
 /** Reads the whole of `path` into `out`. False when it does not exist; throws when it
-    exists but cannot be read (a directory, no permission). `what` names it in errors. */
+    exists but cannot be read (a directory, no permission, more than
+    `max_config_file_bytes`). `what` names it in errors. */
 CONVEYOR_DECL bool read_text_file(const std::string& path, std::string& out, const char* what)
 {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const auto st = fs::status(path, ec);
-    if (st.type() == fs::file_type::not_found) return false;
-    if (ec) throw_config_error(ec, path, std::string("cannot read the ") + what);
-    if (fs::is_directory(st))
-        throw_config_error(std::make_error_code(std::errc::is_a_directory), path,
-                           std::string("the ") + what + " is a directory");
-    errno = 0;
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw_config_error(std::error_code(errno ? errno : EIO, std::system_category()), path,
-                           std::string("cannot open the ") + what);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad())
-        throw_config_error(std::error_code(EIO, std::system_category()), path, std::string("cannot read the ") + what);
-    out = std::move(text).str();
+    auto f = conveyor::detail::read_whole_file(path, max_config_file_bytes, "conveyor's limit for AWS configuration files");
+    if (f.ec == std::errc::no_such_file_or_directory || f.ec == std::errc::not_a_directory) return false;
+    if (f.ec == std::errc::is_a_directory)
+        throw_config_error(f.ec, path, std::string("the ") + what + " is a directory");
+    if (f.ec) throw_config_error(f.ec, path, std::string("cannot read the ") + what + ": " + f.why);
+    out = std::move(f.text);
     return true;
 }
 

@@ -147,6 +147,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         for (const auto& [name, v] : o.named_headers) req.headers.set(name, v);
         req.body = o.body;
         req.body_into = o.body_into;
+        req.max_body = o.max_body;
         if (o.stream) {
             o.stream->before_attempt(req.headers);
             req.body_to = o.stream;
@@ -213,6 +214,12 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
             code = ec;
             const std::string timeout = http::timeout_name(ec, limits);
             detail = timeout.empty() ? ec.message() : timeout;
+            if (ec == http::errc::body_too_large && o.body_into.empty()) {
+                detail += " (";
+                if (o.max_body != std::numeric_limits<std::uint64_t>::max())
+                    detail += "a " + std::string(o.name) + " reply is held up to " + std::to_string(o.max_body) + " bytes, ";
+                detail += "an error reply up to " + std::to_string(http::detail::max_error_body_bytes) + " bytes)";
+            }
             // The call's own deadline passed: no attempt is left. Other timeouts have
             // their own, smaller budget of attempts.
             if (!timeout.empty()) timeouts.fetch_add(1, std::memory_order_relaxed);

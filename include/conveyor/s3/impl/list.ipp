@@ -21,6 +21,7 @@ CONVEYOR_DECL asio::awaitable<list_page> client_state::list(std::string_view buc
     if (!lo.continuation_token.empty()) q += "&continuation-token=" + encode_query(lo.continuation_token);
     if (!lo.start_after.empty()) q += "&start-after=" + encode_query(lo.start_after);
     o.query = std::move(q);
+    o.max_body = max_document_bytes;
     auto resp = co_await execute(o);
     try {
         co_return parse_list_page(resp.body.view());

@@ -66,6 +66,7 @@ struct multipart_state {
 inline asio::awaitable<void> multipart_state::create(std::shared_ptr<multipart_state> st)
 {
     op o{.method = boost::beast::http::verb::post, .name = "CreateMultipartUpload", .bucket = st->bucket, .key = st->key, .query = "uploads="};
+    o.max_body = max_document_bytes;
     if (!st->content_type.empty()) o.headers.emplace_back(boost::beast::http::field::content_type, st->content_type);
     if (const auto a = st->s->opts.checksums.upload) {
         // The parts' CRCs combine into the whole object's: a full-object checksum.
@@ -170,6 +171,7 @@ inline asio::awaitable<put_result> multipart_state::complete(std::shared_ptr<mul
     const std::string body = complete_multipart_body(st->etags, a ? checksum_name(*a) : std::string_view{}, part_checksums);
     op o{.method = boost::beast::http::verb::post, .name = "CompleteMultipartUpload", .bucket = st->bucket, .key = st->key,
          .query = "uploadId=" + encode_query(st->upload_id)};
+    o.max_body = max_document_bytes;
     if (whole) {
         o.named_headers.emplace_back("x-amz-checksum-" + std::string(checksum_header_suffix(*a)), whole->base64());
         o.named_headers.emplace_back("x-amz-checksum-type", "FULL_OBJECT");

@@ -5,6 +5,7 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/http/client.hpp>
 #include <conveyor/core/detail/offload.hpp>
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/s3/config.hpp> // encode_query: STS's form bodies are percent-encoded as S3's query values
 #include <conveyor/s3/error.hpp>
@@ -96,6 +97,8 @@ inline asio::awaitable<std::pair<std::error_code, http::response>> credentials_r
     co.timeouts.attempt = timeout;
     co.user_agent = "conveyor";
     http::client c(rt, ep, co);
+    // Credentials, a token, a role name or STS's XML: a few kilobytes.
+    req.max_body = std::uint64_t{1} << 20;
     std::pair<std::error_code, http::response> last;
     for (unsigned a = 1; a <= std::max(1u, attempts); ++a) {
         last = co_await c.async_send(req);
@@ -156,9 +159,10 @@ inline std::string status_text(const http::response& r)
 
 inline std::string read_token_file(const std::string& provider, const std::string& path, const char* what)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw_credentials(provider, std::string(what) + " " + path + " cannot be read", std::make_error_code(std::errc::no_such_file_or_directory));
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A token is a few kilobytes (a JWT, an authorization header's value).
+    auto f = conveyor::detail::read_whole_file(path, std::uint64_t{1} << 20, "conveyor's limit for token files");
+    if (f.ec) throw_credentials(provider, std::string(what) + " " + path + " cannot be read: " + f.why, f.ec);
+    std::string s = std::move(f.text);
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(s.begin());
     if (s.empty()) throw_credentials(provider, std::string(what) + " " + path + " is empty");

@@ -6,6 +6,7 @@
 #include <conveyor/s3/source.hpp>
 
 #include <conveyor/core/detail/ascii.hpp>
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/detail/run_all.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/location.hpp>
@@ -252,21 +253,26 @@ CONVEYOR_DECL void assign_labels(object_list& l, std::string_view prefix, const 
     l.classes = std::move(names);
 }
 
-CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path, std::string_view prefix)
+CONVEYOR_DECL object_list read_index(std::string bucket, const std::string& path, std::string_view prefix, std::uint64_t max_bytes)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw conveyor::error(std::error_code(errno ? errno : ENOENT, std::system_category()),
-                              {.stage = "s3 listing", .where = path, .detail = "cannot open the index file"});
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return detail::prefixed(std::move(bucket), detail::parse_index_json(ss.str(), path), prefix);
+    const auto f = conveyor::detail::read_whole_file(path, max_bytes, "read_index's max_bytes");
+    if (f.ec) throw conveyor::error(f.ec, {.stage = "s3 listing", .where = path, .detail = "cannot read the index file: " + f.why});
+    return detail::prefixed(std::move(bucket), detail::parse_index_json(f.text, path), prefix);
 }
 
-CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix)
+CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url, std::string_view prefix, std::uint64_t max_bytes)
 {
     const location u(index_url, location_kind::s3);
-    buffer b = c.run(c.async_get(u.bucket(), u.key()));
+    auto refuse = [&](std::uint64_t size) {
+        throw conveyor::error(std::make_error_code(std::errc::file_too_large),
+                              {.stage = "s3 listing", .where = std::string(index_url),
+                               .detail = "the index has " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
+                                         " allowed (read_index's max_bytes)"});
+    };
+    const object_info info = c.run(c.async_head(u.bucket(), u.key()));
+    if (info.size >= 0 && static_cast<std::uint64_t>(info.size) > max_bytes) refuse(static_cast<std::uint64_t>(info.size));
+    buffer b = c.run(c.async_get(u.bucket(), u.key(), info.size));
+    if (b.size() > max_bytes) refuse(b.size()); // replaced by a larger one since the HeadObject
     return detail::prefixed(u.bucket(), detail::parse_index_json(b.view(), index_url), prefix);
 }
 

@@ -129,7 +129,7 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
 CONVEYOR_DECL dataset dataset::open(const std::string& index_url, runtime& rt, dataset_options o)
 {
     const std::string url = location(index_url).url();
-    auto index = load_index(url, o.s3 ? &*o.s3 : nullptr);
+    auto index = load_index(url, o.s3 ? &*o.s3 : nullptr, o.max_index_bytes);
     return dataset(std::move(index), detail::folder_of(url), rt, std::move(o));
 }
 

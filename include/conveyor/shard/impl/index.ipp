@@ -5,6 +5,7 @@
 
 #include <conveyor/shard/index.hpp>
 
+#include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/detail/replace_file.hpp>
 #include <conveyor/core/error.hpp>
 
@@ -191,18 +192,13 @@ CONVEYOR_DECL dataset_index parse_index(std::string_view json, std::string base)
     return out;
 }
 
-CONVEYOR_DECL dataset_index read_index(const std::filesystem::path& path)
+CONVEYOR_DECL dataset_index read_index(const std::filesystem::path& path, std::uint64_t max_bytes)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw conveyor::error(std::error_code(errno ? errno : ENOENT, std::system_category()),
-                              {.stage = "shard index", .key = "", .where = path.string(), .offset = -1, .detail = "cannot open the index"});
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad())
-        throw conveyor::error(std::make_error_code(std::errc::io_error),
-                              {.stage = "shard index", .key = "", .where = path.string(), .offset = -1, .detail = "cannot read the index"});
-    return parse_index(ss.str(), path.string());
+    const auto f = conveyor::detail::read_whole_file(path, max_bytes, "read_index's max_bytes");
+    if (f.ec)
+        throw conveyor::error(f.ec, {.stage = "shard index", .key = "", .where = path.string(), .offset = -1,
+                                     .detail = "cannot read the index: " + f.why});
+    return parse_index(f.text, path.string());
 }
 
 CONVEYOR_DECL std::string to_json(const dataset_index& index)

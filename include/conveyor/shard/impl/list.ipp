@@ -182,13 +182,13 @@ CONVEYOR_DECL bool detail::compressed_by_name(std::string_view url) noexcept
     return url.ends_with(".gz") || url.ends_with(".tgz");
 }
 
-CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3)
+CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3, std::uint64_t max_bytes)
 {
     const location where(url);
     store::store_options so;
     if (s3) so.s3 = *s3;
     so.s3_setting = "list_options::s3, dataset_options::s3";
-    const slice text = store::open_store(where, so)->read(where);
+    const slice text = store::open_store(where, so)->read_small(where, max_bytes, "list_options::max_index_bytes, dataset_options::max_index_bytes");
     return parse_index(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), url);
 }
 
@@ -221,7 +221,7 @@ CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& spe
             if (spec.empty()) detail::bad_spec(whole, "an empty shard list");
             if (spec.ends_with(".json")) {
                 const std::string url = location(spec).url();
-                const auto index = load_index(url, o.s3);
+                const auto index = load_index(url, o.s3, o.max_index_bytes);
                 const std::string base = detail::folder_of(url);
                 for (const auto& s : index.shards) {
                     shard_ref r;

@@ -146,13 +146,7 @@ CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> file_store::
 
 CONVEYOR_DECL slice file_store::read(const location& where) const
 {
-    std::ifstream in(where.path(), std::ios::binary);
-    if (!in)
-        detail::file_error(std::error_code(errno ? errno : ENOENT, std::system_category()), where.printable(), "cannot open the file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) detail::file_error(std::make_error_code(std::errc::io_error), where.printable(), "cannot read the file");
-    return slice(buffer::copy_of(std::move(text).str()));
+    return read_small(where, UINT64_MAX, "");
 }
 
 CONVEYOR_DECL std::unique_ptr<chunk_reader> file_store::read_chunks(const location& where, const chunk_options& o) const
