@@ -232,6 +232,7 @@ int cmd_pipeline(const pipeline_args& a)
 #endif
     for (std::size_t e = 0; e < a.epochs; ++e) {
         const auto s3_0 = s3 ? s3->stats() : cv::s3::client_stats{};
+        const auto pool_allocations0 = rt.buffers().allocations();
 #if CONVEYOR_WITH_CUDA
         if (a.gpu_decode && !gpu_stage) { // one stage for every epoch: it keeps nvJPEG set up between runs
             engine = "conveyor-shards-gpu-decode";
@@ -294,7 +295,11 @@ int cmd_pipeline(const pipeline_args& a)
             // The process once the epoch's run is gone: what a long run keeps from one epoch to the next.
             .add("rss_end_mb", static_cast<double>(cb::current_rss_bytes()) / 1e6)
             .add("fds_end", open_descriptors())
-            .add("threads_end", thread_count());
+            .add("threads_end", thread_count())
+            // The runtime's buffer pool: idle memory it keeps (up to its cap, by design), and
+            // the fresh allocations it made in this epoch.
+            .add("pool_idle_mb", static_cast<double>(rt.buffers().cached_bytes()) / 1e6)
+            .add("pool_allocations", rt.buffers().allocations() - pool_allocations0);
         if (s3) { // what the S3 client did in this epoch; failed attempts by cause
             const auto st = s3->stats();
             add_s3_counters(line, st, s3_0, false);

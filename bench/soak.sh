@@ -19,28 +19,37 @@
 #      shards (shuffled per epoch) → shuffle → decode (CPU JPEG decoder, random-resized crop
 #      224, flip) → batches of 256, --threads compute threads. It prints a JSON line per
 #      epoch (images delivered, the S3 client's requests, retries and failed attempts).
-#   4. Every --interval seconds, and at the end of each epoch, a sample of the process:
-#      VmRSS, VmHWM and Threads from /proc/PID/status, open descriptors from /proc/PID/fd;
-#      the epoch is the bench's (epochs are numbered from 0, as the bench numbers them: the
-#      number of epoch lines it has printed); a sample taken when an epoch's line appears
-#      belongs to that epoch (its last state).
+#   4. Every --interval seconds a sample of the process from outside: VmRSS, VmHWM and
+#      Threads from /proc/PID/status, open descriptors from /proc/PID/fd, and the epoch it
+#      is in (numbered from 0, as the bench numbers them: the number of epoch lines it has
+#      printed). At the end of each epoch, the bench's own figures, read from /proc/self
+#      once the epoch's run is torn down (`rss_end_mb`, `fds_end`, `threads_end`, and the
+#      buffer pool's `pool_idle_mb`): that epoch's last sample, with no race against the
+#      process's exit after the last one.
 #
 # Flat after the first epoch (epoch 0 warms the pools, opens the connections, starts the
-# threads), with B the per-epoch maxima of the samples:
-#   - RSS:     B_rss(e) <= B_rss(1) + max(--rss-tolerance-mb, --rss-tolerance-pct % of
-#              B_rss(1)) for every epoch e >= 2 (defaults 16 MB, 5%);
-#   - fds:     B_fds(e) <= B_fds(0) for every epoch e >= 1;
-#   - threads: B_threads(e) <= B_threads(0) for every epoch e >= 1.
+# threads). Per epoch e: rss(e), fds(e), threads(e) are the maxima of its samples; idle(e) is
+# the runtime's buffer pool's idle memory at its end (the bench's `pool_idle_mb`), and
+# held(e) = rss(e) - idle(e). The pool caches freed buffers up to its cap (--pool-MB, 256 MiB
+# by default; 1.5 times that with its slabs, core/buffer.hpp), so its idle memory, and RSS
+# with it, follow the high-water mark of the buffers in use toward that cap: bounded by
+# design, and judged apart:
+#   - RSS:     held(e) <= held(1) + max(--rss-tolerance-mb, --rss-tolerance-pct % of held(1))
+#              for every epoch e >= 2 (defaults 16 MB, 5%), and idle(e) <= 1.5 x the cap;
+#   - fds:     fds(e) <= fds(0) for every epoch e >= 1;
+#   - threads: threads(e) <= threads(0) for every epoch e >= 1.
+# The raw RSS of each epoch and its trend (MB per epoch) are printed beside them.
 # Nothing lost: every epoch's `images` equals the dataset's samples, and the bench exits 0.
 #
 # Output: stdout has the bench's JSON lines, one {"bench":"soak",...} line per sample and a
 # {"bench":"soak-summary",...} line; stderr a human line per sample, then a table per epoch
-# (max RSS, fds, threads; images; retries), the faults injected by kind (the proxy's plan
-# report), the client's retries and failed attempts by cause, and the verdict.
+# (max RSS, pool idle, held, max fds and threads; images; retries and failed attempts), the
+# faults injected by kind (the proxy's plan report), the client's retries and failed attempts
+# by cause, and the verdict.
 #
 # usage: soak.sh [--epochs 20] [--rate 0.1] [--interval 2] [--images 2000] [--per-shard 25]
 #            [--threads 2] [--seed 30] [--timeout-ms 1000] [--rss-tolerance-mb 16]
-#            [--rss-tolerance-pct 5] [--build-dir DIR] [--work-dir DIR]
+#            [--rss-tolerance-pct 5] [--pool-MB 0] [--build-dir DIR] [--work-dir DIR]
 #
 # conveyor-bench: $CONVEYOR_BENCH, else DIR/bench/conveyor-bench for --build-dir DIR, else the
 # usual build folders (bench/find_bench.sh); quickstart and make_shards are taken from the
@@ -51,7 +60,7 @@
 set -euo pipefail
 
 epochs=20 rate=0.1 interval=2 images=2000 per_shard=25 threads=2 seed=30 timeout_ms=1000
-rss_tol_mb=16 rss_tol_pct=5 build_dir=""
+rss_tol_mb=16 rss_tol_pct=5 pool_mb=0 build_dir=""
 work_dir=${TMPDIR:-/tmp}/conveyor-soak
 args=("$@")
 while (($#)); do
@@ -66,6 +75,7 @@ while (($#)); do
         --timeout-ms) timeout_ms=${2:?}; shift 2 ;;
         --rss-tolerance-mb) rss_tol_mb=${2:?}; shift 2 ;;
         --rss-tolerance-pct) rss_tol_pct=${2:?}; shift 2 ;;
+        --pool-MB) pool_mb=${2:?}; shift 2 ;;
         --build-dir) build_dir=${2:?}; shift 2 ;;
         --work-dir) work_dir=${2:?}; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
@@ -75,7 +85,7 @@ done
 for v in epochs images per_shard threads timeout_ms; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: --${v//_/-} wants a positive integer" >&2; exit 2; }
 done
-for v in seed rss_tol_mb rss_tol_pct; do
+for v in seed rss_tol_mb rss_tol_pct pool_mb; do
     [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$0: --${v//_/-} wants an integer >= 0" >&2; exit 2; }
 done
 [[ $rate =~ ^(0(\.[0-9]+)?|1(\.0*)?)$ ]] || { echo "$0: --rate wants a number in [0, 1]" >&2; exit 2; }
@@ -151,7 +161,7 @@ echo "soak.sh: fault plan $plan" >&2
 bench_out=$tmp/bench.out bench_err=$tmp/bench.err samples_out=$tmp/samples.jsonl
 : >"$samples_out"
 "$bench_bin" pipeline "$spec" --endpoint "$endpoint" --region "$region" --timeout-ms "$timeout_ms" \
-    --epochs "$epochs" --threads "$threads" --seed "$seed" --decode-only 0 >"$bench_out" 2>"$bench_err" &
+    --epochs "$epochs" --threads "$threads" --seed "$seed" --pool-MB "$pool_mb" --decode-only 0 >"$bench_out" 2>"$bench_err" &
 bench_pid=$!
 echo "soak.sh: conveyor-bench pipeline, pid $bench_pid, $epochs epochs, a sample every $interval s" >&2
 
@@ -163,12 +173,15 @@ mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k * 1.024 / 1000 }'; } # kB (KiB) t
 seconds_since_start() { local d=$(($(micros) - start_us)); printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000)); }
 
 # Prints a sample's JSON line (stdout, and the samples file) and its human line (stderr).
-report() { # report T EPOCH END RSS_MB HWM_MB FDS THREADS
-    local hwm_json=${5:-null}
-    echo "{\"bench\":\"soak\",\"t_s\":$1,\"epoch\":$2,\"end_of_epoch\":$3,\"rss_mb\":$4,\"hwm_mb\":$hwm_json,\"fds\":$6,\"threads\":$7}" |
-        tee -a "$samples_out"
-    printf 'soak.sh: t %6s s  epoch %3d %-4s RSS %7s MB  peak %7s MB  fds %4d  threads %3d\n' "$1" "$2" \
-        "$([[ $3 == true ]] && echo end)" "$4" "${5:--}" "$6" "$7" >&2
+report() { # report T EPOCH END RSS_MB HWM_MB FDS THREADS [POOL_IDLE_MB]
+    local json="{\"bench\":\"soak\",\"t_s\":$1,\"epoch\":$2,\"end_of_epoch\":$3,\"rss_mb\":$4,\"hwm_mb\":${5:-null},\"fds\":$6,\"threads\":$7"
+    [[ -n ${8:-} ]] && json+=",\"pool_idle_mb\":$8"
+    echo "$json}" | tee -a "$samples_out"
+    if [[ $3 == true ]]; then
+        printf 'soak.sh: t %6s s  epoch %3d end  RSS %7s MB  pool idle %7s MB  fds %4d  threads %3d\n' "$1" "$2" "$4" "$8" "$6" "$7" >&2
+    else
+        printf 'soak.sh: t %6s s  epoch %3d      RSS %7s MB  peak      %7s MB  fds %4d  threads %3d\n' "$1" "$2" "$4" "$5" "$6" "$7" >&2
+    fi
 }
 
 # One sample of the process from outside: VmRSS, VmHWM, Threads and the entries of
@@ -192,11 +205,13 @@ sample() { # sample EPOCH
 # The bench's own figures at the end of an epoch (the process once the epoch's run is torn
 # down; no race with its exit after the last epoch).
 epoch_end() { # epoch_end EPOCH JSON-LINE
-    local rss=0 nfds=0 thr=0
+    local rss=0 nfds=0 thr=0 idle=0
     [[ $2 =~ \"rss_end_mb\":([0-9.]+) ]] && rss=${BASH_REMATCH[1]}
     [[ $2 =~ \"fds_end\":([0-9]+) ]] && nfds=${BASH_REMATCH[1]}
     [[ $2 =~ \"threads_end\":([0-9]+) ]] && thr=${BASH_REMATCH[1]}
-    report "$(seconds_since_start)" "$1" true "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r }')" "" "$nfds" "$thr"
+    [[ $2 =~ \"pool_idle_mb\":([0-9.]+) ]] && idle=${BASH_REMATCH[1]}
+    report "$(seconds_since_start)" "$1" true "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r }')" "" "$nfds" "$thr" \
+        "$(awk -v r="$idle" 'BEGIN { printf "%.1f", r }')"
 }
 
 # Poll for epoch lines often; sample every `interval` seconds.
@@ -225,13 +240,16 @@ curl -fsS -X DELETE "$admin/fault-plan" >/dev/null || true
 
 # ---- the verdict
 "$py" - "$bench_out" "$samples_out" "$tmp/plan.json" "$bench_rc" "$bench_err" "$epochs" "$samples" \
-    "$rss_tol_mb" "$rss_tol_pct" "$rate" "$shards" <<'PY'
+    "$rss_tol_mb" "$rss_tol_pct" "$rate" "$shards" "$pool_mb" <<'PY'
 import json, sys
 
 bench_out, samples_out, plan_file, bench_rc, bench_err = sys.argv[1:6]
 epochs, samples, tol_mb, tol_pct = int(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8]), float(sys.argv[9])
-rate, shards = float(sys.argv[10]), int(sys.argv[11])
+rate, shards, pool_mb = float(sys.argv[10]), int(sys.argv[11]), int(sys.argv[12])
 bench_rc = int(bench_rc)
+# The runtime's buffer pool keeps at most its cap of idle memory, plus up to half of it in
+# slabs (core/buffer.hpp): 1.5 times runtime_options::buffer_pool_bytes (256 MiB by default).
+pool_bound_mb = 1.5 * (pool_mb if pool_mb else 256) * 1.048576
 err = lambda *a: print(*a, file=sys.stderr)
 
 
@@ -247,7 +265,7 @@ def lines(path):
     return out
 
 
-ep_lines = [d for d in lines(bench_out) if d.get("bench") == "pipeline" and d.get("engine") == "conveyor-shards"]
+ep = {d["epoch"]: d for d in lines(bench_out) if d.get("bench") == "pipeline" and d.get("engine") == "conveyor-shards"}
 smp = lines(samples_out)
 plan = json.load(open(plan_file)).get("plan") or {}
 
@@ -258,59 +276,75 @@ for s in smp:
     m["fds"] = max(m["fds"], s["fds"])
     m["threads"] = max(m["threads"], s["threads"])
     m["n"] += 1
+# Held: the epoch's highest RSS less the pool's idle memory at its end: what the process keeps
+# beside the buffers the pool may cache (their high-water mark grows toward its cap, by design).
+held = {e: per[e]["rss"] - ep[e]["pool_idle_mb"] for e in per if e in ep}
 
 problems = []
 if bench_rc != 0:
     tail = [l.rstrip() for l in open(bench_err)][-5:]
     problems.append("the bench exited with status %d: %s" % (bench_rc, " | ".join(tail)))
-if len(ep_lines) != epochs:
-    problems.append("%d of %d epochs completed" % (len(ep_lines), epochs))
-for d in ep_lines:
-    if d["images"] != samples:
-        problems.append("epoch %d delivered %d of %d samples" % (d["epoch"], d["images"], samples))
+if len(ep) != epochs:
+    problems.append("%d of %d epochs completed" % (len(ep), epochs))
+for e in sorted(ep):
+    if ep[e]["images"] != samples:
+        problems.append("epoch %d delivered %d of %d samples" % (e, ep[e]["images"], samples))
 
-err("soak.sh: epoch | samples | max RSS MB | max fds | max threads | images | retries | failed attempts (status/connection/timeout/short body)")
+err("soak.sh: epoch | samples | max RSS MB | pool idle MB | held MB | max fds | max threads | images | retries | failed attempts (status/connection/timeout/short body)")
 for e in range(epochs):
-    m = per.get(e)
-    d = next((x for x in ep_lines if x["epoch"] == e), None)
-    err("soak.sh: %5d | %7s | %10s | %7s | %11s | %6s | %7s | %s" % (
-        e, m["n"] if m else "-", "%.1f" % m["rss"] if m else "-", m["fds"] if m else "-", m["threads"] if m else "-",
+    m, d = per.get(e), ep.get(e)
+    err("soak.sh: %5d | %7s | %10s | %12s | %7s | %7s | %11s | %6s | %7s | %s" % (
+        e, m["n"] if m else "-", "%.1f" % m["rss"] if m else "-", "%.1f" % d["pool_idle_mb"] if d else "-",
+        "%.1f" % held[e] if e in held else "-", m["fds"] if m else "-", m["threads"] if m else "-",
         d["images"] if d else "-", d.get("retries", "-") if d else "-",
         "%s/%s/%s/%s" % (d.get("status_errors"), d.get("connection_errors"), d.get("timeouts"), d.get("short_bodies")) if d else "-"))
 
+
+def slope(xs, ys):
+    if len(xs) < 2:
+        return 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
 flat = {}
-if 0 in per and 1 in per:
-    base_rss = per[1]["rss"]
-    bound_rss = base_rss + max(tol_mb, base_rss * tol_pct / 100)
-    grew = [(e, per[e]["rss"]) for e in sorted(per) if e >= 2 and per[e]["rss"] > bound_rss]
+rss_slope = held_slope = None
+if 0 in per and 1 in per and 1 in held:
+    base = held[1]
+    bound = base + max(tol_mb, base * tol_pct / 100)
+    grew = [(e, held[e]) for e in sorted(held) if e >= 2 and held[e] > bound]
     flat["rss"] = not grew
     for e, v in grew:
-        problems.append("RSS not flat: epoch %d reached %.1f MB, over the bound %.1f MB (epoch 1's %.1f MB + max(%g MB, %g%%))"
-                        % (e, v, bound_rss, base_rss, tol_mb, tol_pct))
+        problems.append("RSS not flat: epoch %d held %.1f MB beside the pool's idle memory, over the bound %.1f MB "
+                        "(epoch 1's %.1f MB + max(%g MB, %g%%))" % (e, v, bound, base, tol_mb, tol_pct))
+    over_pool = [(e, ep[e]["pool_idle_mb"]) for e in sorted(ep) if ep[e]["pool_idle_mb"] > pool_bound_mb]
+    flat["pool"] = not over_pool
+    for e, v in over_pool:
+        problems.append("the buffer pool kept %.1f MB idle at the end of epoch %d, over its bound %.1f MB" % (v, e, pool_bound_mb))
     for what in ("fds", "threads"):
-        bound = per[0][what]
-        over = [(e, per[e][what]) for e in sorted(per) if e >= 1 and per[e][what] > bound]
+        b = per[0][what]
+        over = [(e, per[e][what]) for e in sorted(per) if e >= 1 and per[e][what] > b]
         flat[what] = not over
         for e, v in over:
-            problems.append("%s not flat: epoch %d reached %d, over epoch 0's %d" % (what, e, v, bound))
+            problems.append("%s not flat: epoch %d reached %d, over epoch 0's %d" % (what, e, v, b))
     later = sorted(e for e in per if e >= 1)
-    if len(later) >= 2: # least-squares slope of the per-epoch max RSS, epochs 1.., for information
-        xs, ys = later, [per[e]["rss"] for e in later]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    else:
-        slope = 0.0
-    err("soak.sh: RSS bound %.1f MB (epoch 1's max %.1f MB + max(%g MB, %g%%)); epochs 1..%d max %.1f MB; slope %+.2f MB per epoch"
-        % (bound_rss, base_rss, tol_mb, tol_pct, max(later), max(per[e]["rss"] for e in later), slope))
+    later_held = sorted(e for e in held if e >= 1)
+    rss_slope = slope(later, [per[e]["rss"] for e in later])
+    held_slope = slope(later_held, [held[e] for e in later_held])
+    last = max(later)
+    err("soak.sh: RSS: epoch 1 max %.1f MB, epoch %d max %.1f MB (%+.2f MB per epoch); the pool's idle memory %.1f -> %.1f MB (bound %.1f MB)"
+        % (per[1]["rss"], last, per[last]["rss"], rss_slope, ep[1]["pool_idle_mb"], ep[max(ep)]["pool_idle_mb"], pool_bound_mb))
+    err("soak.sh: held beside the pool: bound %.1f MB (epoch 1's %.1f MB + max(%g MB, %g%%)); epochs 2.. max %.1f MB (%+.2f MB per epoch)"
+        % (bound, base, tol_mb, tol_pct, max((held[e] for e in held if e >= 2), default=base), held_slope))
     err("soak.sh: fds: epoch 0 max %d, epochs 1.. max %d; threads: epoch 0 max %d, epochs 1.. max %d"
         % (per[0]["fds"], max(per[e]["fds"] for e in later), per[0]["threads"], max(per[e]["threads"] for e in later)))
 else:
     problems.append("fewer than two epochs were sampled: nothing to call flat")
-    slope = None
 
-retries = sum(d.get("retries", 0) for d in ep_lines)
-requests = sum(d.get("requests", 0) for d in ep_lines)
-causes = {k: sum(d.get(k, 0) for d in ep_lines) for k in ("status_errors", "connection_errors", "timeouts", "short_bodies", "retries_refused")}
+lines_ = list(ep.values())
+retries = sum(d.get("retries", 0) for d in lines_)
+requests = sum(d.get("requests", 0) for d in lines_)
+causes = {k: sum(d.get(k, 0) for d in lines_) for k in ("status_errors", "connection_errors", "timeouts", "short_bodies", "retries_refused")}
 injected = plan.get("injected", {})
 err("soak.sh: faults injected: %d of %d GETs matched (%s)" % (plan.get("faulted", 0), plan.get("requests", 0),
     ", ".join("%s %d" % kv for kv in sorted(injected.items()))))
@@ -319,13 +353,17 @@ err("soak.sh: client: %d requests, %d retries; failed attempts: %s" % (requests,
 if rate > 0 and plan.get("faulted", 0) == 0:
     problems.append("no fault was injected (rate %g)" % rate)
 
-hwm = max((s["hwm_mb"] for s in smp if s["hwm_mb"] is not None), default=0)
-summary = {"bench": "soak-summary", "epochs": epochs, "epochs_completed": len(ep_lines), "samples_per_epoch": samples,
-           "shards": shards, "delivered": [d["images"] for d in ep_lines], "bench_rc": bench_rc,
-           "max_rss_mb": [round(per[e]["rss"], 1) if e in per else None for e in range(epochs)],
-           "max_fds": [per[e]["fds"] if e in per else None for e in range(epochs)],
-           "max_threads": [per[e]["threads"] if e in per else None for e in range(epochs)],
-           "rss_slope_mb_per_epoch": None if slope is None else round(slope, 3), "peak_rss_mb": hwm,
+col = lambda f: [f(e) for e in range(epochs)]
+summary = {"bench": "soak-summary", "epochs": epochs, "epochs_completed": len(ep), "samples_per_epoch": samples,
+           "shards": shards, "delivered": col(lambda e: ep[e]["images"] if e in ep else None), "bench_rc": bench_rc,
+           "max_rss_mb": col(lambda e: round(per[e]["rss"], 1) if e in per else None),
+           "pool_idle_mb": col(lambda e: round(ep[e]["pool_idle_mb"], 1) if e in ep else None),
+           "held_mb": col(lambda e: round(held[e], 1) if e in held else None),
+           "max_fds": col(lambda e: per[e]["fds"] if e in per else None),
+           "max_threads": col(lambda e: per[e]["threads"] if e in per else None),
+           "rss_slope_mb_per_epoch": None if rss_slope is None else round(rss_slope, 3),
+           "held_slope_mb_per_epoch": None if held_slope is None else round(held_slope, 3),
+           "peak_rss_mb": max((s["hwm_mb"] for s in smp if s["hwm_mb"] is not None), default=0),
            "flat": flat, "fault_rate": rate, "faults_injected": injected, "faulted": plan.get("faulted", 0),
            "gets_matched": plan.get("requests", 0), "requests": requests, "retries": retries, "failed_attempts": causes,
            "seconds": smp[-1]["t_s"] if smp else 0, "problems": problems}
@@ -334,6 +372,6 @@ if problems:
     for p in problems:
         err("soak.sh: FAIL: " + p)
     sys.exit(1)
-err("soak.sh: OK: RSS, fds and threads flat after the first epoch; %d epochs each delivered all %d samples under %d faults"
+err("soak.sh: OK: RSS (beside the pool's idle memory), fds and threads flat after the first epoch; %d epochs each delivered all %d samples under %d faults"
     % (epochs, samples, plan.get("faulted", 0)))
 PY
