@@ -98,14 +98,23 @@ epoch_result run_epoch(cv::pipeline<Batch> pipe, std::uint64_t epoch)
     return r;
 }
 
-/// Descriptors open in this process now (/proc/self/fd, less the one that lists it); -1 if
-/// unreadable.
-long open_descriptors()
+/// Descriptors open in this process now (/proc/self/fd, less the one that lists it), and
+/// how many of them are sockets; -1 if unreadable.
+struct descriptor_count {
+    long all = -1, sockets = -1;
+};
+descriptor_count open_descriptors()
 {
     std::error_code ec;
-    long n = 0;
-    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++n;
-    return ec ? -1 : n - 1;
+    descriptor_count n{0, 0};
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+        ++n.all;
+        std::error_code lec;
+        if (std::filesystem::read_symlink(it->path(), lec).native().starts_with("socket:")) ++n.sockets;
+    }
+    if (ec) return {};
+    --n.all;
+    return n;
 }
 
 /// Threads of this process now (/proc/self/status); -1 if unreadable.
@@ -273,6 +282,7 @@ int cmd_pipeline(const pipeline_args& a)
         const auto r = run_epoch(*pipe, e);
 #endif
         rates.push_back(static_cast<double>(r.images) / r.seconds);
+        const auto fds = open_descriptors();
         cb::json_line line;
         line.add("bench", "pipeline")
             .add("engine", engine)
@@ -294,7 +304,8 @@ int cmd_pipeline(const pipeline_args& a)
             .add("consumer_wait_share", wait_share(r), 3)
             // The process once the epoch's run is gone: what a long run keeps from one epoch to the next.
             .add("rss_end_mb", static_cast<double>(cb::current_rss_bytes()) / 1e6)
-            .add("fds_end", open_descriptors())
+            .add("fds_end", fds.all)
+            .add("sockets_end", fds.sockets)
             .add("threads_end", thread_count())
             // The runtime's buffer pool: idle memory it keeps (up to its cap, by design), and
             // the fresh allocations it made in this epoch.

@@ -20,12 +20,12 @@
 #      224, flip) → batches of 256, --threads compute threads. It prints a JSON line per
 #      epoch (images delivered, the S3 client's requests, retries and failed attempts).
 #   4. Every --interval seconds a sample of the process from outside: VmRSS, VmHWM and
-#      Threads from /proc/PID/status, open descriptors from /proc/PID/fd, and the epoch it
-#      is in (numbered from 0, as the bench numbers them: the number of epoch lines it has
-#      printed). At the end of each epoch, the bench's own figures, read from /proc/self
-#      once the epoch's run is torn down (`rss_end_mb`, `fds_end`, `threads_end`, and the
-#      buffer pool's `pool_idle_mb`): that epoch's last sample, with no race against the
-#      process's exit after the last one.
+#      Threads from /proc/PID/status, open descriptors (and how many are sockets) from
+#      /proc/PID/fd, and the epoch it is in (numbered from 0, as the bench numbers them: the
+#      number of epoch lines it has printed). At the end of each epoch, the bench's own
+#      figures, read from /proc/self once the epoch's run is torn down (`rss_end_mb`,
+#      `fds_end`, `sockets_end`, `threads_end`, and the buffer pool's `pool_idle_mb`): that
+#      epoch's last sample, with no race against the process's exit after the last one.
 #
 # Flat after the first epoch (epoch 0 warms the pools, opens the connections, starts the
 # threads). Per epoch e: rss(e), fds(e), threads(e) are the maxima of its samples; idle(e) is
@@ -36,16 +36,22 @@
 # design, and judged apart:
 #   - RSS:     held(e) <= held(1) + max(--rss-tolerance-mb, --rss-tolerance-pct % of held(1))
 #              for every epoch e >= 2 (defaults 16 MB, 5%), and idle(e) <= 1.5 x the cap;
-#   - fds:     fds(e) <= fds(0) for every epoch e >= 1;
+#   - descriptors other than sockets (files, pipes, eventfds, io_uring, epoll):
+#              other(e) <= other(0) for every epoch e >= 1;
+#   - sockets: at most the S3 client's connection cap (64, http::client_options::
+#              max_connections) in every epoch: it keeps connections alive between requests,
+#              so the sockets it holds follow the high-water mark of the requests in flight
+#              (a socket per fault leaked would pass the cap within the soak's ~190 faults);
 #   - threads: threads(e) <= threads(0) for every epoch e >= 1.
-# The raw RSS of each epoch and its trend (MB per epoch) are printed beside them.
+# The raw RSS and all descriptors of each epoch, and RSS's trend (MB per epoch), are printed
+# beside them.
 # Nothing lost: every epoch's `images` equals the dataset's samples, and the bench exits 0.
 #
 # Output: stdout has the bench's JSON lines, one {"bench":"soak",...} line per sample and a
 # {"bench":"soak-summary",...} line; stderr a human line per sample, then a table per epoch
-# (max RSS, pool idle, held, max fds and threads; images; retries and failed attempts), the
-# faults injected by kind (the proxy's plan report), the client's retries and failed attempts
-# by cause, and the verdict.
+# (max RSS, pool idle, held, max fds, sockets, other fds, threads; images; retries and
+# failed attempts), the faults injected by kind (the proxy's plan report), the client's
+# retries and failed attempts by cause, and the verdict.
 #
 # usage: soak.sh [--epochs 20] [--rate 0.1] [--interval 2] [--images 2000] [--per-shard 25]
 #            [--threads 2] [--seed 30] [--timeout-ms 1000] [--rss-tolerance-mb 16]
@@ -173,14 +179,15 @@ mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k * 1.024 / 1000 }'; } # kB (KiB) t
 seconds_since_start() { local d=$(($(micros) - start_us)); printf '%d.%d' $((d / 1000000)) $((d % 1000000 / 100000)); }
 
 # Prints a sample's JSON line (stdout, and the samples file) and its human line (stderr).
-report() { # report T EPOCH END RSS_MB HWM_MB FDS THREADS [POOL_IDLE_MB]
-    local json="{\"bench\":\"soak\",\"t_s\":$1,\"epoch\":$2,\"end_of_epoch\":$3,\"rss_mb\":$4,\"hwm_mb\":${5:-null},\"fds\":$6,\"threads\":$7"
-    [[ -n ${8:-} ]] && json+=",\"pool_idle_mb\":$8"
+report() { # report T EPOCH END RSS_MB HWM_MB FDS SOCKETS THREADS POOL_IDLE_MB|"" [EXTRA_JSON_FIELDS]
+    local json="{\"bench\":\"soak\",\"t_s\":$1,\"epoch\":$2,\"end_of_epoch\":$3,\"rss_mb\":$4,\"hwm_mb\":${5:-null},\"fds\":$6,\"sockets\":$7,\"threads\":$8"
+    [[ -n ${9:-} ]] && json+=",\"pool_idle_mb\":$9"
+    json+=${10:-}
     echo "$json}" | tee -a "$samples_out"
     if [[ $3 == true ]]; then
-        printf 'soak.sh: t %6s s  epoch %3d end  RSS %7s MB  pool idle %7s MB  fds %4d  threads %3d\n' "$1" "$2" "$4" "$8" "$6" "$7" >&2
+        printf 'soak.sh: t %6s s  epoch %3d end  RSS %7s MB  pool idle %7s MB  fds %4d (sockets %3d)  threads %3d\n' "$1" "$2" "$4" "$9" "$6" "$7" "$8" >&2
     else
-        printf 'soak.sh: t %6s s  epoch %3d      RSS %7s MB  peak      %7s MB  fds %4d  threads %3d\n' "$1" "$2" "$4" "$5" "$6" "$7" >&2
+        printf 'soak.sh: t %6s s  epoch %3d      RSS %7s MB  peak      %7s MB  fds %4d (sockets %3d)  threads %3d\n' "$1" "$2" "$4" "$5" "$6" "$7" "$8" >&2
     fi
 }
 
@@ -196,21 +203,29 @@ sample() { # sample EPOCH
             Threads:) thr=$value ;;
         esac
     done <<<"$status"
-    local -a fds=()
-    mapfile -t fds < <(ls -1 "/proc/$bench_pid/fd" 2>/dev/null) || true
-    ((${#fds[@]} > 0 && rss > 0)) || return 1
-    report "$(seconds_since_start)" "$1" false "$(mb "$rss")" "$(mb "$hwm")" "${#fds[@]}" "$thr"
+    # One pass over the descriptors, each read once: the total and the sockets agree.
+    local -a links=()
+    mapfile -t links < <(find "/proc/$bench_pid/fd" -mindepth 1 -maxdepth 1 -printf '%l\n' 2>/dev/null) || true
+    ((${#links[@]} > 0 && rss > 0)) || return 1
+    local sockets=0 l
+    for l in "${links[@]}"; do [[ $l == socket:* ]] && sockets=$((sockets + 1)); done
+    # The other descriptors by kind (inode numbers left out), to say what grew if they do.
+    local other
+    other=$(printf '%s\n' "${links[@]}" | grep -v '^socket:' | sed 's/:\[[0-9]*\]$//' | sort | uniq -c |
+        awk '{ k = $2; for (i = 3; i <= NF; i++) k = k " " $i; gsub(/["\\]/, "", k); printf "%s\"%s\":%d", (NR > 1 ? "," : ""), k, $1 }')
+    report "$(seconds_since_start)" "$1" false "$(mb "$rss")" "$(mb "$hwm")" "${#links[@]}" "$sockets" "$thr" "" ",\"other_fds\":{$other}"
 }
 
 # The bench's own figures at the end of an epoch (the process once the epoch's run is torn
 # down; no race with its exit after the last epoch).
 epoch_end() { # epoch_end EPOCH JSON-LINE
-    local rss=0 nfds=0 thr=0 idle=0
+    local rss=0 nfds=0 sockets=0 thr=0 idle=0
     [[ $2 =~ \"rss_end_mb\":([0-9.]+) ]] && rss=${BASH_REMATCH[1]}
     [[ $2 =~ \"fds_end\":([0-9]+) ]] && nfds=${BASH_REMATCH[1]}
+    [[ $2 =~ \"sockets_end\":([0-9]+) ]] && sockets=${BASH_REMATCH[1]}
     [[ $2 =~ \"threads_end\":([0-9]+) ]] && thr=${BASH_REMATCH[1]}
     [[ $2 =~ \"pool_idle_mb\":([0-9.]+) ]] && idle=${BASH_REMATCH[1]}
-    report "$(seconds_since_start)" "$1" true "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r }')" "" "$nfds" "$thr" \
+    report "$(seconds_since_start)" "$1" true "$(awk -v r="$rss" 'BEGIN { printf "%.1f", r }')" "" "$nfds" "$sockets" "$thr" \
         "$(awk -v r="$idle" 'BEGIN { printf "%.1f", r }')"
 }
 
@@ -250,6 +265,10 @@ bench_rc = int(bench_rc)
 # The runtime's buffer pool keeps at most its cap of idle memory, plus up to half of it in
 # slabs (core/buffer.hpp): 1.5 times runtime_options::buffer_pool_bytes (256 MiB by default).
 pool_bound_mb = 1.5 * (pool_mb if pool_mb else 256) * 1.048576
+# The S3 client keeps its connections alive between requests, up to its cap
+# (http::client_options::max_connections, 64 by default; max_idle is that too): the sockets
+# it holds follow the high-water mark of the requests in flight, bounded by that cap.
+socket_cap = 64
 err = lambda *a: print(*a, file=sys.stderr)
 
 
@@ -271,9 +290,11 @@ plan = json.load(open(plan_file)).get("plan") or {}
 
 per = {}
 for s in smp:
-    m = per.setdefault(s["epoch"], {"rss": 0.0, "fds": 0, "threads": 0, "n": 0})
+    m = per.setdefault(s["epoch"], {"rss": 0.0, "fds": 0, "sockets": 0, "other_fds": 0, "threads": 0, "n": 0})
     m["rss"] = max(m["rss"], s["rss_mb"])
     m["fds"] = max(m["fds"], s["fds"])
+    m["sockets"] = max(m["sockets"], s["sockets"])
+    m["other_fds"] = max(m["other_fds"], s["fds"] - s["sockets"])
     m["threads"] = max(m["threads"], s["threads"])
     m["n"] += 1
 # Held: the epoch's highest RSS less the pool's idle memory at its end: what the process keeps
@@ -290,12 +311,13 @@ for e in sorted(ep):
     if ep[e]["images"] != samples:
         problems.append("epoch %d delivered %d of %d samples" % (e, ep[e]["images"], samples))
 
-err("soak.sh: epoch | samples | max RSS MB | pool idle MB | held MB | max fds | max threads | images | retries | failed attempts (status/connection/timeout/short body)")
+err("soak.sh: epoch | samples | max RSS MB | pool idle MB | held MB | max fds | sockets | other fds | max threads | images | retries | failed attempts (status/connection/timeout/short body)")
 for e in range(epochs):
     m, d = per.get(e), ep.get(e)
-    err("soak.sh: %5d | %7s | %10s | %12s | %7s | %7s | %11s | %6s | %7s | %s" % (
+    err("soak.sh: %5d | %7s | %10s | %12s | %7s | %7s | %7s | %9s | %11s | %6s | %7s | %s" % (
         e, m["n"] if m else "-", "%.1f" % m["rss"] if m else "-", "%.1f" % d["pool_idle_mb"] if d else "-",
-        "%.1f" % held[e] if e in held else "-", m["fds"] if m else "-", m["threads"] if m else "-",
+        "%.1f" % held[e] if e in held else "-", m["fds"] if m else "-", m["sockets"] if m else "-",
+        m["other_fds"] if m else "-", m["threads"] if m else "-",
         d["images"] if d else "-", d.get("retries", "-") if d else "-",
         "%s/%s/%s/%s" % (d.get("status_errors"), d.get("connection_errors"), d.get("timeouts"), d.get("short_bodies")) if d else "-"))
 
@@ -321,12 +343,20 @@ if 0 in per and 1 in per and 1 in held:
     flat["pool"] = not over_pool
     for e, v in over_pool:
         problems.append("the buffer pool kept %.1f MB idle at the end of epoch %d, over its bound %.1f MB" % (v, e, pool_bound_mb))
-    for what in ("fds", "threads"):
+    for what, name in (("other_fds", "descriptors other than sockets"), ("threads", "threads")):
         b = per[0][what]
         over = [(e, per[e][what]) for e in sorted(per) if e >= 1 and per[e][what] > b]
         flat[what] = not over
         for e, v in over:
-            problems.append("%s not flat: epoch %d reached %d, over epoch 0's %d" % (what, e, v, b))
+            problems.append("%s not flat: epoch %d reached %d, over epoch 0's %d" % (name, e, v, b))
+            if what == "other_fds": # what they were, in the epoch's first sample that had that many
+                kinds = next((s["other_fds"] for s in smp if s["epoch"] == e and s["fds"] - s["sockets"] == v and "other_fds" in s), None)
+                if kinds:
+                    problems.append("  epoch %d's other descriptors: %s" % (e, ", ".join("%s x%d" % kv for kv in sorted(kinds.items()))))
+    over = [(e, per[e]["sockets"]) for e in sorted(per) if per[e]["sockets"] > socket_cap]
+    flat["sockets"] = not over
+    for e, v in over:
+        problems.append("sockets not bounded: epoch %d held %d, over the S3 client's connection cap %d" % (e, v, socket_cap))
     later = sorted(e for e in per if e >= 1)
     later_held = sorted(e for e in held if e >= 1)
     rss_slope = slope(later, [per[e]["rss"] for e in later])
@@ -336,8 +366,10 @@ if 0 in per and 1 in per and 1 in held:
         % (per[1]["rss"], last, per[last]["rss"], rss_slope, ep[1]["pool_idle_mb"], ep[max(ep)]["pool_idle_mb"], pool_bound_mb))
     err("soak.sh: held beside the pool: bound %.1f MB (epoch 1's %.1f MB + max(%g MB, %g%%)); epochs 2.. max %.1f MB (%+.2f MB per epoch)"
         % (bound, base, tol_mb, tol_pct, max((held[e] for e in held if e >= 2), default=base), held_slope))
-    err("soak.sh: fds: epoch 0 max %d, epochs 1.. max %d; threads: epoch 0 max %d, epochs 1.. max %d"
-        % (per[0]["fds"], max(per[e]["fds"] for e in later), per[0]["threads"], max(per[e]["threads"] for e in later)))
+    err("soak.sh: fds: epoch 0 max %d, epochs 1.. max %d; of them sockets: epoch 0 max %d, epochs 1.. max %d (cap %d); "
+        "other descriptors: epoch 0 max %d, epochs 1.. max %d; threads: epoch 0 max %d, epochs 1.. max %d"
+        % (per[0]["fds"], max(per[e]["fds"] for e in later), per[0]["sockets"], max(per[e]["sockets"] for e in later), socket_cap,
+           per[0]["other_fds"], max(per[e]["other_fds"] for e in later), per[0]["threads"], max(per[e]["threads"] for e in later)))
 else:
     problems.append("fewer than two epochs were sampled: nothing to call flat")
 
@@ -360,6 +392,8 @@ summary = {"bench": "soak-summary", "epochs": epochs, "epochs_completed": len(ep
            "pool_idle_mb": col(lambda e: round(ep[e]["pool_idle_mb"], 1) if e in ep else None),
            "held_mb": col(lambda e: round(held[e], 1) if e in held else None),
            "max_fds": col(lambda e: per[e]["fds"] if e in per else None),
+           "max_sockets": col(lambda e: per[e]["sockets"] if e in per else None),
+           "max_other_fds": col(lambda e: per[e]["other_fds"] if e in per else None),
            "max_threads": col(lambda e: per[e]["threads"] if e in per else None),
            "rss_slope_mb_per_epoch": None if rss_slope is None else round(rss_slope, 3),
            "held_slope_mb_per_epoch": None if held_slope is None else round(held_slope, 3),
@@ -372,6 +406,6 @@ if problems:
     for p in problems:
         err("soak.sh: FAIL: " + p)
     sys.exit(1)
-err("soak.sh: OK: RSS (beside the pool's idle memory), fds and threads flat after the first epoch; %d epochs each delivered all %d samples under %d faults"
+err("soak.sh: OK: RSS (beside the pool's idle memory), descriptors (sockets under the client's cap) and threads flat after the first epoch; %d epochs each delivered all %d samples under %d faults"
     % (epochs, samples, plan.get("faulted", 0)))
 PY
