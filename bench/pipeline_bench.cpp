@@ -4,10 +4,13 @@
 //     shards → samples → decode (random-resized crop, flip) straight into batches → [GPU, --cuda]
 //
 // It prints, per epoch, images/s, MB/s read, the time to the first batch, peak RSS and CPU
-// time; then the decode-only rate with the same threads over samples held in memory (what
+// time (for s3:// shards also what the S3 client did: requests, retries, failed attempts by
+// cause); then the decode-only rate with the same threads over samples held in memory (what
 // the pipeline would reach if reading and batching cost nothing), and the ratio. The JSON
 // fields match bench/torch_baseline.py's, so the two compare line by line.
 #include "pipeline_bench.hpp"
+
+#include "s3_bench.hpp"
 
 #include "support/bench.hpp"
 #include <conveyor/core/location.hpp>
@@ -25,6 +28,7 @@
 #endif
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/stage.hpp>
+#include <conveyor/s3/client.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
 
@@ -59,6 +63,9 @@ struct pipeline_args {
     bool gpu_decode = false; // decode on the GPU (cuda::decode_batches) instead of decode_batches | to_cuda
     double cpu_share = -1;   // --gpu-decode: the CPU's share of the JPEGs (negative: measured)
     bool source_rate = false; // also time shards → shuffle alone (no decoding)
+    std::string endpoint;     // s3:// shards: the endpoint (empty: AWS_ENDPOINT_URL, the profile, or AWS)
+    std::string region;
+    unsigned timeout_ms = 0;  // s3:// shards: the first-byte and idle timeouts (0: the client's defaults)
 };
 
 /// One epoch's figures.
@@ -89,6 +96,38 @@ epoch_result run_epoch(cv::pipeline<Batch> pipe, std::uint64_t epoch)
     r.usage = cb::usage_now() - before;
     r.stats = run.snapshot();
     return r;
+}
+
+/// Descriptors open in this process now (/proc/self/fd, less the one that lists it), and
+/// how many of them are sockets; -1 if unreadable.
+struct descriptor_count {
+    long all = -1, sockets = -1;
+};
+descriptor_count open_descriptors()
+{
+    std::error_code ec;
+    descriptor_count n{0, 0};
+    for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+        ++n.all;
+        std::error_code lec;
+        if (std::filesystem::read_symlink(it->path(), lec).native().starts_with("socket:")) ++n.sockets;
+    }
+    if (ec) return {};
+    --n.all;
+    return n;
+}
+
+/// Threads of this process now (/proc/self/status); -1 if unreadable.
+long thread_count()
+{
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    long n = -1;
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "Threads: %ld", &n) == 1) break;
+    std::fclose(f);
+    return n;
 }
 
 /// The share of the epoch the consumer spent waiting for batches (with --cuda: the time a
@@ -157,6 +196,7 @@ int cmd_pipeline(const pipeline_args& a)
 #endif
     std::optional<cv::pipeline<cv::shard::sample>> samples; // for the decode-only pass
     std::optional<cv::pipeline<cv::shard::sample>> shuffled; // for --gpu-decode
+    std::optional<cv::s3::client> s3; // for s3:// shards: its counters are reported per epoch
     if (!a.folder.empty()) {
         auto files = cv::file::walk(a.folder, {.labels = true});
         for (const auto& e : files.entries) bytes += static_cast<std::uint64_t>(std::max<std::int64_t>(0, e.size));
@@ -165,7 +205,20 @@ int cmd_pipeline(const pipeline_args& a)
         pipe = cv::file::files(std::move(files)).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed}) |
                ci::decode_batches(decode, batching);
     } else {
-        auto list = cv::shard::resolve(a.urls);
+        std::optional<cv::s3::client> s3c;
+        if (cv::shard::names_s3(a.urls)) {
+            cv::s3::config_options co;
+            co.endpoint_url = a.endpoint;
+            co.region = a.region;
+            if (!a.endpoint.empty()) co.style = cv::s3::addressing::path;
+            cv::s3::client_options so;
+            if (a.timeout_ms) so.http.timeouts.first_byte = so.http.timeouts.idle = std::chrono::milliseconds(a.timeout_ms);
+            s3c.emplace(rt, co, so);
+            s3 = s3c;
+        }
+        cv::shard::list_options lo;
+        if (s3c) lo.s3 = &*s3c;
+        auto list = cv::shard::resolve(a.urls, lo);
         for (auto& s : list) {
             std::error_code ec;
             if (const cv::location where(s.url); s.size < 0 && where.is_local())
@@ -174,9 +227,12 @@ int cmd_pipeline(const pipeline_args& a)
         }
         engine = "conveyor-shards";
         std::fprintf(stderr, "pipeline: %zu shards, %.1f MB\n", list.size(), bytes / 1e6);
-        shuffled = cv::shard::shards(list, {.order = {.seed = a.seed}}).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed});
+        cv::shard::source_options so{.order = {.seed = a.seed}};
+        so.s3 = s3c;
+        shuffled = cv::shard::shards(list, so).on(rt) | cv::shuffle({.buffer = 1000, .seed = a.seed});
         pipe = *shuffled | ci::decode_batches(decode, batching);
-        samples = cv::shard::shards(list, {.order = {.seed = a.seed, .shuffle = false}}).on(rt);
+        so.order.shuffle = false;
+        samples = cv::shard::shards(list, so).on(rt);
     }
     const double rss_before = static_cast<double>(cb::current_rss_bytes()) / 1e6;
     std::vector<double> rates;
@@ -184,6 +240,8 @@ int cmd_pipeline(const pipeline_args& a)
     std::optional<cv::cuda::decode_batches_stage> gpu_stage;
 #endif
     for (std::size_t e = 0; e < a.epochs; ++e) {
+        const auto s3_0 = s3 ? s3->stats() : cv::s3::client_stats{};
+        const auto pool_allocations0 = rt.buffers().allocations();
 #if CONVEYOR_WITH_CUDA
         if (a.gpu_decode && !gpu_stage) { // one stage for every epoch: it keeps nvJPEG set up between runs
             engine = "conveyor-shards-gpu-decode";
@@ -224,8 +282,9 @@ int cmd_pipeline(const pipeline_args& a)
         const auto r = run_epoch(*pipe, e);
 #endif
         rates.push_back(static_cast<double>(r.images) / r.seconds);
-        cb::json_line()
-            .add("bench", "pipeline")
+        const auto fds = open_descriptors();
+        cb::json_line line;
+        line.add("bench", "pipeline")
             .add("engine", engine)
             .add("threads", threads)
             .add("batch", a.batch)
@@ -243,7 +302,25 @@ int cmd_pipeline(const pipeline_args& a)
             .add("cpu_s", r.usage.cpu_s())
             .add("images_per_cpu_s", static_cast<double>(r.images) / std::max(1e-9, r.usage.cpu_s()))
             .add("consumer_wait_share", wait_share(r), 3)
-            .print();
+            // The process once the epoch's run is gone: what a long run keeps from one epoch to the next.
+            .add("rss_end_mb", static_cast<double>(cb::current_rss_bytes()) / 1e6)
+            .add("fds_end", fds.all)
+            .add("sockets_end", fds.sockets)
+            .add("threads_end", thread_count())
+            // The runtime's buffer pool: idle memory it keeps (up to its cap, by design), and
+            // the fresh allocations it made in this epoch.
+            .add("pool_idle_mb", static_cast<double>(rt.buffers().cached_bytes()) / 1e6)
+            .add("pool_allocations", rt.buffers().allocations() - pool_allocations0);
+        if (s3) { // what the S3 client did in this epoch; failed attempts by cause
+            const auto st = s3->stats();
+            add_s3_counters(line, st, s3_0, false);
+            line.add("status_errors", st.status_errors - s3_0.status_errors)
+                .add("connection_errors", st.connection_errors - s3_0.connection_errors)
+                .add("timeouts", st.timeouts - s3_0.timeouts)
+                .add("short_bodies", st.short_bodies - s3_0.short_bodies)
+                .add("retries_refused", st.retries_refused - s3_0.retries_refused);
+        }
+        line.print();
         {
             cb::json_line line;
             line.add("bench", "pipeline_stages").add("engine", engine).add("epoch", e);
@@ -331,6 +408,10 @@ std::function<int()> add_pipeline_subcommands(CLI::App& app)
     p->add_flag("--cuda", a->cuda, "copy each batch to GPU 0 (cuda::to_cuda); needs a build with CUDA and a device");
     p->add_flag("--source-rate", a->source_rate, "also time the shards and the shuffle alone (nothing decoded): the ceiling of any decoder they feed");
     p->add_flag("--gpu-decode", a->gpu_decode, "decode on GPU 0 and the CPU at once (cuda::decode_batches) into device batches");
+    p->add_option("--endpoint", a->endpoint, "s3:// shards: the S3 endpoint URL (default: AWS_ENDPOINT_URL, the profile, or AWS)");
+    p->add_option("--region", a->region, "s3:// shards: the S3 region");
+    p->add_option("--timeout-ms", a->timeout_ms, "s3:// shards: the S3 client's first-byte and idle timeouts (0: its defaults)")
+        ->capture_default_str();
     p->add_option("--cpu-share", a->cpu_share, "--gpu-decode: the CPU decoders' share of the JPEGs (negative: measured each batch)")
         ->capture_default_str();
     return [p, a]() -> int {

@@ -2,7 +2,8 @@
 # s3_smoke_test.sh — a smoke test of conveyor-bench's S3 subcommands, run by ctest inside
 # tests/s3/server/with_s3_server.sh (s3rver behind the SigV4-checking proxy): s3-put
 # uploads a small generated file set, s3-get reads it back by prefix and by index, and the
-# counts and byte totals in their JSON lines must agree with the files.
+# counts and byte totals in their JSON lines must agree with the files; pipeline reads two
+# tar shards of JPEGs from the bucket for two epochs.
 # usage: s3_smoke_test.sh CONVEYOR_BENCH
 set -euo pipefail
 bench=${1:?usage: s3_smoke_test.sh CONVEYOR_BENCH}
@@ -66,3 +67,38 @@ if "$bench" s3-get "${common[@]}" --index "$work/missing.json" --attempts 1 >"$w
 fi
 grep -q "NoSuchKey" "$work/missing.err" || { echo "s3_smoke_test: no NoSuchKey in s3-get's error output:" >&2; cat "$work/missing.err" >&2; exit 1; }
 echo "s3_smoke_test: missing key reported ok"
+# pipeline over s3:// shards (--endpoint, --timeout-ms): two epochs in one process, each
+# delivering every sample, with the S3 client's counters and the process's state per epoch.
+if "${CONVEYOR_PYTHON:-/usr/bin/python3}" -c 'import PIL' 2>/dev/null; then
+  mkdir -p "$work/shards"
+  "${CONVEYOR_PYTHON:-/usr/bin/python3}" - "$work/shards" <<'PY'
+import io, sys, tarfile
+from PIL import Image
+for s in range(2):
+    with tarfile.open("%s/shard-%06d.tar" % (sys.argv[1], s), "w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(10):
+            jpg = io.BytesIO()
+            Image.new("RGB", (64, 48), (20 * i, 100, 40 * s)).save(jpg, "JPEG")
+            for ext, data in (("jpg", jpg.getvalue()), ("cls", str(i % 3).encode())):
+                info = tarfile.TarInfo("s%d-%02d.%s" % (s, i, ext))
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+PY
+  "$bench" s3-put "${common[@]}" --dir "$work/shards" --prefix smoke-shards/ --concurrency 2 >/dev/null
+  "$bench" pipeline "s3://$CONVEYOR_TEST_S3_BUCKET/smoke-shards/shard-{000000..000001}.tar" \
+    --endpoint "$CONVEYOR_TEST_S3_ENDPOINT" --region "$CONVEYOR_TEST_S3_REGION" --timeout-ms 5000 \
+    --epochs 2 --batch 8 --size 32 --threads 1 --decode-only 0 >"$work/pipeline.out" 2>"$work/pipeline.err" ||
+    { echo "s3_smoke_test: pipeline over s3:// shards failed" >&2; cat "$work/pipeline.err" >&2; exit 1; }
+  "${CONVEYOR_PYTHON:-/usr/bin/python3}" - "$work/pipeline.out" <<'PY' || { cat "$work/pipeline.out" >&2; exit 1; }
+import json, sys
+epochs = [json.loads(l) for l in open(sys.argv[1]) if '"bench":"pipeline","engine"' in l]
+assert [e["epoch"] for e in epochs] == [0, 1], epochs
+for e in epochs:
+    assert e["images"] == 20, e
+    assert e["requests"] >= 2 and e["retries"] == 0 and e["checksums_verified"] == 2, e
+    assert e["fds_end"] > 0 and e["threads_end"] > 0 and e["rss_end_mb"] > 0 and e["pool_idle_mb"] >= 0, e
+print("s3_smoke_test: pipeline over s3:// shards ok (2 epochs of 20 samples, %d requests)" % sum(e["requests"] for e in epochs))
+PY
+else
+  echo "s3_smoke_test: pipeline over s3:// shards skipped: ${CONVEYOR_PYTHON:-/usr/bin/python3} has no PIL (Debian's python3-pil)"
+fi
