@@ -56,10 +56,10 @@ using clock_type = std::chrono::steady_clock;
 enum class source_kind { files, s3_objects, local_shards, s3_shards };
 constexpr std::array<const char*, 4> kind_names{"files", "s3-objects", "local-shards", "s3-shards"};
 
-// The dataset every run reads: 48 JPEGs of 40 x 30 in 4 classes, as files, as S3 objects,
-// and packed 8 to a shard into 6 local and 6 S3 shards (jpg and cls fields).
-constexpr std::size_t image_count = 48;
-constexpr std::size_t per_shard = 8;
+// The dataset every run reads: 24 JPEGs of 40 x 30 in 4 classes, as files, as S3 objects,
+// and packed 4 to a shard into 6 local and 6 S3 shards (jpg and cls fields).
+constexpr std::size_t image_count = 24;
+constexpr std::size_t per_shard = 4;
 constexpr std::size_t shard_count = image_count / per_shard;
 constexpr std::size_t batch_size = 4;
 const std::string s3_prefix = "cancel-storm/";
