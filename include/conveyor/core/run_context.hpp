@@ -155,15 +155,22 @@ public:
         bool cancel_now;
         {
             std::lock_guard lk(mu_);
-            ++active_;
             signals_.push_back({asio::any_io_executor(ex), sig});
             cancel_now = stopping_;
             last_spawned_ = stage;
         }
+        {
+            std::lock_guard lk(gate_->mu);
+            ++gate_->active;
+        }
+        // The handler lets go of the run, and counts the task out only once co_spawn is
+        // done with it (see idle_gate).
         asio::co_spawn(ex, started(sig, std::move(task)),
-                       asio::bind_cancellation_slot(sig->signal.slot(), [self = shared_from_this(), stage = std::move(stage)](std::exception_ptr e) {
+                       asio::bind_cancellation_slot(sig->signal.slot(), [self = shared_from_this(), gate = gate_, ex,
+                                                                         stage = std::move(stage)](std::exception_ptr e) mutable {
                            if (e) self->fail(e, stage);
-                           self->task_done();
+                           self.reset();
+                           asio::post(ex, [gate = std::move(gate)] { task_done(*gate); });
                        }));
         if (cancel_now) asio::post(ex, [sig] { sig->cancel(); });
     }
@@ -254,7 +261,22 @@ private:
         std::function<void()> fn;
     };
 
-    CONVEYOR_DECL void task_done();
+    /* The count of the run's unfinished tasks, kept apart from the run. A task's
+       completion handler drops its reference to the run first and counts itself out
+       after, so that once wait_idle() returns no task holds the run any more: its last
+       reference (with the channels, items, hooks and stage state it owns) is the waiter's
+       to drop, on the waiter's thread, not an I/O thread's a moment after a range's
+       destructor returned. It counts itself out in a handler posted to the task's
+       executor (an I/O lane: one thread), which runs once co_spawn has finished with the
+       task and with its cancellation signal, which the run owns: the waiter may destroy
+       the run as soon as it wakes. */
+    struct idle_gate {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::size_t active = 0;
+    };
+
+    CONVEYOR_DECL static void task_done(idle_gate& gate);
 
     struct stage_entry {
         std::string name;
@@ -271,8 +293,7 @@ private:
     std::uint64_t budget_waits_at_start_ = 0; // the runtime's memory budget waits when the run began
     run_stats stats_;
     mutable std::mutex mu_;
-    std::condition_variable idle_cv_;
-    std::size_t active_ = 0;
+    std::shared_ptr<idle_gate> gate_ = std::make_shared<idle_gate>();
     std::atomic<bool> stopping_{false};
     std::atomic<bool> reported_{false};
     std::exception_ptr error_;

@@ -126,8 +126,8 @@ CONVEYOR_DECL std::exception_ptr run_context::failure() const
 CONVEYOR_DECL void run_context::wait_idle()
 {
     if (detail::current_lane >= 0) return;
-    std::unique_lock lk(mu_);
-    idle_cv_.wait(lk, [&] { return active_ == 0; });
+    std::unique_lock lk(gate_->mu);
+    gate_->cv.wait(lk, [&] { return gate_->active == 0; });
 }
 
 CONVEYOR_DECL void run_context::note_skip(std::string_view message)
@@ -360,10 +360,10 @@ CONVEYOR_DECL void run_context::stop_stats()
     });
 }
 
-CONVEYOR_DECL void run_context::task_done()
+CONVEYOR_DECL void run_context::task_done(idle_gate& gate)
 {
-    std::lock_guard lk(mu_);
-    if (--active_ == 0) idle_cv_.notify_all();
+    std::lock_guard lk(gate.mu);
+    if (--gate.active == 0) gate.cv.notify_all();
 }
 
 } // namespace conveyor
