@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -92,6 +94,18 @@ TEST_CASE("a buffer pool maps large buffers 2 MiB-aligned, writable to the end, 
     auto again = pool.acquire(n);
     CHECK(again.data() == first);
     CHECK(pool.allocations() == allocations);
+}
+
+TEST_CASE("a buffer pool refuses sizes no memory holds with bad_alloc, not a smaller buffer")
+{
+    // Found by fuzz/ (http_response): a Content-Length near 2^64 made a buffer whose mapping,
+    // rounded up to huge pages, wrapped to a few MiB while its capacity said 16 EiB.
+    conveyor::buffer_pool pool;
+    const std::size_t top = std::numeric_limits<std::size_t>::max();
+    for (std::size_t n : {top, top - 10, top - (std::size_t{4} << 20) + 1}) {
+        CAPTURE(n);
+        CHECK_THROWS_AS((void)pool.acquire(n), std::bad_alloc);
+    }
 }
 
 TEST_CASE("a buffer pool reuses released buffers instead of allocating")

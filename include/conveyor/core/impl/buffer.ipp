@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
+#include <new>
 
 namespace conveyor {
 
@@ -16,6 +18,9 @@ namespace detail {
 CONVEYOR_DECL void* allocate_bytes(std::size_t n)
 {
     if (n < huge_threshold) return ::operator new(n, std::align_val_t{buffer_alignment});
+    // Rounded up to huge pages, with one more for the alignment, a size this near the top
+    // of size_t would wrap to a small mapping: no memory holds it.
+    if (n > std::numeric_limits<std::size_t>::max() - 2 * huge_page) throw std::bad_alloc();
     const std::size_t size = mapped_size(n);
     // Map one huge page more than needed, then trim to a 2 MiB-aligned start.
     void* raw = ::mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

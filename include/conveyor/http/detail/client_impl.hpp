@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <memory>
 #include <optional>
 #include <string>
@@ -182,7 +183,15 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
             dst = req.body_into.data();
         } else {
             if (len > limit || len > std::numeric_limits<std::size_t>::max()) co_return make_error_code(errc::body_too_large);
-            resp.body = rt_->buffers().acquire(static_cast<std::size_t>(len));
+            // A length no memory can hold (a server may announce terabytes): too large,
+            // reported as the other limits are, not thrown out of the request.
+            bool unheld = false; // (no co_return in a handler: GCC 12's coroutines)
+            try {
+                resp.body = rt_->buffers().acquire(static_cast<std::size_t>(len));
+            } catch (const std::bad_alloc&) {
+                unheld = true;
+            }
+            if (unheld) co_return make_error_code(errc::body_too_large);
             dst = resp.body.data();
         }
         const auto size = static_cast<std::size_t>(len);
@@ -218,7 +227,15 @@ asio::awaitable<std::error_code> client_impl::exchange(Stream& s, connection& c,
         }
         while (!p.is_done()) {
             if (received == capacity && !into) {
-                auto bigger = rt_->buffers().acquire(capacity * 2);
+                // Twice the room, or one byte past the limit: enough to tell a body of
+                // exactly the limit from a longer one.
+                const std::uint64_t next = limit < std::uint64_t{capacity} * 2 ? limit + 1 : std::uint64_t{capacity} * 2;
+                buffer bigger;
+                try {
+                    bigger = rt_->buffers().acquire(static_cast<std::size_t>(next));
+                } catch (const std::bad_alloc&) {
+                }
+                if (bigger.capacity() == 0) co_return make_error_code(errc::body_too_large);
                 std::memcpy(bigger.data(), dst, received);
                 resp.body = std::move(bigger);
                 dst = resp.body.data();
