@@ -8,6 +8,7 @@
 #include <conveyor/store/open.hpp>
 
 #include "support.hpp"
+#include "../support/common.hpp"
 
 #include <doctest/doctest.h>
 
@@ -412,6 +413,34 @@ TEST_CASE("a full disk makes the cache read around with one warning; the epoch g
     CHECK(s.warnings == 1);
     CHECK(files_under(d.path / "objects").empty()); // nothing partial left behind
     CHECK(remote->reads == 5); // the chunked read that met the failure read its object again
+}
+
+TEST_CASE("a cache folder on a file system that fills (a small tmpfs): read around with one warning, no partial file")
+{
+    // The real thing beside the file size limit above: ENOSPC from a tmpfs of 512 KiB, which
+    // holds two of the four objects.
+    conveyor_test::small_disk disk(512u << 10);
+    if (!disk.ok()) {
+        MESSAGE("skipped: " << disk.why());
+        return;
+    }
+    auto remote = std::make_shared<memory_store>();
+    for (int i = 0; i < 4; ++i) remote->put("s3://bkt/n" + std::to_string(i), pattern(200'000, i), "\"e\"");
+    const fs::path dir = disk.path() / "cache";
+    auto st = fresh_run(remote, dir);
+    for (int i = 0; i < 4; ++i) {
+        const std::string url = "s3://bkt/n" + std::to_string(i);
+        CHECK((i % 2 ? read_whole(*st, url) : read_chunked(*st, url, 65536)) == pattern(200'000, i));
+    }
+    CHECK(st->stats().warnings == 1);
+    // What stayed in the cache is whole and is served; nothing partial is left under any name.
+    const auto kept = files_under(dir / "objects");
+    CHECK(kept.size() <= 2);
+    for (const auto& f : kept) CHECK(f.filename().string().find("tmp") == std::string::npos);
+    auto again = fresh_run(remote, dir);
+    const auto reads = remote->reads.load();
+    for (int i = 0; i < 4; ++i) CHECK(read_whole(*again, "s3://bkt/n" + std::to_string(i)) == pattern(200'000, i));
+    CHECK(static_cast<std::size_t>(remote->reads.load() - reads) == 4 - kept.size());
 }
 
 TEST_CASE("concurrent readers of one object in one process fetch it once")
