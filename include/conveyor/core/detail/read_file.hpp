@@ -23,6 +23,10 @@ struct whole_file {
     std::string why;    ///< with `ec`: what failed, e.g. "cannot open it" or "it has N bytes, more than …"
 };
 
+/// What a refusal of something read whole says: "it has `size` bytes, more than the
+/// `limit` bytes allowed (`limit_name`)".
+CONVEYOR_DECL std::string over_limit(std::uint64_t size, std::uint64_t limit, std::string_view limit_name);
+
 /** Reads the whole of a file that is parsed in memory (an index, a label map, a
     configuration or token file), refusing one of more than `limit` bytes before holding it:
     a regular file by its size (`fstat`), anything else (a pipe, `/dev/stdin`) once more

@@ -266,8 +266,7 @@ CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url
     auto refuse = [&](std::uint64_t size) {
         throw conveyor::error(std::make_error_code(std::errc::file_too_large),
                               {.stage = "s3 listing", .where = std::string(index_url),
-                               .detail = "the index has " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
-                                         " allowed (read_index's max_bytes)"});
+                               .detail = "the index: " + conveyor::detail::over_limit(size, max_bytes, "read_index's max_bytes")});
     };
     const object_info info = c.run(c.async_head(u.bucket(), u.key()));
     if (info.size >= 0 && static_cast<std::uint64_t>(info.size) > max_bytes) refuse(static_cast<std::uint64_t>(info.size));

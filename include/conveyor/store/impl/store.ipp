@@ -77,11 +77,10 @@ CONVEYOR_DECL slice store::read(const location& where) const
 }
 
 namespace detail {
-[[noreturn]] inline void refuse_too_large(const location& where, const std::string& has, std::uint64_t max_bytes, std::string_view limit_name)
+[[noreturn]] inline void refuse_too_large(const location& where, std::uint64_t size, std::uint64_t max_bytes, std::string_view limit_name)
 {
     throw conveyor::error(std::make_error_code(std::errc::file_too_large),
-                          {.stage = "store", .where = where.printable(),
-                           .detail = has + " than the " + std::to_string(max_bytes) + " bytes allowed (" + std::string(limit_name) + ")"});
+                          {.stage = "store", .where = where.printable(), .detail = conveyor::detail::over_limit(size, max_bytes, limit_name)});
 }
 } // namespace detail
 
@@ -89,9 +88,9 @@ CONVEYOR_DECL asio::awaitable<slice> store::async_read_small(location where, std
 {
     const object_version v = co_await async_version(where);
     if (v.size >= 0 && static_cast<std::uint64_t>(v.size) > max_bytes)
-        detail::refuse_too_large(where, "it has " + std::to_string(v.size) + " bytes, more", max_bytes, limit_name);
+        detail::refuse_too_large(where, static_cast<std::uint64_t>(v.size), max_bytes, limit_name);
     slice s = co_await async_read(where);
-    if (s.size() > max_bytes) detail::refuse_too_large(where, "it has " + std::to_string(s.size()) + " bytes, more", max_bytes, limit_name);
+    if (s.size() > max_bytes) detail::refuse_too_large(where, s.size(), max_bytes, limit_name);
     co_return s;
 }
 

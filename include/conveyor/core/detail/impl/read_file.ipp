@@ -13,6 +13,12 @@
 
 namespace conveyor::detail {
 
+CONVEYOR_DECL std::string over_limit(std::uint64_t size, std::uint64_t limit, std::string_view limit_name)
+{
+    return "it has " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) + " bytes allowed (" +
+           std::string(limit_name) + ")";
+}
+
 CONVEYOR_DECL whole_file read_whole_file(const std::filesystem::path& path, std::uint64_t limit, std::string_view limit_name)
 {
     whole_file out;
@@ -23,10 +29,7 @@ CONVEYOR_DECL whole_file read_whole_file(const std::filesystem::path& path, std:
         out.why = std::move(why);
         return std::move(out);
     };
-    auto too_large = [&](const std::string& has) {
-        return fail(std::make_error_code(std::errc::file_too_large),
-                    has + " than the " + std::to_string(limit) + " bytes allowed (" + std::string(limit_name) + ")");
-    };
+    auto too_large = [&](std::string why) { return fail(std::make_error_code(std::errc::file_too_large), std::move(why)); };
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fail(std::error_code(errno, std::system_category()), "cannot open it");
     struct fd_closer {
@@ -37,7 +40,7 @@ CONVEYOR_DECL whole_file read_whole_file(const std::filesystem::path& path, std:
     if (::fstat(fd, &st) != 0) return fail(std::error_code(errno, std::system_category()), "cannot stat it");
     if (S_ISDIR(st.st_mode)) return fail(std::make_error_code(std::errc::is_a_directory), "it is a directory");
     const bool regular = S_ISREG(st.st_mode);
-    if (regular && static_cast<std::uint64_t>(st.st_size) > limit) return too_large("it has " + std::to_string(st.st_size) + " bytes, more");
+    if (regular && static_cast<std::uint64_t>(st.st_size) > limit) return too_large(over_limit(static_cast<std::uint64_t>(st.st_size), limit, limit_name));
     // A regular file is read to its end (it may have grown since fstat: up to the limit);
     // anything else in steps, until it ends or passes the limit.
     const std::uint64_t most = limit == UINT64_MAX ? limit : limit + 1; // one byte past the limit tells
@@ -56,7 +59,7 @@ CONVEYOR_DECL whole_file read_whole_file(const std::filesystem::path& path, std:
         }
         out.text.resize(have + static_cast<std::size_t>(n));
         if (n == 0) return out;
-        if (out.text.size() > limit) return too_large("it gives more bytes");
+        if (out.text.size() > limit) return too_large("it gives more bytes than the " + std::to_string(limit) + " allowed (" + std::string(limit_name) + ")");
         if (out.text.size() == want) want = want * 2;
     }
 }
