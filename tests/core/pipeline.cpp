@@ -12,6 +12,7 @@
 #include <ranges>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 namespace asio = boost::asio;
 namespace cv = conveyor;
@@ -148,6 +149,49 @@ TEST_CASE("run() starts a run that next() reads to its end")
         CHECK_FALSE(r.next().has_value()); // and stays ended
         CHECK(r.stats().skipped == 0);
     });
+}
+
+TEST_CASE("next_for waits at most its timeout, then hands on items, the end and the pipeline's error")
+{
+    cv::runtime rt;
+    auto gate = std::make_shared<std::atomic<bool>>(false);
+    // Item 0 waits for the gate; the consumer's timed waits end first, with the run not done.
+    auto p = cv::from_range(iota(3)).on(rt) | cv::map([gate](int x) {
+                 while (x == 0 && !gate->load()) std::this_thread::sleep_for(1ms);
+                 return x;
+             });
+    auto r = p.run();
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_FALSE(r.next_for(20ms).has_value());
+    CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
+    CHECK_FALSE(r.done());
+    CHECK_FALSE(r.next_for(0ms).has_value());
+    CHECK_FALSE(r.done());
+    gate->store(true);
+    std::vector<int> got;
+    test::finishes_within(test::generous, "next_for to the end", [&] {
+        while (!r.done())
+            if (auto x = r.next_for(10ms)) got.push_back(*x);
+    });
+    CHECK(got == std::vector<int>{0, 1, 2});
+    CHECK_FALSE(r.next_for(10ms).has_value()); // and stays ended
+
+    auto failing = cv::from_range(iota(5)).on(rt) | cv::map([](int x) {
+                       if (x == 3) throw std::runtime_error("item three is bad");
+                       return x;
+                   });
+    auto f = failing.run();
+    int seen = 0;
+    std::string what;
+    try {
+        while (!f.done())
+            if (f.next_for(10ms)) ++seen;
+    } catch (const std::exception& e) {
+        what = e.what();
+    }
+    CHECK(seen <= 3); // an error ends the stream: items behind it may never come
+    CHECK(what.find("item three is bad") != std::string::npos);
+    CHECK(f.done());
 }
 
 TEST_CASE("a range can be moved while it is read")

@@ -105,6 +105,7 @@ TEST_CASE("decode_batches collates images in input order into nhwc uint8 batches
         CHECK(b.labels.type == image::dtype::int64);
         CHECK(b.labels.shape == std::vector<std::int64_t>{std::int64_t(count)});
         CHECK(b.images.data == static_cast<void*>(b.slab.data())); // in the slab: no copy after decode
+        CHECK(b.ids.empty()); // file blobs have no place in a shard (resume ids)
         for (std::size_t i = 0; i < count; ++i) check_slot(b, i, k++);
     }
 }

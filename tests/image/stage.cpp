@@ -9,6 +9,7 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
+#include <conveyor/image/batch.hpp>
 #include <conveyor/image/stage.hpp>
 #include <conveyor/shard/source.hpp>
 
@@ -212,4 +213,34 @@ TEST_CASE("encoded_image_of and decode_into give what the stage gives (the batch
         ++k;
     }
     CHECK(k == 4);
+}
+
+TEST_CASE("decode_batches gives each shard sample's id with its image, skipped ones left out, for resume")
+{
+    temp_dir d;
+    const auto p = make_shard(d.path, 7, {2});
+    std::vector<shard::sample> samples;
+    for (auto& s : shard::shards(p.string())) samples.push_back(std::move(s));
+    REQUIRE(samples.size() == 7);
+
+    auto pipe = shard::shards(p.string()) |
+                image::decode_batches({.decode = {.size = {16, 16}}, .errors = conveyor::on_error::skip}, {.size = 4});
+    std::vector<image::image_batch> batches;
+    for (auto& b : pipe) batches.push_back(std::move(b));
+    REQUIRE(batches.size() == 2); // 6 good samples: 4 and 2
+    std::vector<int> expect{0, 1, 3, 4, 5, 6};
+    std::size_t g = 0;
+    for (const auto& b : batches) {
+        REQUIRE(b.ids.size() == b.size());
+        for (std::size_t i = 0; i < b.size(); ++i, ++g) {
+            const auto& s = samples[expect[g]];
+            CAPTURE(g);
+            CHECK(b.keys[i] == s.key);
+            CHECK(b.ids[i].index == s.index);
+            CHECK(b.ids[i].end == s.end);
+            CHECK(b.ids[i].work == s.work);
+            CHECK(b.ids[i].shard == s.shard);
+        }
+    }
+    CHECK(g == expect.size());
 }

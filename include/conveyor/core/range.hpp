@@ -112,6 +112,38 @@ public:
         return std::move(current_);
     }
 
+    /** The next item, waiting at most `timeout`: the item; nullopt at the end (`done()` is
+        then true) or when the time ran out first (`done()` false: call again). For a
+        consumer that must stay responsive while it waits, such as a binding that checks
+        for an interrupt between waits. Throws the pipeline's error. */
+    std::optional<T> next_for(std::chrono::steady_clock::duration timeout)
+    {
+        started_ = true;
+        if (moved_from_) throw error(make_error_code(errc::stream_ended), {});
+        current_.reset();
+        if (buffered_.empty()) {
+            if (!sink_) return std::nullopt;
+            try {
+                const auto got = sink_->receive_some_blocking_until(buffered_, take_per_lock,
+                                                                    std::chrono::steady_clock::now() + timeout);
+                if (!got) return std::nullopt; // timed out
+                if (!*got) {
+                    finish();
+                    return std::nullopt;
+                }
+            } catch (...) {
+                finish();
+                throw;
+            }
+        }
+        std::optional<T> x(std::move(buffered_.front()));
+        buffered_.pop_front();
+        return x;
+    }
+
+    /// True once the run has ended (every item taken, an error thrown, or stopped).
+    bool done() const noexcept { return !sink_ && buffered_.empty(); }
+
     /** The next item, for a coroutine consumer.
         @par Completion Signature
         `std::optional<T>`; throws the pipeline's error. */

@@ -8,6 +8,7 @@
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/dtype.hpp>
 #include <conveyor/image/stage.hpp>
+#include <conveyor/shard/sample.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -182,6 +183,9 @@ struct image_batch {
     tensor labels;
     /// The items' keys (sample or file keys), in batch order.
     std::vector<std::string> keys;
+    /// Shard samples: each item's place in the epoch, in batch order, for
+    /// `shard::progress::consumed` (resume); empty for items of other sources.
+    std::vector<shard::sample_id> ids;
     /// How `images` is laid out.
     tensor_layout layout = tensor_layout::nhwc;
     /// The memory both tensors live in.

@@ -68,21 +68,6 @@ CONVEYOR_DECL std::vector<std::uint64_t> epoch_work(std::uint64_t shards, std::u
     with replacement, forever. */
 CONVEYOR_DECL std::uint64_t resampled_draw(std::uint64_t shards, std::uint64_t seed, std::uint64_t epoch, std::uint64_t slot, std::uint64_t k) noexcept;
 
-/// What identifies a sample for resume: small enough to carry along with decoded samples
-/// and batches to the point where the training step has used them.
-struct sample_id {
-    std::uint64_t work = 0;  ///< position of its shard in the epoch's work list
-    std::uint64_t shard = 0; ///< index of its shard in the shard list
-    std::uint64_t index = 0; ///< its position in the shard
-    std::uint64_t end = 0;   ///< byte offset just past it in the shard
-};
-
-/// The id of `s`.
-inline sample_id id_of(const sample& s) noexcept
-{
-    return {s.work, s.shard, s.index, s.end};
-}
-
 /** One piece of an epoch left to read: the shard at work position `work`, from sample
     `first` (which starts at byte `offset`), leaving out the samples in `skip` (consumed
     before a restart, while earlier ones were still in a shuffle buffer). */

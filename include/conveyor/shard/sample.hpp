@@ -53,6 +53,21 @@ inline void compact_for_holding(sample& s)
         if (f.data.storage_size() > f.data.size() + f.data.size() / 4) f.data = f.data.compact();
 }
 
+/// What identifies a sample for resume: small enough to carry along with decoded samples
+/// and batches to the point where the training step has used them.
+struct sample_id {
+    std::uint64_t work = 0;  ///< position of its shard in the epoch's work list
+    std::uint64_t shard = 0; ///< index of its shard in the shard list
+    std::uint64_t index = 0; ///< its position in the shard
+    std::uint64_t end = 0;   ///< byte offset just past it in the shard
+};
+
+/// The id of `s`.
+inline sample_id id_of(const sample& s) noexcept
+{
+    return {s.work, s.shard, s.index, s.end};
+}
+
 } // namespace conveyor::shard
 
 #endif

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -185,7 +186,16 @@ public:
 
     /// Like `receive_some`, for a plain thread: blocks on a condition variable.
     template <class Container>
-    bool receive_some_blocking(Container& out, std::size_t max);
+    bool receive_some_blocking(Container& out, std::size_t max)
+    {
+        return *receive_some_blocking_until(out, max, std::nullopt);
+    }
+
+    /// `receive_some_blocking` that waits until `deadline` at most (none: for ever):
+    /// nullopt when the deadline passed with nothing to take and the stream not ended.
+    template <class Container>
+    std::optional<bool> receive_some_blocking_until(Container& out, std::size_t max,
+                                                    std::optional<std::chrono::steady_clock::time_point> deadline);
 
     /// The receiver wants no more items (e.g. `take(n)` is satisfied): senders get false.
     void close_receiver() noexcept

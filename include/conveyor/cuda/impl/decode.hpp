@@ -126,6 +126,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 } own_guard(own, *detail::ring_of(*run), here);
                 std::deque<T>& items = own->items;
                 std::vector<std::string> keys(n);
+                std::vector<shard::sample_id> ids(std::is_same_v<T, shard::sample> ? n : 0);
                 std::vector<std::int64_t> labels(n, -1);
                 std::vector<char> on_gpu(n, 0);
                 std::size_t filled = 0;
@@ -135,11 +136,13 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                     if (got.empty()) break;
                     std::vector<image::encoded_image> part;
                     std::vector<std::string> part_keys;
+                    std::vector<shard::sample_id> part_ids;
                     for (auto& x : got) {
                         T& item = items.emplace_back(std::move(x));
                         try {
                             part.push_back(image::encoded_image_of(item, *d));
                             part_keys.emplace_back(part.back().key);
+                            if constexpr (std::is_same_v<T, shard::sample>) part_ids.push_back(shard::id_of(item));
                         } catch (...) {
                             if (d->errors == on_error::fail || ctx->stopping()) {
                                 ctx->fail(std::current_exception(), "gpu_decode_batches", conveyor::detail::item_key(item));
@@ -167,6 +170,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                         }
                         if (first + i != filled) moves.emplace_back(first + i, filled);
                         keys[filled] = std::move(part_keys[i]);
+                        if (!ids.empty()) ids[filled] = part_ids[i];
                         labels[filled] = part[i].label;
                         on_gpu[filled] = r.on_gpu ? 1 : 0;
                         ++filled;
@@ -181,6 +185,8 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 auto* label_out = reinterpret_cast<std::int64_t*>(host + plan->labels_offset);
                 for (std::size_t i = 0; i < filled; ++i) label_out[i] = labels[i];
                 own->batch = image::detail::batch_over_slab(std::move(slab), std::move(keys), filled, index++, *b, *plan);
+                ids.resize(ids.empty() ? 0 : filled);
+                own->batch.ids = std::move(ids);
                 own->batch.images.data = nullptr; // the pixels are on the device only
                 image::image_batch* const made = &own->batch;
                 const std::shared_ptr<image::image_batch> hb(std::move(own), made); // owns the items too

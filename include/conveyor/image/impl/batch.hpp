@@ -30,6 +30,7 @@ struct batch_run {
     struct open_batch {
         image::slab slab;
         std::vector<std::string> keys;
+        std::vector<shard::sample_id> ids; // shard samples only
     };
     std::map<std::uint64_t, open_batch> open; // batches with a slab, by batch number
     std::uint64_t next_position = 0;          // the dispatcher's next tentative place
@@ -54,6 +55,7 @@ struct batch_result {
     std::uint64_t position = 0;
     std::string key;
     std::int64_t label = -1;
+    std::optional<shard::sample_id> id; // shard samples only
     std::exception_ptr error;
 };
 
@@ -154,6 +156,7 @@ asio::awaitable<void> decode_batch_items(std::shared_ptr<run_context> ctx, std::
         batch_result r;
         r.position = job.position;
         r.key = conveyor::detail::item_key(job.item);
+        if constexpr (std::is_same_v<T, shard::sample>) r.id = shard::id_of(job.item);
         try {
             r.label = co_await conveyor::detail::offload(ctx->rt().compute_executor(), [&]() -> std::int64_t {
                 const encoded_image e = encoded_image_of(job.item, *d);

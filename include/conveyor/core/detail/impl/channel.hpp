@@ -155,7 +155,8 @@ asio::awaitable<bool> channel<T>::receive_some(std::vector<T>& out, std::size_t 
 
 template <class T>
 template <class Container>
-inline bool channel<T>::receive_some_blocking(Container& out, std::size_t max)
+inline std::optional<bool> channel<T>::receive_some_blocking_until(Container& out, std::size_t max,
+                                                                   std::optional<std::chrono::steady_clock::time_point> deadline)
 {
     max = std::max<std::size_t>(max, 1);
     std::unique_lock lk(mu_);
@@ -165,13 +166,15 @@ inline bool channel<T>::receive_some_blocking(Container& out, std::size_t max)
         if (receiver_closed_) return false;
         if (take(lk, out, max)) return true;
         if (head_ >= end_) return false;
+        if (deadline && std::chrono::steady_clock::now() >= *deadline) return std::nullopt;
         waiting.begin_locked();
         if (spin(lk, std::max<std::size_t>(max / 2, 1))) {
             waiting.end_locked();
             continue;
         }
         blocking_waiting_ = true;
-        cv_.wait(lk);
+        if (deadline) cv_.wait_until(lk, *deadline);
+        else cv_.wait(lk);
         waiting.end_locked();
         blocking_waiting_ = false;
         blocking_woken_ = false;
