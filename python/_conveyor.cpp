@@ -1,0 +1,679 @@
+// conveyor._conveyor: the C++ half of the Python module. The `conveyor` package
+// (python/conveyor/__init__.py) builds a pipeline's description in Python and hands it here
+// as a dict; this file turns it into the C++ pipeline of the same stages (sources, shuffle,
+// decode_batches, to_cuda), runs it, and exports each batch through the DLPack protocol
+// (`__dlpack__`, `__dlpack_device__`), so that `torch.from_dlpack` takes the batch's own
+// memory without a copy. The GIL is released whenever C++ works or waits.
+#include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/core/stages.hpp>
+#include <conveyor/file/index.hpp>
+#include <conveyor/file/source.hpp>
+#include <conveyor/image/batch.hpp>
+#include <conveyor/image/dlpack.hpp>
+#include <conveyor/image/labels.hpp>
+#include <conveyor/s3/client.hpp>
+#include <conveyor/s3/source.hpp>
+#include <conveyor/shard/list.hpp>
+#include <conveyor/shard/order.hpp>
+#include <conveyor/shard/source.hpp>
+#if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/device.hpp>
+#include <conveyor/cuda/staging.hpp>
+#endif
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace py = pybind11;
+namespace cv = conveyor;
+namespace file = conveyor::file;
+namespace image = conveyor::image;
+namespace shard = conveyor::shard;
+using namespace std::chrono_literals;
+
+namespace {
+
+// ---- reading the description --------------------------------------------------------------
+
+template <class T>
+T get(const py::dict& d, const char* name, T fallback)
+{
+    if (!d.contains(name)) return fallback;
+    const py::object v = d[name];
+    if (v.is_none()) return fallback;
+    return v.cast<T>();
+}
+
+py::dict sub(const py::dict& d, const char* name)
+{
+    if (!d.contains(name) || d[name].is_none()) return {};
+    return d[name].cast<py::dict>();
+}
+
+bool has(const py::dict& d, const char* name) { return d.contains(name) && !d[name].is_none(); }
+
+shard::uneven uneven_of(const std::string& s)
+{
+    if (s == "drop") return shard::uneven::drop;
+    if (s == "pad") return shard::uneven::pad;
+    throw py::value_error("uneven must be 'drop' or 'pad', not '" + s + "'");
+}
+
+image::crop_mode crop_of(const std::string& s)
+{
+    if (s == "center") return image::crop_mode::center;
+    if (s == "none") return image::crop_mode::none;
+    if (s == "random_resized") return image::crop_mode::random_resized;
+    throw py::value_error("crop must be 'center', 'none' or 'random_resized', not '" + s + "'");
+}
+
+std::array<float, 3> three(const py::dict& d, const char* name, float fill)
+{
+    const auto v = get<std::vector<float>>(d, name, {fill, fill, fill});
+    if (v.size() != 3) throw py::value_error(std::string(name) + " takes 3 values");
+    return {v[0], v[1], v[2]};
+}
+
+// ---- tensors and batches ---------------------------------------------------------------------
+
+// A DLPack capsule as the protocol wants it: named "dltensor" until a consumer takes it
+// (and renames it "used_dltensor"); a capsule nobody took frees its tensor itself.
+py::capsule dlpack_capsule(DLManagedTensor* t)
+{
+    PyObject* cap = PyCapsule_New(t, "dltensor", [](PyObject* self) {
+        if (!PyCapsule_IsValid(self, "dltensor")) return; // consumed: the consumer calls the deleter
+        auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(self, "dltensor"));
+        if (m && m->deleter) m->deleter(m);
+    });
+    if (!cap) {
+        t->deleter(t);
+        throw py::error_already_set();
+    }
+    return py::reinterpret_steal<py::capsule>(cap);
+}
+
+/// One tensor of a batch: makes a DLPack tensor that holds the batch's memory.
+struct py_tensor {
+    std::function<DLManagedTensor*()> make;
+    DLDevice device{};
+    std::vector<std::int64_t> shape;
+    std::string dtype;
+    std::uintptr_t data = 0;
+
+    py::capsule dlpack(const py::object& /*stream*/) const
+    {
+        // The data is ready: a CUDA batch was synchronized before it was handed out, so
+        // the consumer's stream needs no event to wait for.
+        return dlpack_capsule(make());
+    }
+    py::tuple dlpack_device() const { return py::make_tuple(static_cast<int>(device.device_type), device.device_id); }
+};
+
+/// A batch as Python sees it: images, labels, keys, its position in the run.
+struct py_batch {
+    py_tensor images, labels;
+    std::vector<std::string> keys;
+    std::uint64_t index = 0;
+    std::size_t size = 0;
+};
+
+py_batch wrap(image::image_batch b)
+{
+    auto held = std::make_shared<image::image_batch>(std::move(b));
+    const DLDevice dev = image::dlpack_device(held->slab.kind());
+    py_batch out;
+    out.images = {[held] { return image::to_dlpack(*held); }, dev, held->images.shape,
+                  std::string(image::name_of(held->images.type)), reinterpret_cast<std::uintptr_t>(held->images.data)};
+    out.labels = {[held] { return image::labels_to_dlpack(*held); }, dev, held->labels.shape, "int64",
+                  reinterpret_cast<std::uintptr_t>(held->labels.data)};
+    out.keys = held->keys;
+    out.index = held->index;
+    out.size = held->size();
+    return out;
+}
+
+#if CONVEYOR_WITH_CUDA
+using device_batch = cv::cuda::device_batch<image::image_batch>;
+
+py_batch wrap(device_batch b)
+{
+    auto held = std::make_shared<device_batch>(std::move(b));
+    const DLDevice dev{kDLCUDA, held->device()};
+    const auto& t = held->tensors();
+    py_batch out;
+    out.images = {[held] { return image::to_dlpack(*held); }, dev, held->host().images.shape,
+                  std::string(image::name_of(held->host().images.type)), reinterpret_cast<std::uintptr_t>(t.at(0).data)};
+    out.labels = {[held] { return image::labels_to_dlpack(*held); }, dev, held->host().labels.shape, "int64",
+                  reinterpret_cast<std::uintptr_t>(t.at(1).data)};
+    out.keys = held->host().keys;
+    out.index = held->host().index;
+    out.size = held->host().size();
+    return out;
+}
+#endif
+
+// ---- statistics --------------------------------------------------------------------------
+
+double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+py::dict stats_dict(const cv::stats_snapshot& s)
+{
+    py::dict d;
+    d["elapsed_s"] = seconds(s.elapsed);
+    d["delivered"] = s.delivered;
+    d["consumer_wait_s"] = seconds(s.consumer_waited);
+    d["consumer_wait_share"] = s.elapsed.count() > 0 ? seconds(s.consumer_waited) / seconds(s.elapsed) : 0.0;
+    d["skipped"] = s.skipped;
+    py::list stages;
+    for (const auto& st : s.stages) {
+        py::dict x;
+        x["name"] = st.name;
+        x["workers"] = st.workers;
+        x["finished"] = st.finished;
+        x["items"] = st.items;
+        x["bytes"] = st.bytes_known ? py::object(py::int_(st.bytes)) : py::object(py::none());
+        x["elapsed_s"] = seconds(st.elapsed);
+        x["busy_s"] = seconds(st.busy);
+        x["starved_s"] = seconds(st.starved);
+        x["blocked_s"] = seconds(st.blocked);
+        x["busy_share"] = st.busy_share();
+        x["queue_capacity"] = st.queue_capacity;
+        x["queue_size"] = st.queue_size;
+        x["queue_mean"] = st.queue_mean;
+        if (st.is_source) {
+            x["in_flight"] = st.in_flight;
+            x["retries"] = st.retries;
+        }
+        stages.append(std::move(x));
+    }
+    d["stages"] = std::move(stages);
+    const auto neck = cv::bottleneck(s);
+    d["bottleneck"] = neck ? s.stages[*neck].name : std::string("consumer");
+    d["summary"] = cv::format_shares(s);
+    return d;
+}
+
+// ---- a run ------------------------------------------------------------------------------
+
+/// One epoch's run, iterated from Python.
+class py_run {
+public:
+    template <class Batch>
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<shard::progress> progress, std::uint64_t position)
+        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress)), position_(position)
+    {
+    }
+    py_run(const py_run&) = delete;
+    py_run& operator=(const py_run&) = delete;
+    ~py_run()
+    {
+        // Destroyed with the GIL held (by the Python object's deallocation): the run's
+        // threads never need the GIL, so stopping it here cannot deadlock.
+        py::gil_scoped_release unlocked;
+        run_ = std::monostate{};
+    }
+
+    py_batch next()
+    {
+        for (;;) {
+            std::optional<py_batch> got;
+            bool done = false;
+            {
+                py::gil_scoped_release unlocked; // the run's threads need no GIL; the wait is without it
+                std::visit(
+                    [&](auto& r) {
+                        if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) {
+                            auto b = r.next_for(100ms);
+                            if (b) got = take(std::move(*b));
+                            done = r.done();
+                        } else {
+                            done = true;
+                        }
+                    },
+                    run_);
+            }
+            if (got) return std::move(*got);
+            if (done) {
+                finish();
+                throw py::stop_iteration();
+            }
+            // Between waits: a Ctrl-C (or another signal's handler) raises here, and the
+            // run stops before the exception leaves.
+            if (PyErr_CheckSignals() != 0) {
+                const py::error_already_set pending;
+                close();
+                throw pending;
+            }
+        }
+    }
+
+    /// The shard progress as JSON ("" for other sources or before anything was used).
+    std::string state() const { return progress_ && !progress_->empty() ? progress_->to_json() : std::string(); }
+    std::uint64_t position() const { return position_; }
+
+    py::dict stats() const
+    {
+        py::dict d;
+        std::visit(
+            [&](const auto& r) {
+                if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) d = stats_dict(r.snapshot());
+                else if (final_) d = stats_dict(*final_);
+            },
+            run_);
+        return d;
+    }
+
+    void close()
+    {
+        finish();
+        py::gil_scoped_release unlocked;
+        run_ = std::monostate{};
+    }
+
+private:
+    // The batch leaves for the training loop: its samples count as used from now on.
+    py_batch take(image::image_batch b)
+    {
+        if (progress_)
+            for (const auto& id : b.ids) progress_->consumed(id);
+        position_ += b.size();
+        return wrap(std::move(b));
+    }
+#if CONVEYOR_WITH_CUDA
+    py_batch take(device_batch b)
+    {
+        b.synchronize(); // the copies are done before Python sees the tensors
+        if (progress_)
+            for (const auto& id : b.host().ids) progress_->consumed(id);
+        position_ += b.host().size();
+        return wrap(std::move(b));
+    }
+#endif
+
+    void finish()
+    {
+        std::visit(
+            [&](auto& r) {
+                if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) final_ = r.snapshot();
+            },
+            run_);
+    }
+
+    std::shared_ptr<cv::runtime> rt_; // outlives the run
+#if CONVEYOR_WITH_CUDA
+    std::variant<std::monostate, cv::range<image::image_batch>, cv::range<device_batch>> run_;
+#else
+    std::variant<std::monostate, cv::range<image::image_batch>> run_;
+#endif
+    std::shared_ptr<shard::progress> progress_;
+    std::uint64_t position_ = 0;
+    std::optional<cv::stats_snapshot> final_;
+};
+
+// ---- the resolved source ------------------------------------------------------------------
+
+/// A pipeline's source resolved once (listed, indexes read, clients made), and the stages
+/// after it; `run(epoch, ...)` makes each epoch's run.
+class py_dataset {
+public:
+    py_dataset(std::shared_ptr<cv::runtime> rt, const py::dict& spec, std::uint64_t rank, std::uint64_t world, std::uint64_t worker,
+               std::uint64_t workers)
+        : rt_(std::move(rt)), split_{rank, world, worker, workers}
+    {
+        if (world == 0 || rank >= world) throw py::value_error("rank must be below world_size");
+        if (workers == 0 || worker >= workers) throw py::value_error("worker must be below workers");
+        kind_ = get<std::string>(spec, "kind", "");
+        errors_ = get<std::string>(spec, "on_error", "fail") == "skip" ? cv::on_error::skip : cv::on_error::fail;
+        order_ = {.seed = get<std::uint64_t>(spec, "seed", 0), .shuffle = get<bool>(spec, "shuffle_order", true),
+                  .policy = uneven_of(get<std::string>(spec, "uneven", "drop"))};
+        read_stages(spec);
+        py::gil_scoped_release unlocked; // listings and index reads may take a while
+        if (kind_ == "files") open_files(spec);
+        else if (kind_ == "s3") open_objects(spec);
+        else if (kind_ == "shards") open_shards(spec);
+        else throw py::value_error("unknown source kind '" + kind_ + "'");
+    }
+
+    /// Items this slot reads in `epoch`, when known.
+    std::optional<std::uint64_t> items(std::uint64_t epoch) const
+    {
+        if (kind_ == "files" || kind_ == "s3") return slot_positions(epoch).size();
+        if (resampled_) return std::nullopt;
+        const auto work = shard::epoch_work(shards_.size(), split_.slots(), epoch, order_);
+        std::uint64_t n = 0;
+        for (std::size_t p = split_.slot(); p < work.size(); p += split_.slots()) {
+            const auto s = shards_[work[p]].samples;
+            if (s < 0) return std::nullopt;
+            n += static_cast<std::uint64_t>(s);
+        }
+        return n;
+    }
+
+    std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state, std::uint64_t position)
+    {
+        py::gil_scoped_release unlocked;
+        std::shared_ptr<shard::progress> progress;
+        std::optional<cv::pipeline<image::image_batch>> p;
+        if (kind_ == "shards") {
+            if (!resampled_) {
+                progress = std::make_shared<shard::progress>();
+                if (state && !state->empty()) *progress = shard::progress::from_json(*state);
+            }
+            shard::source_options so{.order = order_, .share = split_, .resampled = resampled_, .shards_in_flight = shards_in_flight_,
+                                     .errors = errors_, .s3 = s3_, .resume = progress};
+            if (!cache_dir_.empty()) so.cache = cv::store::cache_options{.dir = cache_dir_, .max_bytes = cache_bytes_};
+            auto samples = shard::shards(shards_, so).on(*rt_);
+            if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
+            p = std::move(samples) | image::decode_batches(decode_, batch_);
+        } else {
+            auto blobs = kind_ == "files" ? files_for(epoch, position) : objects_for(epoch, position);
+            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
+            p = std::move(blobs) | image::decode_batches(decode_, batch_);
+        }
+#if CONVEYOR_WITH_CUDA
+        if (cuda_device_)
+            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_})).run(epoch), progress, position);
+#endif
+        return std::make_unique<py_run>(rt_, p->run(epoch), progress, position);
+    }
+
+    py::tuple split() const { return py::make_tuple(split_.rank, split_.world_size, split_.worker, split_.workers); }
+
+private:
+    void read_stages(const py::dict& spec)
+    {
+        if (has(spec, "shuffle")) {
+            const auto s = sub(spec, "shuffle");
+            shuffle_ = cv::shuffle_options{.buffer = get<std::size_t>(s, "buffer", 1000), .seed = get<std::uint64_t>(s, "seed", 0)};
+        }
+        const auto d = sub(spec, "decode");
+        decode_.decode.size = {get<std::uint32_t>(d, "width", 224), get<std::uint32_t>(d, "height", 224)};
+        decode_.decode.crop = crop_of(get<std::string>(d, "crop", "random_resized"));
+        decode_.decode.flip = get<double>(d, "flip", 0.0);
+        const auto scale = get<std::vector<double>>(d, "scale", {0.08, 1.0});
+        const auto ratio = get<std::vector<double>>(d, "ratio", {3.0 / 4.0, 4.0 / 3.0});
+        if (scale.size() != 2 || ratio.size() != 2) throw py::value_error("scale and ratio take 2 values");
+        decode_.decode.scale = {scale[0], scale[1]};
+        decode_.decode.ratio = {ratio[0], ratio[1]};
+        decode_.decode.center_fraction = get<double>(d, "center_fraction", 0.875);
+        decode_.decode.dct_scaling = get<bool>(d, "dct_scaling", true);
+        decode_.decode.seed = get<std::uint64_t>(d, "seed", 0);
+        decode_.fields = get<std::vector<std::string>>(d, "fields", {"jpg", "jpeg", "png"});
+        decode_.label_field = get<std::string>(d, "label_field", "cls");
+        decode_.errors = errors_;
+        if (const auto map = get<std::string>(d, "label_map", ""); !map.empty()) {
+            decode_.label_map.map = image::load_label_map(map);
+            decode_.label_map.first_number = get<std::optional<std::uint64_t>>(d, "first_number", std::nullopt);
+        }
+        const auto b = sub(spec, "batch");
+        batch_.size = get<std::size_t>(b, "size", 64);
+        batch_.layout = get<std::string>(b, "layout", "nhwc") == "nchw" ? image::tensor_layout::nchw : image::tensor_layout::nhwc;
+        const auto type = image::dtype_named(get<std::string>(b, "dtype", "uint8"));
+        if (!type || *type == image::dtype::int64) throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
+        batch_.type = *type;
+        batch_.mean = three(b, "mean", 0.0f);
+        batch_.std = three(b, "std", 1.0f);
+        batch_.partial = get<bool>(b, "partial", true);
+        if (has(spec, "cuda")) {
+#if CONVEYOR_WITH_CUDA
+            cuda_device_ = get<int>(sub(spec, "cuda"), "device", 0);
+            if (cv::cuda::devices().devices == 0)
+                throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
+                                {.stage = "to_cuda", .detail = "no usable GPU here: " + cv::cuda::devices().reason});
+            batch_.allocator = image::pinned_slab_allocator(); // copies at the link's rate, overlapped
+#else
+            throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
+                            {.stage = "to_cuda", .detail = "this build of conveyor has no CUDA (CONVEYOR_WITH_CUDA)"});
+#endif
+        }
+        shards_in_flight_ = get<unsigned>(spec, "shards_in_flight", 0);
+        resampled_ = get<bool>(spec, "resampled", false);
+        cache_dir_ = get<std::string>(spec, "cache", "");
+        cache_bytes_ = get<std::uint64_t>(spec, "cache_bytes", 0);
+        if (has(spec, "s3")) {
+            const auto s = sub(spec, "s3");
+            s3_config_.credentials_file = get<std::string>(s, "config", "");
+            s3_config_.endpoint_url = get<std::string>(s, "endpoint", "");
+            s3_config_.region = get<std::string>(s, "region", "");
+            s3_config_.profile = get<std::string>(s, "profile", "");
+            s3_config_.anonymous = get<bool>(s, "anonymous", false);
+        }
+        file_spec_ = {.root = get<std::string>(spec, "root", ""),
+                      .index = get<std::string>(spec, "index", ""),
+                      .classes = get<std::string>(spec, "classes", ""),
+                      .url = get<std::string>(spec, "url", ""),
+                      .bucket = get<std::string>(spec, "bucket", ""),
+                      .prefix = get<std::string>(spec, "prefix", ""),
+                      .labels = get<bool>(spec, "labels", true),
+                      .extensions = get<std::vector<std::string>>(spec, "extensions", {})};
+        if (has(spec, "paths")) file_spec_.paths = spec["paths"].cast<std::vector<std::string>>();
+        if (has(spec, "keys")) file_spec_.keys = spec["keys"].cast<std::vector<std::string>>();
+        if (has(spec, "urls")) urls_ = spec["urls"].cast<std::vector<std::string>>();
+    }
+
+    cv::s3::client& s3_client()
+    {
+        if (!s3_) s3_.emplace(*rt_, s3_config_);
+        return *s3_;
+    }
+
+    void open_files(const py::dict&)
+    {
+        const auto& f = file_spec_;
+        file::listing l;
+        if (f.paths) {
+            l = file::from_paths(*f.paths);
+        } else {
+            file::walk_options wo{.extensions = f.extensions, .labels = f.labels};
+            if (!f.classes.empty()) wo.classes = file::read_classes(f.classes);
+            l = f.index.empty() ? file::walk(f.root, wo) : file::read_index(f.index, f.root, wo);
+        }
+        // A label map gives each file its label by its place in the listing as made here,
+        // before each epoch takes the files in an order of its own.
+        if (decode_.label_map.map) {
+            for (std::size_t i = 0; i < l.size(); ++i) {
+                const std::uint64_t position = i;
+                l.entries[i].label = image::detail::map_label_of(decode_.label_map, l.entries[i].path, l.full_path(i), &position);
+            }
+            decode_.label_map = {};
+        }
+        if (l.entries.empty()) throw cv::error(cv::make_error_code(cv::errc::invalid_argument), {.stage = "files", .where = f.root, .detail = "no files found"});
+        listing_ = std::make_shared<const file::listing>(std::move(l));
+    }
+
+    void open_objects(const py::dict&)
+    {
+        const auto& f = file_spec_;
+        auto& c = s3_client();
+        cv::s3::object_list l;
+        if (f.keys) {
+            l = cv::s3::object_list::from_keys(f.bucket, *f.keys);
+        } else if (!f.index.empty()) {
+            // The seeds' index: object keys relative to the bucket, in a local file or in
+            // the bucket itself.
+            if (cv::location(f.index).is_s3()) {
+                l = cv::s3::read_index(c, f.index);
+            } else {
+                std::string bucket = f.bucket.empty() ? c.cfg().default_bucket : f.bucket;
+                if (bucket.empty())
+                    throw py::value_error("a local S3 index needs bucket= (or bucket_name in the JSON credentials file)");
+                l = cv::s3::read_index(std::move(bucket), f.index);
+            }
+        }
+        if ((f.keys || !f.index.empty()) && (f.labels || !f.classes.empty())) {
+            // ImageFolder labels: the first "directory" of each key below `prefix`.
+            std::vector<file::class_info> classes;
+            if (!f.classes.empty()) classes = file::read_classes(f.classes);
+            cv::s3::assign_labels(l, f.prefix, classes);
+        }
+        if (!f.keys && f.index.empty()) {
+            cv::s3::listing_options lo{.labels = f.labels, .extensions = f.extensions};
+            if (!f.classes.empty()) lo.classes = file::read_classes(f.classes);
+            l = cv::s3::list_url(c, f.url, lo);
+        }
+        if (decode_.label_map.map) {
+            if (l.labels.size() != l.objects.size()) l.labels.assign(l.objects.size(), -1);
+            for (std::size_t i = 0; i < l.objects.size(); ++i) {
+                const std::uint64_t position = i;
+                l.labels[i] = image::detail::map_label_of(decode_.label_map, l.objects[i].key,
+                                                          "s3://" + l.bucket + "/" + l.objects[i].key, &position);
+            }
+            decode_.label_map = {};
+        }
+        if (l.objects.empty())
+            throw cv::error(cv::make_error_code(cv::errc::invalid_argument), {.stage = "s3", .where = f.url.empty() ? f.index : f.url, .detail = "no objects found"});
+        objects_ = std::make_shared<const cv::s3::object_list>(std::move(l));
+    }
+
+    void open_shards(const py::dict&)
+    {
+        shard::list_options lo;
+        const bool remote_s3 = shard::names_s3(urls_);
+        if (remote_s3 || !s3_config_.credentials_file.empty() || !s3_config_.endpoint_url.empty()) lo.s3 = &s3_client();
+        shards_ = shard::resolve(urls_, lo);
+    }
+
+    /// The listing positions slot `split_` reads in `epoch`, in order (a pure function of
+    /// the seed and the epoch, as the shard order is).
+    std::vector<std::uint64_t> slot_positions(std::uint64_t epoch) const
+    {
+        const std::uint64_t n = kind_ == "files" ? listing_->size() : objects_->size();
+        const auto work = shard::epoch_work(n, split_.slots(), epoch, order_);
+        std::vector<std::uint64_t> mine;
+        for (std::size_t p = split_.slot(); p < work.size(); p += split_.slots()) mine.push_back(work[p]);
+        return mine;
+    }
+
+    cv::pipeline<cv::blob> files_for(std::uint64_t epoch, std::uint64_t skip)
+    {
+        const auto mine = slot_positions(epoch);
+        file::listing l{.root = listing_->root, .entries = {}, .classes = listing_->classes};
+        for (std::size_t i = std::min<std::size_t>(skip, mine.size()); i < mine.size(); ++i) l.entries.push_back(listing_->entries[mine[i]]);
+        return file::files(std::move(l), {.errors = errors_}).on(*rt_);
+    }
+
+    cv::pipeline<cv::blob> objects_for(std::uint64_t epoch, std::uint64_t skip)
+    {
+        const auto mine = slot_positions(epoch);
+        cv::s3::object_list l{.bucket = objects_->bucket, .objects = {}, .labels = {}, .classes = objects_->classes};
+        for (std::size_t i = std::min<std::size_t>(skip, mine.size()); i < mine.size(); ++i) {
+            l.objects.push_back(objects_->objects[mine[i]]);
+            if (!objects_->labels.empty()) l.labels.push_back(objects_->labels[mine[i]]);
+        }
+        return cv::s3::objects(*s3_, std::move(l), {.errors = errors_}).on(*rt_);
+    }
+
+    struct file_source_spec {
+        std::string root, index, classes, url, bucket, prefix;
+        bool labels = true;
+        std::vector<std::string> extensions;
+        std::optional<std::vector<std::string>> paths, keys;
+    };
+
+    std::shared_ptr<cv::runtime> rt_;
+    shard::split split_;
+    std::string kind_;
+    cv::on_error errors_ = cv::on_error::fail;
+    shard::order_options order_;
+    std::optional<cv::shuffle_options> shuffle_;
+    image::decode_image_options decode_;
+    image::batch_options batch_;
+    std::optional<int> cuda_device_;
+    unsigned shards_in_flight_ = 0;
+    bool resampled_ = false;
+    std::string cache_dir_;
+    std::uint64_t cache_bytes_ = 0;
+    cv::s3::config_options s3_config_;
+    std::optional<cv::s3::client> s3_;
+    file_source_spec file_spec_;
+    std::vector<std::string> urls_;
+    std::shared_ptr<const file::listing> listing_;
+    std::shared_ptr<const cv::s3::object_list> objects_;
+    std::vector<shard::shard_ref> shards_;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_conveyor, m)
+{
+    m.doc() = "conveyor's C++ half: pipelines described by the conveyor package, run in C++, batches exported through DLPack";
+
+    // conveyor::error (and anything derived) arrives as conveyor.Error with the same
+    // message: the stage, the key and the URL or path it failed at.
+    static py::exception<cv::error> error_type(m, "Error", PyExc_RuntimeError);
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const cv::error& e) {
+            error_type(e.what());
+        }
+    });
+    error_type.doc() = "A conveyor failure: the message names the stage, the item's key and where it was read from.";
+
+    py::class_<py_tensor>(m, "Tensor", "One tensor of a batch; its memory stays alive while this or any tensor taken from it lives.")
+        .def("__dlpack__", &py_tensor::dlpack, py::arg("stream") = py::none(), "A DLPack capsule of the tensor (no copy).")
+        .def("__dlpack_device__", &py_tensor::dlpack_device, "(device type, device id) as DLPack numbers them.")
+        .def_property_readonly("data_ptr", [](const py_tensor& t) { return t.data; }, "The address of the first element.")
+        .def_property_readonly("shape", [](const py_tensor& t) { return py::tuple(py::cast(t.shape)); })
+        .def_property_readonly("dtype", [](const py_tensor& t) { return t.dtype; });
+
+    py::class_<py_batch>(m, "Batch", "A batch: images and labels as DLPack tensors, with the items' keys.")
+        .def_readonly("images", &py_batch::images)
+        .def_readonly("labels", &py_batch::labels)
+        .def_readonly("keys", &py_batch::keys)
+        .def_readonly("index", &py_batch::index, "The batch's position in its run (0, 1, ...).")
+        .def("__len__", [](const py_batch& b) { return b.size; });
+
+    py::class_<cv::runtime, std::shared_ptr<cv::runtime>>(m, "Runtime", "conveyor's threads: I/O lanes and a compute pool.")
+        .def(py::init([](std::size_t threads, std::size_t io_threads) {
+                 py::gil_scoped_release unlocked;
+                 return std::make_shared<cv::runtime>(cv::runtime_options{.io_threads = io_threads, .compute_threads = threads});
+             }),
+             py::arg("threads") = 0, py::arg("io_threads") = 1,
+             "A runtime with `threads` compute threads (0: one per usable core) and `io_threads` I/O lanes.")
+        .def_property_readonly("threads", [](const cv::runtime& rt) { return rt.options().compute_threads; });
+
+    py::class_<py_run>(m, "Run", "One epoch's run; dropping it or close() stops all its work.")
+        .def("next", &py_run::next, "The next batch; raises StopIteration at the end of the epoch. Waits without the GIL.")
+        .def("close", &py_run::close, "Stops the run and waits until all its work has stopped.")
+        .def("state", &py_run::state, "Shards: the progress of the epoch as JSON (every batch handed out counts as used).")
+        .def_property_readonly("position", &py_run::position, "Files and S3 objects: items of this slot's order handed out.")
+        .def("stats", &py_run::stats, "The run's statistics as a dict.");
+
+    py::class_<py_dataset>(m, "Dataset", "A pipeline's source resolved once, with the stages after it.")
+        .def(py::init<std::shared_ptr<cv::runtime>, const py::dict&, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>(),
+             py::arg("runtime"), py::arg("spec"), py::arg("rank"), py::arg("world_size"), py::arg("worker"), py::arg("workers"))
+        .def("items", &py_dataset::items, py::arg("epoch"), "Items this slot reads in `epoch`, or None when unknown.")
+        .def("run", &py_dataset::run, py::arg("epoch"), py::arg("state"), py::arg("position"),
+             "Starts epoch `epoch`: shards resume from `state` (progress JSON), files and objects after `position` items.")
+        .def_property_readonly("split", &py_dataset::split, "(rank, world_size, worker, workers)");
+
+    m.def("environment_split", [] {
+        const auto s = shard::split_from_environment();
+        return py::make_tuple(s.rank, s.world_size);
+    });
+    m.def("merge_progress", [](const std::vector<std::string>& parts) {
+        std::vector<shard::progress> ps;
+        for (const auto& p : parts) ps.push_back(shard::progress::from_json(p));
+        return shard::progress::merge(ps).to_json();
+    });
+    m.def("check_progress", [](const std::string& text) { (void)shard::progress::from_json(text); });
+
+    m.def("center_crop",
+          [](std::int64_t height, std::int64_t width, std::uint32_t size, double fraction) {
+              const image::decode_options o{.size = {size, size}, .crop = image::crop_mode::center, .center_fraction = fraction};
+              const auto r = image::crop_for(height, width, o, {});
+              return py::make_tuple(r.top, r.left, r.height, r.width);
+          },
+          py::arg("height"), py::arg("width"), py::arg("size"), py::arg("fraction") = 0.875,
+          "The (top, left, height, width) region the center crop keeps of an image of height x width.");
+}

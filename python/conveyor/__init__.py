@@ -1,0 +1,662 @@
+"""conveyor: training input pipelines run in C++, iterated from Python.
+
+A pipeline is described with a builder and runs only when it is iterated::
+
+    import conveyor
+
+    pipe = (conveyor.shards("s3://bucket/train/shard-{000000..000146}.tar", seed=7)
+            .shuffle(10_000)
+            .decode(size=224, crop="random_resized", flip=True)
+            .batch(256)
+            .to_cuda(0))
+    for epoch in range(90):
+        for images, labels in pipe:      # one epoch; the next loop runs the next one
+            train_step(images, labels)
+
+Reading (io_uring, S3), tar parsing, shuffling, decoding, batching and the copy to the GPU
+all run on conveyor's own threads, without the GIL. Each batch arrives as ``torch.Tensor``
+objects that share the batch's memory (DLPack: no copy), on the CPU or on the GPU.
+
+Sources: :func:`files` (a folder, an index file with its classes file, a list of paths),
+:func:`s3` (a prefix, an index, a list of keys) and :func:`shards` (webdataset-style tar
+shards anywhere: local paths, ``s3://``, ``http(s)://``, a dataset index). Each epoch is
+divided among the ranks of a distributed job (``RANK``/``WORLD_SIZE`` and the other
+launchers' variables, or ``rank=``/``world_size=``), and among the workers of a
+``torch.utils.data.DataLoader`` when the pipeline is iterated inside one.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import json as _json
+import math as _math
+import os as _os
+import weakref as _weakref
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import _conveyor
+from ._conveyor import Error, center_crop
+
+__all__ = [
+    "Error",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "Pipeline",
+    "Epoch",
+    "files",
+    "s3",
+    "shards",
+    "merge_states",
+    "environment_split",
+    "center_crop",
+]
+
+#: ImageNet's per-channel RGB mean and standard deviation (pixels in [0, 1]), as
+#: torchvision's pretrained models expect them: ``batch(dtype="float16", mean=IMAGENET_MEAN, std=IMAGENET_STD)``.
+IMAGENET_MEAN: Tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: Tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+_STATE_FORMAT = "conveyor-python-state"
+
+
+def environment_split() -> Tuple[int, int]:
+    """The (rank, world_size) the launcher set in the environment: ``RANK``/``WORLD_SIZE``
+    (torchrun), ``SLURM_PROCID``/``SLURM_NTASKS``, ``OMPI_COMM_WORLD_RANK``/``OMPI_COMM_WORLD_SIZE``;
+    (0, 1) when none is set. Raises :class:`Error` for a malformed or inconsistent pair."""
+    return _conveyor.environment_split()
+
+
+def _worker_split() -> Tuple[int, int]:
+    """(worker, workers) of the torch DataLoader worker this runs in, else (0, 1)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0, 1
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return 0, 1
+    return info.id, info.num_workers
+
+
+def _s3_spec(config, endpoint, region, profile, anonymous) -> Optional[Dict[str, Any]]:
+    return {
+        "config": _os.fspath(config) if config is not None else "",
+        "endpoint": endpoint or "",
+        "region": region or "",
+        "profile": profile or "",
+        "anonymous": bool(anonymous),
+    }
+
+
+def _common(on_error: str, threads: int, rank, world_size) -> Dict[str, Any]:
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
+    if (rank is None) != (world_size is None):
+        raise ValueError("give both rank and world_size, or neither (then they come from the environment)")
+    return {"on_error": on_error, "threads": int(threads), "rank": rank, "world_size": world_size}
+
+
+def files(
+    root: Union[str, "os.PathLike[str]", None] = None,
+    *,
+    paths: Optional[Sequence[str]] = None,
+    index: Union[str, "os.PathLike[str]", None] = None,
+    classes: Union[str, "os.PathLike[str]", None] = None,
+    labels: bool = True,
+    extensions: Sequence[str] = (".jpg", ".jpeg", ".png"),
+    seed: int = 0,
+    shuffle: bool = True,
+    uneven: str = "drop",
+    on_error: str = "fail",
+    threads: int = 0,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> "Pipeline":
+    """Images in local files, read through io_uring.
+
+    - ``files(root)``: a folder in ImageFolder layout (one directory per class, ids in sorted
+      order; ``labels=False``: every label -1), walked once;
+    - ``files(root, index="index.json", classes="classes.json")``: an index file (a JSON array
+      of paths relative to ``root``) and, optionally, a classes file
+      (``{"n01440764": {"id": 0, "name": "tench"}, ...}``: labels from each path's class directory);
+    - ``files(paths=[...])``: these files, labels -1.
+
+    Each epoch takes the files in an order that is a pure function of (``seed``, epoch)
+    (``shuffle=False``: listing order), divided among ranks and workers; with ``uneven="drop"``
+    the last ``len % slots`` files of the order are left out so that every slot reads as many,
+    with ``"pad"`` the first ones are read twice. ``on_error="skip"``: an unreadable or
+    undecodable image is skipped, counted (``stats()["skipped"]``) and logged once.
+    ``threads``: compute threads for decoding (0: one per usable core)."""
+    if paths is not None and (root is not None or index is not None):
+        raise ValueError("give paths=, or a root folder (with an optional index=), not both")
+    if paths is None and root is None:
+        raise ValueError("files() needs a root folder or paths=")
+    if classes is not None and index is None:
+        raise ValueError("classes= goes with index= (a folder's classes are its directories)")
+    spec = {
+        "kind": "files",
+        "root": _os.fspath(root) if root is not None else "",
+        "paths": [_os.fspath(p) for p in paths] if paths is not None else None,
+        "index": _os.fspath(index) if index is not None else "",
+        "classes": _os.fspath(classes) if classes is not None else "",
+        "labels": bool(labels),
+        "extensions": list(extensions),
+        "seed": int(seed),
+        "shuffle_order": bool(shuffle),
+        "uneven": uneven,
+        **_common(on_error, threads, rank, world_size),
+    }
+    return Pipeline(spec)
+
+
+def s3(
+    url: Optional[str] = None,
+    *,
+    keys: Optional[Sequence[str]] = None,
+    bucket: Optional[str] = None,
+    index: Optional[str] = None,
+    classes: Union[str, "os.PathLike[str]", None] = None,
+    prefix: str = "",
+    labels: bool = False,
+    extensions: Sequence[str] = (".jpg", ".jpeg", ".png"),
+    config: Union[str, "os.PathLike[str]", None] = None,
+    endpoint: Optional[str] = None,
+    region: Optional[str] = None,
+    profile: Optional[str] = None,
+    anonymous: bool = False,
+    seed: int = 0,
+    shuffle: bool = True,
+    uneven: str = "drop",
+    on_error: str = "fail",
+    threads: int = 0,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> "Pipeline":
+    """Images stored as S3 objects, many requests in flight.
+
+    - ``s3("s3://bucket/train/")``: every object under the prefix with one of ``extensions``
+      (listed once, in parallel); ``labels=True``: ImageFolder labels from the first level of
+      "directories" under the prefix (ids in sorted order, or a local ``classes`` file's);
+    - ``s3(index="s3://bucket/index.json")`` or ``s3(index="index.json", bucket="bucket")``:
+      an index file (a JSON array of object keys relative to the bucket) in the bucket or
+      local; with ``labels=True`` or a ``classes`` file (local:
+      ``{"n01440764": {"id": 0, "name": "tench"}, ...}``), each key's first "directory"
+      below ``prefix`` is its class;
+    - ``s3(bucket="b", keys=[...])``: these objects (labels as for an index).
+
+    Credentials: ``config`` names the JSON credentials file
+    (``{"aws_access_key_id": ..., "aws_secret_access_key": ..., "endpoint_url": ..., "bucket_name": ...}``);
+    without it, the AWS SDKs' order (environment, web identity, profiles, container and
+    instance credentials, refreshed before they expire). ``endpoint``, ``region`` and
+    ``profile`` override the configuration's. Order, split and errors as for :func:`files`."""
+    given = sum(x is not None for x in (url, index, keys))
+    if given != 1:
+        raise ValueError("s3() takes one of: a prefix URL, index=, or bucket= with keys=")
+    if keys is not None and not bucket:
+        raise ValueError("keys= needs bucket=")
+    spec = {
+        "kind": "s3",
+        "url": url or "",
+        "keys": list(keys) if keys is not None else None,
+        "bucket": bucket or "",
+        "prefix": prefix,
+        "index": _os.fspath(index) if index is not None else "",
+        "classes": _os.fspath(classes) if classes is not None else "",
+        "labels": bool(labels),
+        "extensions": list(extensions),
+        "s3": _s3_spec(config, endpoint, region, profile, anonymous),
+        "seed": int(seed),
+        "shuffle_order": bool(shuffle),
+        "uneven": uneven,
+        **_common(on_error, threads, rank, world_size),
+    }
+    return Pipeline(spec)
+
+
+def shards(
+    urls: Union[str, Sequence[str]],
+    *,
+    seed: int = 0,
+    shuffle: bool = True,
+    uneven: str = "drop",
+    resampled: bool = False,
+    shards_in_flight: int = 0,
+    cache: Union[str, "os.PathLike[str]", None] = None,
+    cache_bytes: int = 0,
+    config: Union[str, "os.PathLike[str]", None] = None,
+    endpoint: Optional[str] = None,
+    region: Optional[str] = None,
+    profile: Optional[str] = None,
+    anonymous: bool = False,
+    on_error: str = "fail",
+    threads: int = 0,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> "Pipeline":
+    """Samples of webdataset-style tar shards (``.tar``, ``.tar.gz``), streamed.
+
+    ``urls``: one spec or several: brace patterns (``/data/shard-{000000..000146}.tar``,
+    ``s3://bucket/train/shard-{0000..0099}.tar``, ``https://...``), prefixes with a trailing
+    slash (every shard under them), or a dataset index (``.json``, as ``make_shards --index``
+    writes it: the shards with their sample counts, so ``len()`` is known).
+
+    Each epoch reads this rank's share of the shards in an order that is a pure function of
+    (``seed``, epoch), ``shards_in_flight`` at once (0: 4 local, 12 remote), samples
+    interleaved; ``shuffle(n)`` then mixes samples across shards. ``uneven``: ``"drop"``
+    leaves out the shards that do not divide among the slots, ``"pad"`` reads some twice.
+    ``resampled=True``: shards drawn at random with replacement, forever (bound the loop
+    yourself). ``cache``: a node-local folder where remote shards are kept for later epochs
+    and other processes (``cache_bytes`` at most, 0: no limit). S3 settings as for :func:`s3`.
+    ``on_error="skip"``: the rest of an unreadable shard, or an undecodable image, is skipped
+    and counted. The position in the epoch is kept (:meth:`Pipeline.state_dict`)."""
+    if isinstance(urls, (str, _os.PathLike)):
+        urls = [_os.fspath(urls)]
+    urls = [_os.fspath(u) for u in urls]
+    if not urls:
+        raise ValueError("shards() needs at least one URL or pattern")
+    spec = {
+        "kind": "shards",
+        "urls": urls,
+        "seed": int(seed),
+        "shuffle_order": bool(shuffle),
+        "uneven": uneven,
+        "resampled": bool(resampled),
+        "shards_in_flight": int(shards_in_flight),
+        "cache": _os.fspath(cache) if cache is not None else "",
+        "cache_bytes": int(cache_bytes),
+        "s3": _s3_spec(config, endpoint, region, profile, anonymous),
+        **_common(on_error, threads, rank, world_size),
+    }
+    return Pipeline(spec)
+
+
+def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The union of the states of all ranks of one epoch (each rank's
+    :meth:`Pipeline.state_dict`, gathered e.g. with ``torch.distributed.all_gather_object``):
+    loaded with any number of ranks, the rest of the epoch is divided among them, each
+    sample once. Shard sources only; raises :class:`Error` when the states belong to
+    different epochs, seeds or shard lists."""
+    states = list(states)
+    if not states:
+        raise ValueError("merge_states needs at least one state")
+    for s in states:
+        _check_state(s)
+    epochs = {s["epoch"] for s in states}
+    if len(epochs) != 1:
+        raise Error(f"merge_states: the states belong to different epochs ({sorted(epochs)})")
+    if any(s.get("shards") is None for s in states):
+        raise Error("merge_states: only the states of shard pipelines merge (files and S3 objects resume per rank)")
+    merged = _conveyor.merge_progress([s["shards"] for s in states if s["shards"]])
+    out = dict(states[0])
+    out["shards"] = merged
+    out["rank"] = None
+    out["world_size"] = None
+    return out
+
+
+def _check_state(s: Dict[str, Any]) -> None:
+    if not isinstance(s, dict) or s.get("format") != _STATE_FORMAT:
+        raise ValueError("not a conveyor state (Pipeline.state_dict() makes one)")
+    if s.get("version") != 1:
+        raise ValueError(f"conveyor state version {s.get('version')!r} is not supported (1 is)")
+
+
+class Pipeline:
+    """A pipeline: a source and the stages after it. Builder methods return a new pipeline
+    and leave this one as it was; nothing runs until it is iterated.
+
+    Iterating runs one epoch: ``for images, labels in pipe`` (with ``keys()``:
+    ``images, labels, keys``). A loop that ends normally moves the pipeline on to the next
+    epoch; a loop broken off leaves it in the same epoch, and iterating again goes on from
+    where the consumer stopped (shards; files and S3 objects: the position in this rank's
+    order). :meth:`set_epoch` chooses the epoch, :meth:`state_dict` and
+    :meth:`load_state_dict` save and restore the position for a checkpoint."""
+
+    def __init__(self, spec: Dict[str, Any]):
+        self._spec = spec
+        self._spec.setdefault("shuffle", None)
+        self._spec.setdefault("decode", None)
+        self._spec.setdefault("batch", None)
+        self._spec.setdefault("cuda", None)
+        self._spec.setdefault("with_keys", False)
+        self._spec.setdefault("output", "torch")
+        self._dataset = None  # the resolved source (listing, shard list, clients): made once
+        self._runtime = None
+        self._epoch = 0
+        self._state: Optional[str] = None  # shards: progress JSON of the current epoch
+        self._position = 0  # files / S3 objects: items of this slot's order consumed
+        self._last_stats: Dict[str, Any] = {}
+        self._active: Optional["_weakref.ref[Epoch]"] = None  # weak: dropping the iterator stops its run
+
+    # ---- building -------------------------------------------------------------------
+
+    def _with(self, **changes) -> "Pipeline":
+        spec = _copy.deepcopy(self._spec)
+        spec.update(changes)
+        return Pipeline(spec)
+
+    def shuffle(self, buffer: int, *, seed: Optional[int] = None) -> "Pipeline":
+        """Mixes items through a buffer of ``buffer`` items (webdataset's ``shuffle(n)``):
+        each item out is drawn at random from the buffer. The draws are a pure function of
+        (``seed``, epoch); ``seed`` defaults to the source's."""
+        if buffer < 1:
+            raise ValueError("shuffle buffer must be at least 1")
+        return self._with(shuffle={"buffer": int(buffer), "seed": int(seed if seed is not None else self._spec["seed"])})
+
+    def decode(
+        self,
+        size: Union[int, Tuple[int, int]] = 224,
+        *,
+        crop: str = "random_resized",
+        flip: Union[bool, float] = False,
+        scale: Tuple[float, float] = (0.08, 1.0),
+        ratio: Tuple[float, float] = (3 / 4, 4 / 3),
+        center_fraction: float = 0.875,
+        dct_scaling: bool = True,
+        seed: Optional[int] = None,
+        fields: Sequence[str] = ("jpg", "jpeg", "png"),
+        label_field: str = "cls",
+        label_map: Union[str, "os.PathLike[str]", None] = None,
+        first_number: Optional[int] = None,
+    ) -> "Pipeline":
+        """Decodes each JPEG or PNG (libjpeg-turbo, libspng) on the compute threads, cropped
+        and resized to ``size`` (an int: square; or (height, width)), RGB.
+
+        ``crop``: ``"random_resized"`` (torchvision's RandomResizedCrop with ``scale`` and
+        ``ratio``), ``"center"`` (the central ``center_fraction`` of the shorter side, as
+        ``Resize(256) + CenterCrop(224)`` keeps) or ``"none"`` (the whole image resized).
+        ``flip``: True (0.5) or a probability of a horizontal flip. ``dct_scaling``: let
+        libjpeg decode at 1/2, 1/4 or 1/8 scale where the output is that much smaller
+        (faster, nearly the same pixels). Crops and flips are a pure function of (``seed``,
+        epoch, key). Shards: the image is the first of ``fields`` the sample has, the label
+        the integer in ``label_field``. ``label_map``: a validation map file
+        (``{"ILSVRC2012_val_00000001": 65, ...}`` or a JSON array) gives the labels instead;
+        ``first_number``: the key number of its first entry when items are found by number."""
+        if isinstance(size, int):
+            size = (size, size)
+        if crop not in ("random_resized", "center", "none"):
+            raise ValueError(f"crop must be 'random_resized', 'center' or 'none', not {crop!r}")
+        flip_p = 0.5 if flip is True else float(flip)
+        if not 0.0 <= flip_p <= 1.0:
+            raise ValueError("flip must be a bool or a probability in [0, 1]")
+        return self._with(
+            decode={
+                "height": int(size[0]),
+                "width": int(size[1]),
+                "crop": crop,
+                "flip": flip_p,
+                "scale": [float(scale[0]), float(scale[1])],
+                "ratio": [float(ratio[0]), float(ratio[1])],
+                "center_fraction": float(center_fraction),
+                "dct_scaling": bool(dct_scaling),
+                "seed": int(seed if seed is not None else self._spec["seed"]),
+                "fields": list(fields),
+                "label_field": label_field,
+                "label_map": _os.fspath(label_map) if label_map is not None else "",
+                "first_number": first_number,
+            }
+        )
+
+    def batch(
+        self,
+        size: int,
+        *,
+        dtype: str = "uint8",
+        layout: str = "nhwc",
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        partial: bool = True,
+    ) -> "Pipeline":
+        """Collates ``size`` decoded images into one tensor, each decoded straight into its
+        place: ``uint8`` pixels as decoded, or ``float32``/``float16`` normalized as
+        torchvision's ``ToTensor()`` + ``Normalize(mean, std)`` (defaults: 0 and 1);
+        ``layout`` ``"nhwc"`` or ``"nchw"``. ``partial=False`` drops a last, smaller batch."""
+        if self._spec["decode"] is None:
+            raise ValueError("batch() comes after decode()")
+        if size < 1:
+            raise ValueError("batch size must be at least 1")
+        if dtype not in ("uint8", "float32", "float16"):
+            raise ValueError(f"dtype must be 'uint8', 'float32' or 'float16', not {dtype!r}")
+        if layout not in ("nhwc", "nchw"):
+            raise ValueError(f"layout must be 'nhwc' or 'nchw', not {layout!r}")
+
+        def three(v, fill):
+            if v is None:
+                return [fill] * 3
+            v = [float(x) for x in v]
+            if len(v) == 1:
+                return v * 3
+            if len(v) != 3:
+                raise ValueError("mean and std take 1 or 3 values")
+            return v
+
+        return self._with(
+            batch={
+                "size": int(size),
+                "dtype": dtype,
+                "layout": layout,
+                "mean": three(mean, 0.0),
+                "std": three(std, 1.0),
+                "partial": bool(partial),
+            }
+        )
+
+    def to_cuda(self, device: int = 0) -> "Pipeline":
+        """Copies each batch to GPU ``device`` from page-locked memory, overlapped with the
+        decoding of the next ones; the tensors are CUDA tensors. Needs a build with CUDA."""
+        if self._spec["batch"] is None:
+            raise ValueError("to_cuda() comes after batch()")
+        return self._with(cuda={"device": int(device)})
+
+    def keys(self, on: bool = True) -> "Pipeline":
+        """Also yield each batch's keys (sample keys, or file and object keys):
+        ``for images, labels, keys in pipe``."""
+        return self._with(with_keys=bool(on))
+
+    def dlpack(self) -> "Pipeline":
+        """Yield conveyor's own batch objects instead of torch tensors: ``batch.images`` and
+        ``batch.labels`` implement the DLPack protocol (``__dlpack__``), for JAX, CuPy or
+        NumPy, and ``batch.keys`` lists the keys."""
+        return self._with(output="dlpack")
+
+    # ---- running --------------------------------------------------------------------
+
+    def _resolved(self):
+        if self._dataset is None:
+            if self._spec["batch"] is None:
+                raise ValueError("a pipeline must end in batch() (and optionally to_cuda()) to be iterated")
+            threads = self._spec["threads"]
+            self._runtime = _conveyor.Runtime(threads=threads)
+            rank, world = self._spec["rank"], self._spec["world_size"]
+            if rank is None:
+                rank, world = environment_split()
+            worker, workers = _worker_split()
+            self._dataset = _conveyor.Dataset(self._runtime, self._spec, rank, world, worker, workers)
+        return self._dataset
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Runs epoch ``epoch`` next, from its start. The order of shards or files, the
+        shuffle and the augmentation are pure functions of (seed, epoch): every rank, and
+        every run of the same epoch, agree."""
+        self._stop_active()
+        self._epoch = int(epoch)
+        self._state = None
+        self._position = 0
+
+    @property
+    def split(self) -> Tuple[int, int, int, int]:
+        """(rank, world_size, worker, workers): which share of each epoch this reads."""
+        return tuple(self._resolved().split)  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        """Batches this rank gets in the current epoch, when the number of items is known:
+        files and S3 objects always, shards when listed by a dataset index. Raises
+        TypeError otherwise."""
+        items = self._resolved().items(self._epoch)
+        if items is None:
+            raise TypeError("len() of this pipeline is unknown: its shards were not listed by a dataset index (.json)")
+        n = self._spec["batch"]["size"]
+        return _math.ceil(items / n) if self._spec["batch"]["partial"] else items // n
+
+    def __iter__(self) -> "Epoch":
+        self._stop_active()
+        ds = self._resolved()
+        run = ds.run(self._epoch, self._state, self._position)
+        epoch = Epoch(self, run)
+        self._active = _weakref.ref(epoch)
+        return epoch
+
+    def _current(self) -> Optional["Epoch"]:
+        return self._active() if self._active is not None else None
+
+    def _stop_active(self) -> None:
+        current = self._current()
+        if current is not None:
+            current.close()
+        self._active = None
+
+    def stats(self) -> Dict[str, Any]:
+        """The current (or last) run's statistics: per stage (in pipeline order) its items,
+        bytes, busy / starved / blocked seconds and busy share, its queue; the consumer's
+        wait; images skipped; the bottleneck stage."""
+        current = self._current()
+        if current is not None and current._run is not None:
+            return current._run.stats()
+        return dict(self._last_stats)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The position in the epoch, for a checkpoint: every batch handed to the loop so
+        far counts as used. Restore it with :meth:`load_state_dict`; with shards, the states
+        of all ranks merged (:func:`merge_states`) restore on any number of ranks."""
+        current = self._current()
+        if current is not None:
+            current._save()
+        ds = self._resolved()
+        rank, world, worker, workers = ds.split
+        return {
+            "format": _STATE_FORMAT,
+            "version": 1,
+            "epoch": self._epoch,
+            "shards": (self._state or "") if self._spec["kind"] == "shards" else None,
+            "position": self._position if self._spec["kind"] != "shards" else None,
+            "rank": rank,
+            "world_size": world,
+            "worker": worker,
+            "workers": workers,
+        }
+
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Restores a position saved by :meth:`state_dict`; a list of states (all ranks') is
+        merged first (:func:`merge_states`). Shards: the rest of the epoch is read, each
+        sample not yet used once, divided among this run's ranks (their number may differ).
+        Files and S3 objects: the state must come from the same rank of the same number of
+        ranks, and the epoch goes on after the items already delivered."""
+        if not isinstance(state, dict):
+            state = merge_states(state)
+        _check_state(state)
+        self._stop_active()
+        kind = self._spec["kind"]
+        if kind == "shards":
+            if state.get("shards") is None:
+                raise ValueError("this state comes from a files or S3 pipeline, not a shard pipeline")
+            if state["shards"]:
+                _conveyor.check_progress(state["shards"])
+            self._epoch = int(state["epoch"])
+            self._state = state["shards"] or None
+            self._position = 0
+        else:
+            if state.get("position") is None:
+                raise ValueError("this state comes from a shard pipeline, not a files or S3 pipeline")
+            rank, world, worker, workers = self._resolved().split
+            if (state["rank"], state["world_size"], state["worker"], state["workers"]) != (rank, world, worker, workers):
+                raise ValueError(
+                    "a files or S3 state restores on the same rank of the same number of ranks and workers: "
+                    f"saved by rank {state['rank']} of {state['world_size']} (worker {state['worker']} of {state['workers']}), "
+                    f"this is rank {rank} of {world} (worker {worker} of {workers})"
+                )
+            self._epoch = int(state["epoch"])
+            self._state = None
+            self._position = int(state["position"])
+
+
+class Epoch:
+    """The iterator of one epoch of a :class:`Pipeline` (what ``iter(pipe)`` returns).
+    Dropping it, or :meth:`close`, stops the run: every thread's work on it ends and its
+    memory and descriptors are given back. Ctrl-C while it waits stops it too."""
+
+    def __init__(self, pipe: Pipeline, run):
+        self._pipe = pipe
+        self._run = run
+        self._torch = None
+        if pipe._spec["output"] == "torch":
+            try:
+                import torch
+            except ImportError as e:  # pragma: no cover - depends on the installation
+                raise ImportError("conveyor yields torch tensors: install PyTorch, or use .dlpack() for DLPack objects") from e
+            self._torch = torch
+        self._keys = pipe._spec["with_keys"]
+
+    def __iter__(self) -> "Epoch":
+        return self
+
+    def __next__(self):
+        if self._run is None:
+            raise StopIteration
+        try:
+            b = self._run.next()
+        except StopIteration:
+            self._finish(ended=True)
+            raise
+        except BaseException:
+            self._finish(ended=False)
+            raise
+        if self._torch is None:
+            return b
+        images = self._torch.from_dlpack(b.images)
+        labels = self._torch.from_dlpack(b.labels)
+        if self._keys:
+            return images, labels, b.keys
+        return images, labels
+
+    def _save(self) -> None:
+        if self._run is None:
+            return
+        if self._pipe._spec["kind"] == "shards":
+            self._pipe._state = self._run.state() or None
+        else:
+            self._pipe._position = self._run.position
+
+    def _finish(self, ended: bool) -> None:
+        if self._run is None:
+            return
+        if not ended:
+            self._save()
+        self._pipe._last_stats = self._run.stats()
+        self._run.close()
+        self._run = None
+        if ended:
+            self._pipe._epoch += 1
+            self._pipe._state = None
+            self._pipe._position = 0
+        if self._pipe._current() is self:
+            self._pipe._active = None
+
+    def close(self) -> None:
+        """Stops the run now; the pipeline keeps the position reached."""
+        self._finish(ended=False)
+
+    def stats(self) -> Dict[str, Any]:
+        """This run's statistics (see :meth:`Pipeline.stats`)."""
+        return self._run.stats() if self._run is not None else dict(self._pipe._last_stats)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
