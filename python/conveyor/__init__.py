@@ -58,6 +58,11 @@ IMAGENET_STD: Tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 _STATE_FORMAT = "conveyor-python-state"
 
+# Resolved sources inherited by a forked process (a DataLoader worker): their runtime's
+# threads did not come along, so they can neither run nor be torn down there; they are
+# kept, unused, for the life of the process.
+_inherited: List[Any] = []
+
 
 def environment_split() -> Tuple[int, int]:
     """The (rank, world_size) the launcher set in the environment: ``RANK``/``WORLD_SIZE``
@@ -323,6 +328,7 @@ class Pipeline:
         self._spec.setdefault("output", "torch")
         self._dataset = None  # the resolved source (listing, shard list, clients): made once
         self._runtime = None
+        self._pid = 0
         self._epoch = 0
         self._state: Optional[str] = None  # shards: progress JSON of the current epoch
         self._position = 0  # files / S3 objects: items of this slot's order consumed
@@ -463,6 +469,10 @@ class Pipeline:
     # ---- running --------------------------------------------------------------------
 
     def _resolved(self):
+        if self._dataset is not None and self._pid != _os.getpid():
+            _inherited.append((self._dataset, self._runtime))
+            self._dataset = self._runtime = None
+            self._active = None
         if self._dataset is None:
             if self._spec["batch"] is None:
                 raise ValueError("a pipeline must end in batch() (and optionally to_cuda()) to be iterated")
@@ -473,6 +483,7 @@ class Pipeline:
                 rank, world = environment_split()
             worker, workers = _worker_split()
             self._dataset = _conveyor.Dataset(self._runtime, self._spec, rank, world, worker, workers)
+            self._pid = _os.getpid()
         return self._dataset
 
     @property
@@ -593,6 +604,7 @@ class Epoch:
     def __init__(self, pipe: Pipeline, run):
         self._pipe = pipe
         self._run = run
+        self._pid = _os.getpid()
         self._torch = None
         if pipe._spec["output"] == "torch":
             try:
@@ -634,6 +646,10 @@ class Epoch:
 
     def _finish(self, ended: bool) -> None:
         if self._run is None:
+            return
+        if self._pid != _os.getpid():  # inherited by a fork: its threads are not here
+            _inherited.append(self._run)
+            self._run = None
             return
         if not ended:
             self._save()
