@@ -636,7 +636,17 @@ PYBIND11_MODULE(_conveyor, m)
     py::class_<cv::runtime, std::shared_ptr<cv::runtime>>(m, "Runtime", "conveyor's threads: I/O lanes and a compute pool.")
         .def(py::init([](std::size_t threads, std::size_t io_threads) {
                  py::gil_scoped_release unlocked;
-                 return std::make_shared<cv::runtime>(cv::runtime_options{.io_threads = io_threads, .compute_threads = threads});
+                 // Stopping the runtime joins its threads: without the GIL, wherever the last
+                 // reference goes (a Python object's deallocation, or a run stopping without it).
+                 return std::shared_ptr<cv::runtime>(
+                     new cv::runtime(cv::runtime_options{.io_threads = io_threads, .compute_threads = threads}), [](cv::runtime* r) {
+                         if (PyGILState_Check()) {
+                             py::gil_scoped_release again;
+                             delete r;
+                         } else {
+                             delete r;
+                         }
+                     });
              }),
              py::arg("threads") = 0, py::arg("io_threads") = 1,
              "A runtime with `threads` compute threads (0: one per usable core) and `io_threads` I/O lanes.")

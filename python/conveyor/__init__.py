@@ -292,7 +292,8 @@ def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         raise Error(f"merge_states: the states belong to different epochs ({sorted(epochs)})")
     if any(s.get("shards") is None for s in states):
         raise Error("merge_states: only the states of shard pipelines merge (files and S3 objects resume per rank)")
-    merged = _conveyor.merge_progress([s["shards"] for s in states if s["shards"]])
+    begun = [s["shards"] for s in states if s["shards"]]
+    merged = _conveyor.merge_progress(begun) if begun else ""  # "": no rank had used anything yet
     out = dict(states[0])
     out["shards"] = merged
     out["rank"] = None
