@@ -283,6 +283,9 @@ private:
     // The batch leaves for the training loop: its samples count as used from now on.
     py_batch take(image::image_batch b)
     {
+        // Python may keep batches as long as it likes (a list of an epoch's batches): the
+        // slab leaves the stage's bound, which then counts the pipeline's own slabs only.
+        b.slab.detach();
         if (progress_)
             for (const auto& id : b.ids) progress_->consumed(id);
         position_ += b.size();
@@ -292,6 +295,7 @@ private:
     py_batch take(device_batch b)
     {
         b.synchronize(); // the copies are done before Python sees the tensors
+        b.host().slab.detach();
         if (progress_)
             for (const auto& id : b.host().ids) progress_->consumed(id);
         position_ += b.host().size();
@@ -381,7 +385,7 @@ public:
         }
 #if CONVEYOR_WITH_CUDA
         if (cuda_device_)
-            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_})).run(epoch), progress, position);
+            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_, .ring = cuda_buffers_})).run(epoch), progress, position);
 #endif
         return std::make_unique<py_run>(rt_, p->run(epoch), progress, position);
     }
@@ -426,6 +430,7 @@ private:
         if (has(spec, "cuda")) {
 #if CONVEYOR_WITH_CUDA
             cuda_device_ = get<int>(sub(spec, "cuda"), "device", 0);
+            cuda_buffers_ = get<std::size_t>(sub(spec, "cuda"), "buffers", 3);
             if (cv::cuda::devices().devices == 0)
                 throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
                                 {.stage = "to_cuda", .detail = "no usable GPU here: " + cv::cuda::devices().reason});
@@ -588,6 +593,7 @@ private:
     image::decode_image_options decode_;
     image::batch_options batch_;
     std::optional<int> cuda_device_;
+    std::size_t cuda_buffers_ = 3;
     unsigned shards_in_flight_ = 0;
     bool resampled_ = false;
     std::string cache_dir_;

@@ -449,12 +449,19 @@ class Pipeline:
             }
         )
 
-    def to_cuda(self, device: int = 0) -> "Pipeline":
+    def to_cuda(self, device: int = 0, *, buffers: int = 3) -> "Pipeline":
         """Copies each batch to GPU ``device`` from page-locked memory, overlapped with the
-        decoding of the next ones; the tensors are CUDA tensors. Needs a build with CUDA."""
+        decoding of the next ones; the tensors are CUDA tensors, ready when they arrive.
+        Needs a build with CUDA. The device memory is a ring of ``buffers`` batches: those
+        being copied and those the loop still holds (tensors taken from them included).
+        A loop that keeps more than ``buffers - 1`` batches' tensors alive makes the run wait
+        for one to be dropped: keep fewer, ``.clone()`` what you keep, or raise ``buffers``.
+        (CPU batches have no such limit: a batch handed to the loop is its own memory.)"""
         if self._spec["batch"] is None:
             raise ValueError("to_cuda() comes after batch()")
-        return self._with(cuda={"device": int(device)})
+        if buffers < 2:
+            raise ValueError("to_cuda needs at least 2 buffers (one being copied, one held)")
+        return self._with(cuda={"device": int(device), "buffers": int(buffers)})
 
     def keys(self, on: bool = True) -> "Pipeline":
         """Also yield each batch's keys (sample keys, or file and object keys):

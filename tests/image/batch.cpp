@@ -3,6 +3,8 @@
 // skips bad images without holes, and takes its memory from a bounded pool of reused slabs.
 #include "support.hpp"
 
+#include "../support/common.hpp"
+
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -265,6 +267,28 @@ TEST_CASE("a slow consumer holds the stage back: it waits for slabs, never has m
     CHECK(s.acquires >= 8);
     CHECK(s.waits > 0);           // it did wait for the consumer
     CHECK(s.in_use == 0);         // all back once the batches are gone
+}
+
+TEST_CASE("a consumer may keep every batch when it detaches their slabs: the bound counts the pipeline's slabs only")
+{
+    auto stage = image::decode_batches({.decode = small}, {.size = 2, .capacity = 1, .slabs = 3});
+    std::vector<image::image_batch> kept;
+    conveyor_test::finishes_within(std::chrono::seconds(60), "a loop keeping every batch", [&] {
+        for (auto& b : (blobs(16) | stage).on(test_runtime())) {
+            b.slab.detach();
+            b.slab.detach(); // idempotent
+            kept.push_back(std::move(b));
+        }
+    });
+    REQUIRE(kept.size() == 8); // without detach, the fourth batch would wait for a slab for ever
+    for (std::size_t n = 0; n < kept.size(); ++n)
+        for (std::size_t i = 0; i < 2; ++i) check_slot(kept[n], i, 2 * n + i);
+    auto s = stage.pool()->stats();
+    CHECK(s.in_use == 0);      // detached slabs are out of the bound
+    CHECK(s.allocated >= 8);   // the kept batches' memory is their own
+    kept.clear();
+    s = stage.pool()->stats();
+    CHECK(s.allocated <= 3);   // once dropped, the pool keeps at most its bound
 }
 
 TEST_CASE("skipped images never deadlock a stage short of slabs: their replacements go into the open batch")

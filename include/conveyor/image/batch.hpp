@@ -111,6 +111,14 @@ public:
     /// deleter): the memory stays out of the pool while any of these lives.
     std::shared_ptr<const void> owner() const noexcept { return block_; }
 
+    /** Takes this slab (all its copies) out of its pool's bound: the pool may hand out
+        another in its place at once, while this one's memory lives on with its holders;
+        when the last goes, the memory is kept for reuse if the pool has room for it, else
+        freed. For batches handed to a consumer that may keep many (a Python loop keeping
+        them in a list): the bound then counts the slabs inside the pipeline only, and the
+        consumer's memory is its own. Idempotent. */
+    CONVEYOR_DECL void detach() const noexcept;
+
 private:
     friend class slab_pool;
     explicit slab(std::shared_ptr<detail::slab_block> b) noexcept : block_(std::move(b)) {}
@@ -121,8 +129,8 @@ private:
 struct slab_pool_stats {
     std::size_t slab_bytes = 0; ///< size of each slab
     std::size_t max_slabs = 0;  ///< the bound
-    std::size_t allocated = 0;  ///< slabs allocated so far (never more than `max_slabs` at once)
-    std::size_t in_use = 0;     ///< slabs held now
+    std::size_t allocated = 0;  ///< slabs allocated now (more than `max_slabs` only while detached ones live)
+    std::size_t in_use = 0;     ///< slabs held now and counted against the bound (not detached)
     std::size_t peak = 0;       ///< the most held at once
     std::uint64_t acquires = 0; ///< slabs handed out
     std::uint64_t waits = 0;    ///< acquires that had to wait for a slab to come back

@@ -106,13 +106,24 @@ struct slab_block {
     std::shared_ptr<slab_pool_state> pool;
     std::byte* data = nullptr;
     memory_lease lease;
+    bool detached = false; // under pool->mu
     ~slab_block()
     {
+        bool keep = true;
         {
             std::lock_guard lk(pool->mu);
-            pool->free.push_back(data);
-            --pool->in_use;
+            if (detached) {
+                // Out of the bound since `detach`: kept for reuse only while the pool has
+                // room for it (its free slabs and those in use below the bound).
+                keep = pool->free.size() + pool->in_use < pool->max_slabs;
+                if (keep) pool->free.push_back(data);
+                else --pool->allocated;
+            } else {
+                pool->free.push_back(data);
+                --pool->in_use;
+            }
         }
+        if (!keep) pool->alloc.deallocate(data, pool->slab_bytes);
         lease.release(); // after the slab is back: the waiter let through finds it
     }
 };
@@ -159,6 +170,18 @@ CONVEYOR_DECL std::size_t slab::size() const noexcept
 CONVEYOR_DECL memory_kind slab::kind() const noexcept
 {
     return block_ ? block_->pool->alloc.kind : memory_kind::host;
+}
+
+CONVEYOR_DECL void slab::detach() const noexcept
+{
+    if (!block_) return;
+    {
+        std::lock_guard lk(block_->pool->mu);
+        if (block_->detached) return;
+        block_->detached = true;
+        --block_->pool->in_use;
+    }
+    block_->lease.release(); // the pool may hand out another slab in this one's place
 }
 
 CONVEYOR_DECL slab_pool::slab_pool(std::size_t slab_bytes, std::size_t max_slabs, slab_allocator alloc)
