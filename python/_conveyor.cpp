@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -204,12 +205,34 @@ py::dict stats_dict(const cv::stats_snapshot& s)
 
 // ---- a run ------------------------------------------------------------------------------
 
+/// Positions used so far: all below `first`, and those in `rest` (all above `first`). Small
+/// for an epoch read in order, however long it is.
+struct used_positions {
+    std::uint64_t first = 0;
+    std::set<std::uint64_t> rest;
+
+    bool contains(std::uint64_t p) const { return p < first || rest.contains(p); }
+    void insert(std::uint64_t p)
+    {
+        if (p < first) return;
+        rest.insert(p);
+        while (!rest.empty() && *rest.begin() == first) {
+            rest.erase(rest.begin());
+            ++first;
+        }
+    }
+};
+
 /// One epoch's run, iterated from Python.
 class py_run {
 public:
+    /// `order`: files and S3 objects: the position in the slot's order of each item of
+    /// the list the run reads (an item's id), and `consumed` the positions used before.
     template <class Batch>
-    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<shard::progress> progress, std::uint64_t position)
-        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress)), position_(position)
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<shard::progress> progress,
+           std::vector<std::uint64_t> order, used_positions consumed)
+        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress)), order_(std::move(order)),
+          consumed_(std::move(consumed))
     {
     }
     py_run(const py_run&) = delete;
@@ -258,7 +281,12 @@ public:
 
     /// The shard progress as JSON ("" for other sources or before anything was used).
     std::string state() const { return progress_ && !progress_->empty() ? progress_->to_json() : std::string(); }
-    std::uint64_t position() const { return position_; }
+    /// Files and S3 objects: the positions of this slot's order used so far, as (the
+    /// length of the run of them from the start, the others in order).
+    std::pair<std::uint64_t, std::vector<std::uint64_t>> consumed() const
+    {
+        return {consumed_.first, std::vector<std::uint64_t>(consumed_.rest.begin(), consumed_.rest.end())};
+    }
 
     py::dict stats() const
     {
@@ -286,9 +314,7 @@ private:
         // Python may keep batches as long as it likes (a list of an epoch's batches): the
         // slab leaves the stage's bound, which then counts the pipeline's own slabs only.
         b.slab.detach();
-        if (progress_)
-            for (const auto& id : b.ids) progress_->consumed(id);
-        position_ += b.size();
+        mark(b.ids);
         return wrap(std::move(b));
     }
 #if CONVEYOR_WITH_CUDA
@@ -296,12 +322,20 @@ private:
     {
         b.synchronize(); // the copies are done before Python sees the tensors
         b.host().slab.detach();
-        if (progress_)
-            for (const auto& id : b.host().ids) progress_->consumed(id);
-        position_ += b.host().size();
+        mark(b.host().ids);
         return wrap(std::move(b));
     }
 #endif
+
+    void mark(const std::vector<shard::sample_id>& ids)
+    {
+        if (progress_) {
+            for (const auto& id : ids) progress_->consumed(id);
+        } else {
+            for (const auto& id : ids)
+                if (id.index < order_.size()) consumed_.insert(order_[id.index]);
+        }
+    }
 
     void finish()
     {
@@ -319,7 +353,8 @@ private:
     std::variant<std::monostate, cv::range<image::image_batch>> run_;
 #endif
     std::shared_ptr<shard::progress> progress_;
-    std::uint64_t position_ = 0;
+    std::vector<std::uint64_t> order_;
+    used_positions consumed_;
     std::optional<cv::stats_snapshot> final_;
 };
 
@@ -362,9 +397,13 @@ public:
         return n;
     }
 
-    std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state, std::uint64_t position)
+    std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state, std::uint64_t position,
+                                const std::vector<std::uint64_t>& done)
     {
         py::gil_scoped_release unlocked;
+        used_positions consumed{.first = position, .rest = {}};
+        for (const auto p : done) consumed.insert(p);
+        std::vector<std::uint64_t> order; // files and objects: the slot position of each item read
         std::shared_ptr<shard::progress> progress;
         std::optional<cv::pipeline<image::image_batch>> p;
         if (kind_ == "shards") {
@@ -379,15 +418,16 @@ public:
             if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
             p = std::move(samples) | image::decode_batches(decode_, batch_);
         } else {
-            auto blobs = kind_ == "files" ? files_for(epoch, position) : objects_for(epoch, position);
+            auto blobs = kind_ == "files" ? files_for(epoch, consumed, order) : objects_for(epoch, consumed, order);
             if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
             p = std::move(blobs) | image::decode_batches(decode_, batch_);
         }
 #if CONVEYOR_WITH_CUDA
         if (cuda_device_)
-            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_, .ring = cuda_buffers_})).run(epoch), progress, position);
+            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_, .ring = cuda_buffers_})).run(epoch), progress,
+                                            std::move(order), std::move(consumed));
 #endif
-        return std::make_unique<py_run>(rt_, p->run(epoch), progress, position);
+        return std::make_unique<py_run>(rt_, p->run(epoch), progress, std::move(order), std::move(consumed));
     }
 
     py::tuple split() const { return py::make_tuple(split_.rank, split_.world_size, split_.worker, split_.workers); }
@@ -558,22 +598,30 @@ private:
         return mine;
     }
 
-    cv::pipeline<cv::blob> files_for(std::uint64_t epoch, std::uint64_t skip)
+    // The files (objects) of this slot's order in `epoch` not yet `consumed`; `order`
+    // receives the slot position of each, in the order they are read.
+    cv::pipeline<cv::blob> files_for(std::uint64_t epoch, const used_positions& consumed, std::vector<std::uint64_t>& order)
     {
         const auto mine = slot_positions(epoch);
         file::listing l{.root = listing_->root, .entries = {}, .classes = listing_->classes};
-        for (std::size_t i = std::min<std::size_t>(skip, mine.size()); i < mine.size(); ++i) l.entries.push_back(listing_->entries[mine[i]]);
+        for (std::uint64_t i = 0; i < mine.size(); ++i)
+            if (!consumed.contains(i)) {
+                l.entries.push_back(listing_->entries[mine[i]]);
+                order.push_back(i);
+            }
         return file::files(std::move(l), {.errors = errors_}).on(*rt_);
     }
 
-    cv::pipeline<cv::blob> objects_for(std::uint64_t epoch, std::uint64_t skip)
+    cv::pipeline<cv::blob> objects_for(std::uint64_t epoch, const used_positions& consumed, std::vector<std::uint64_t>& order)
     {
         const auto mine = slot_positions(epoch);
         cv::s3::object_list l{.bucket = objects_->bucket, .objects = {}, .labels = {}, .classes = objects_->classes};
-        for (std::size_t i = std::min<std::size_t>(skip, mine.size()); i < mine.size(); ++i) {
-            l.objects.push_back(objects_->objects[mine[i]]);
-            if (!objects_->labels.empty()) l.labels.push_back(objects_->labels[mine[i]]);
-        }
+        for (std::uint64_t i = 0; i < mine.size(); ++i)
+            if (!consumed.contains(i)) {
+                l.objects.push_back(objects_->objects[mine[i]]);
+                if (!objects_->labels.empty()) l.labels.push_back(objects_->labels[mine[i]]);
+                order.push_back(i);
+            }
         return cv::s3::objects(*s3_, std::move(l), {.errors = errors_}).on(*rt_);
     }
 
@@ -662,15 +710,18 @@ PYBIND11_MODULE(_conveyor, m)
         .def("next", &py_run::next, "The next batch; raises StopIteration at the end of the epoch. Waits without the GIL.")
         .def("close", &py_run::close, "Stops the run and waits until all its work has stopped.")
         .def("state", &py_run::state, "Shards: the progress of the epoch as JSON (every batch handed out counts as used).")
-        .def_property_readonly("position", &py_run::position, "Files and S3 objects: items of this slot's order handed out.")
+        .def("consumed", &py_run::consumed,
+             "Files and S3 objects: the positions of this slot's order handed out, as (how many from the start, the others).")
         .def("stats", &py_run::stats, "The run's statistics as a dict.");
 
     py::class_<py_dataset>(m, "Dataset", "A pipeline's source resolved once, with the stages after it.")
         .def(py::init<std::shared_ptr<cv::runtime>, const py::dict&, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>(),
              py::arg("runtime"), py::arg("spec"), py::arg("rank"), py::arg("world_size"), py::arg("worker"), py::arg("workers"))
         .def("items", &py_dataset::items, py::arg("epoch"), "Items this slot reads in `epoch`, or None when unknown.")
-        .def("run", &py_dataset::run, py::arg("epoch"), py::arg("state"), py::arg("position"),
-             "Starts epoch `epoch`: shards resume from `state` (progress JSON), files and objects after `position` items.")
+        .def("run", &py_dataset::run, py::arg("epoch"), py::arg("state"), py::arg("position") = 0,
+             py::arg("done") = std::vector<std::uint64_t>{},
+             "Starts epoch `epoch`: shards resume from `state` (progress JSON); files and objects leave out the first "
+             "`position` of this slot's order and those in `done`.")
         .def_property_readonly("split", &py_dataset::split, "(rank, world_size, worker, workers)");
 
     m.def("environment_split", [] {

@@ -332,7 +332,8 @@ class Pipeline:
         self._pid = 0
         self._epoch = 0
         self._state: Optional[str] = None  # shards: progress JSON of the current epoch
-        self._position = 0  # files / S3 objects: items of this slot's order consumed
+        self._position = 0  # files / S3 objects: the first positions of this slot's order used
+        self._done: List[int] = []  # ... and those used after them
         self._last_stats: Dict[str, Any] = {}
         self._active: Optional["_weakref.ref[Epoch]"] = None  # weak: dropping the iterator stops its run
 
@@ -507,6 +508,7 @@ class Pipeline:
         self._epoch = int(epoch)
         self._state = None
         self._position = 0
+        self._done = []
 
     @property
     def split(self) -> Tuple[int, int, int, int]:
@@ -526,7 +528,7 @@ class Pipeline:
     def __iter__(self) -> "Epoch":
         self._stop_active()
         ds = self._resolved()
-        run = ds.run(self._epoch, self._state, self._position)
+        run = ds.run(self._epoch, self._state, self._position, self._done)
         epoch = Epoch(self, run)
         self._active = _weakref.ref(epoch)
         return epoch
@@ -564,6 +566,7 @@ class Pipeline:
             "epoch": self._epoch,
             "shards": (self._state or "") if self._spec["kind"] == "shards" else None,
             "position": self._position if self._spec["kind"] != "shards" else None,
+            "done": list(self._done) if self._spec["kind"] != "shards" else None,
             "rank": rank,
             "world_size": world,
             "worker": worker,
@@ -575,7 +578,7 @@ class Pipeline:
         merged first (:func:`merge_states`). Shards: the rest of the epoch is read, each
         sample not yet used once, divided among this run's ranks (their number may differ).
         Files and S3 objects: the state must come from the same rank of the same number of
-        ranks, and the epoch goes on after the items already delivered."""
+        ranks and workers; the rest of the epoch is read, each item not yet used once."""
         if not isinstance(state, dict):
             state = merge_states(state)
         _check_state(state)
@@ -589,6 +592,7 @@ class Pipeline:
             self._epoch = int(state["epoch"])
             self._state = state["shards"] or None
             self._position = 0
+            self._done = []
         else:
             if state.get("position") is None:
                 raise ValueError("this state comes from a shard pipeline, not a files or S3 pipeline")
@@ -602,6 +606,7 @@ class Pipeline:
             self._epoch = int(state["epoch"])
             self._state = None
             self._position = int(state["position"])
+            self._done = [int(p) for p in state.get("done") or []]
 
 
 class Epoch:
@@ -650,7 +655,7 @@ class Epoch:
         if self._pipe._spec["kind"] == "shards":
             self._pipe._state = self._run.state() or None
         else:
-            self._pipe._position = self._run.position
+            self._pipe._position, self._pipe._done = self._run.consumed()
 
     def _finish(self, ended: bool) -> None:
         if self._run is None:
@@ -668,6 +673,7 @@ class Epoch:
             self._pipe._epoch += 1
             self._pipe._state = None
             self._pipe._position = 0
+            self._pipe._done = []
         if self._pipe._current() is self:
             self._pipe._active = None
 

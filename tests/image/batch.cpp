@@ -87,6 +87,8 @@ void check_slot(const image::image_batch& b, std::size_t i, std::uint64_t k)
     CHECK(std::memcmp(px, ref.data(), ref.size()) == 0);
     CHECK(static_cast<const std::int64_t*>(b.labels.data)[i] == std::int64_t(k % 3));
     CHECK(b.keys[i] == "img/" + std::to_string(k));
+    REQUIRE(b.ids.size() == b.size());
+    CHECK(b.ids[i].index == k); // a blob's id: its position in the source's list
 }
 
 } // namespace
@@ -107,7 +109,6 @@ TEST_CASE("decode_batches collates images in input order into nhwc uint8 batches
         CHECK(b.labels.type == image::dtype::int64);
         CHECK(b.labels.shape == std::vector<std::int64_t>{std::int64_t(count)});
         CHECK(b.images.data == static_cast<void*>(b.slab.data())); // in the slab: no copy after decode
-        CHECK(b.ids.empty()); // file blobs have no place in a shard (resume ids)
         for (std::size_t i = 0; i < count; ++i) check_slot(b, i, k++);
     }
 }

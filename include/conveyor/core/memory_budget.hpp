@@ -132,6 +132,22 @@ public:
             token, bytes);
     }
 
+    /** `async_acquire` completing on `ex`, whatever executor the token's handler has: for
+        tokens whose handler has none of its own (a `deferred` operation inside a parallel
+        group), which would otherwise complete on Asio's system executor, a process-wide
+        pool that a forked child does not have (its threads stayed in the parent).
+        @par Completion Signature
+        `void(std::error_code, memory_lease)` */
+    template <class Token>
+    auto async_acquire(std::size_t bytes, asio::any_io_executor ex, Token&& token)
+    {
+        return asio::async_initiate<Token, void(std::error_code, memory_lease)>(
+            [this](auto handler, std::size_t bytes, asio::any_io_executor ex) {
+                start_acquire(bytes, std::move(ex), acquire_handler(std::move(handler)));
+            },
+            token, bytes, std::move(ex));
+    }
+
     /// A lease of `bytes` now if they fit and nobody waits; nullopt otherwise.
     CONVEYOR_DECL std::optional<memory_lease> try_acquire(std::size_t bytes);
 

@@ -191,8 +191,9 @@ struct image_batch {
     tensor labels;
     /// The items' keys (sample or file keys), in batch order.
     std::vector<std::string> keys;
-    /// Shard samples: each item's place in the epoch, in batch order, for
-    /// `shard::progress::consumed` (resume); empty for items of other sources.
+    /** Each item's place, in batch order, for resume: a shard sample's place in the epoch
+        (for `shard::progress::consumed`); a file or S3 object blob's position in its
+        source's list (`index`; the other fields 0). */
     std::vector<shard::sample_id> ids;
     /// How `images` is laid out.
     tensor_layout layout = tensor_layout::nhwc;

@@ -126,7 +126,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 } own_guard(own, *detail::ring_of(*run), here);
                 std::deque<T>& items = own->items;
                 std::vector<std::string> keys(n);
-                std::vector<shard::sample_id> ids(std::is_same_v<T, shard::sample> ? n : 0);
+                std::vector<shard::sample_id> ids(n);
                 std::vector<std::int64_t> labels(n, -1);
                 std::vector<char> on_gpu(n, 0);
                 std::size_t filled = 0;
@@ -143,6 +143,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                             part.push_back(image::encoded_image_of(item, *d));
                             part_keys.emplace_back(part.back().key);
                             if constexpr (std::is_same_v<T, shard::sample>) part_ids.push_back(shard::id_of(item));
+                            else part_ids.push_back(shard::sample_id{.index = item.index});
                         } catch (...) {
                             if (d->errors == on_error::fail || ctx->stopping()) {
                                 ctx->fail(std::current_exception(), "gpu_decode_batches", conveyor::detail::item_key(item));
@@ -170,7 +171,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                         }
                         if (first + i != filled) moves.emplace_back(first + i, filled);
                         keys[filled] = std::move(part_keys[i]);
-                        if (!ids.empty()) ids[filled] = part_ids[i];
+                        ids[filled] = part_ids[i];
                         labels[filled] = part[i].label;
                         on_gpu[filled] = r.on_gpu ? 1 : 0;
                         ++filled;
@@ -185,7 +186,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 auto* label_out = reinterpret_cast<std::int64_t*>(host + plan->labels_offset);
                 for (std::size_t i = 0; i < filled; ++i) label_out[i] = labels[i];
                 own->batch = image::detail::batch_over_slab(std::move(slab), std::move(keys), filled, index++, *b, *plan);
-                ids.resize(ids.empty() ? 0 : filled);
+                ids.resize(filled);
                 own->batch.ids = std::move(ids);
                 own->batch.images.data = nullptr; // the pixels are on the device only
                 image::image_batch* const made = &own->batch;

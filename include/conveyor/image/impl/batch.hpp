@@ -157,6 +157,7 @@ asio::awaitable<void> decode_batch_items(std::shared_ptr<run_context> ctx, std::
         r.position = job.position;
         r.key = conveyor::detail::item_key(job.item);
         if constexpr (std::is_same_v<T, shard::sample>) r.id = shard::id_of(job.item);
+        else r.id = shard::sample_id{.index = job.item.index};
         try {
             r.label = co_await conveyor::detail::offload(ctx->rt().compute_executor(), [&]() -> std::int64_t {
                 const encoded_image e = encoded_image_of(job.item, *d);

@@ -206,9 +206,11 @@ CONVEYOR_DECL asio::awaitable<slab> slab_pool::async_acquire()
 CONVEYOR_DECL asio::awaitable<std::optional<slab>> slab_pool::async_acquire_for(std::chrono::nanoseconds timeout)
 {
     auto st = state_;
-    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    const asio::any_io_executor here = co_await asio::this_coro::executor;
+    asio::steady_timer timer(here, timeout);
+    // The grant completes here: a deferred operation's handler has no executor of its own.
     auto [order, ec, lease, timer_ec] =
-        co_await asio::experimental::make_parallel_group(st->budget.async_acquire(1, asio::deferred), timer.async_wait(asio::deferred))
+        co_await asio::experimental::make_parallel_group(st->budget.async_acquire(1, here, asio::deferred), timer.async_wait(asio::deferred))
             .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
     const bool timed_out = order[0] == 1 && !timer_ec;
     if (!ec && lease.bytes() > 0) co_return slab(st->take(std::move(lease))); // granted (even as the timer fired)
