@@ -94,16 +94,25 @@ epochs = int(sys.argv[2])
 later = (lambda e: e >= 1) if epochs > 1 else (lambda e: e == 0)
 names = {"cpp": "conveyor-bench pipeline (C++)", "python": "python_pipeline.py (conveyor module)",
          "torch": "torch_baseline.py (DataLoader)"}
-per_round, rss = {}, {}
+per_round, rss, per_cpu, before = {}, {}, {}, {}
 for l in lines:
-    if l.get("bench") != "pipeline" or not isinstance(l.get("epoch"), int):
+    if l.get("bench") != "pipeline":
         continue
     w = l["which"]
+    # images per CPU second (every thread and process of the engine): less sensitive to
+    # other load than images/s. conveyor: its later epochs; the DataLoader: its final line.
+    if w == "torch" and l.get("epoch") == "all" or w != "torch" and isinstance(l.get("epoch"), int) and later(l["epoch"]):
+        if l.get("images_per_cpu_s"):
+            per_cpu.setdefault(w, []).append(l["images_per_cpu_s"])
+    if not isinstance(l.get("epoch"), int):
+        continue
     per_round.setdefault(w, {}).setdefault(l["round"], []).append((l["epoch"], l["images_per_s"]))
     # MB (10^6 bytes): conveyor-bench and python_pipeline.py report MB, torch_baseline.py MiB
     # (main process + the sum of its workers' peaks).
     mb = l["peak_rss_mb"] * (1.048576 if w == "torch" else 1.0)
     rss[w] = max(rss.get(w, 0.0), mb)
+    if l.get("rss_before_mb") is not None and w == "python":
+        before[w] = l["rss_before_mb"]
 med = {}
 for w in ("cpp", "python", "torch"):
     if w not in per_round:
@@ -111,8 +120,11 @@ for w in ("cpp", "python", "torch"):
     rates = [statistics.median([v for e, v in ev if later(e)]) for _, ev in sorted(per_round[w].items())]
     med[w] = (statistics.median(rates), min(rates), max(rates), rates)
     what = "all processes" if w == "torch" else "one process"
+    if w in before:
+        what += f"; {before[w]:.0f} MB of it Python and the imported modules, before the first epoch"
+    cpu = f", {statistics.median(per_cpu[w]):.0f} images per CPU second" if w in per_cpu else ""
     print(f"{names[w]:<38} {med[w][0]:8.1f} images/s (range {med[w][1]:.1f}-{med[w][2]:.1f} over {len(rates)} rounds), "
-          f"peak RSS {rss[w]:.0f} MB ({what})")
+          f"peak RSS {rss[w]:.0f} MB ({what}){cpu}")
 def ratio(a, b, what):
     if a in med and b in med:
         rs = [x / y for x, y in zip(med[a][3], med[b][3])]
