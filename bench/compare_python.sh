@@ -25,7 +25,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-shards= threads=2 batch=256 size=224 epochs=3 rounds=3 cpus= out=
+shards='' threads=2 batch=256 size=224 epochs=3 rounds=3 cpus='' out=''
 while (($#)); do
     case $1 in
         --shards) shards=${2:?}; shift 2 ;;
@@ -75,9 +75,9 @@ for ((r = 0; r < rounds; ++r)); do
         case $engine in
             cpp) cmd=("$bench" pipeline "${spec[@]}" --threads "$threads" --batch "$batch" --size "$size"
                       --epochs "$epochs" --decode-only 0) ;;
-            python) cmd=($py "$here/python_pipeline.py" "${spec[@]}" --threads "$threads" --batch "$batch"
+            python) cmd=("$py" "$here/python_pipeline.py" "${spec[@]}" --threads "$threads" --batch "$batch"
                          --size "$size" --epochs "$epochs") ;;
-            torch) cmd=($py "$here/torch_baseline.py" shards --urls "$shards" --workers "$threads" --threads 1
+            torch) cmd=("$py" "$here/torch_baseline.py" shards --urls "$shards" --workers "$threads" --threads 1
                         --batch "$batch" --size "$size" --epochs "$epochs" --shuffle-buffer $((1000 / threads))) ;;
         esac
         echo "compare_python.sh: round $r: $engine" >&2
