@@ -91,7 +91,10 @@ struct resampler {
     std::vector<std::uint8_t> mid;
 };
 
-inline resampler& thread_resampler()
+// Not inlined: in a shared object (the Python module) reaching a thread_local takes a call
+// to __tls_get_addr, which the compiler, once this is inlined, repeats inside the resampling
+// loops instead of keeping the address; returned from a call it is a plain pointer.
+[[gnu::noinline]] inline resampler& thread_resampler()
 {
     thread_local resampler r;
     return r;
