@@ -137,3 +137,15 @@ def test_a_files_state_does_not_merge(folder):
     take(pipe, 1)
     with pytest.raises(conveyor.Error, match="only the states of shard pipelines merge"):
         conveyor.merge_states([pipe.state_dict()])
+
+
+def test_a_second_iterator_takes_over_where_the_first_stopped(shard_set):
+    pipe = shard_pipe(shard_set)
+    first = iter(pipe)
+    a = next(first).keys
+    second = iter(pipe)  # stops the first: one run per pipeline at a time
+    with pytest.raises(StopIteration):
+        next(first)
+    rest = [k for b in second for k in b.keys]
+    assert sorted(a + rest) == sorted(shard_set.keys)
+    assert pipe.epoch == 1
