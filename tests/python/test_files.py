@@ -142,3 +142,49 @@ def test_stats_name_each_stage_with_its_items(folder):
         assert st["finished"] is True
         assert 0.0 <= st["busy_share"] <= 1.0
     assert isinstance(s["summary"], str) and "decode_batches" in s["summary"]
+
+
+def labels_by_key(pipe):
+    return {k: int(y) for _, labels, keys in pipe.keys() for k, y in zip(keys, labels)}
+
+
+def test_an_index_and_a_classes_file_give_the_files_and_their_labels(folder, tmp_path):
+    import json
+
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps(["dog/0.jpg", "fish/2.jpg", "cat/1.jpg", "dog/2.jpg"]))
+    classes = tmp_path / "classes.json"
+    ids = {"cat": 7, "dog": 3, "fish": 0}
+    classes.write_text(json.dumps({c: {"id": i, "name": c.title()} for c, i in ids.items()}))
+    pipe = conveyor.files(folder, index=index, classes=classes, threads=2, rank=0, world_size=1).decode(SIZE).batch(3)
+    assert len(pipe) == 2
+    assert labels_by_key(pipe) == {"dog/0.jpg": 3, "fish/2.jpg": 0, "cat/1.jpg": 7, "dog/2.jpg": 3}
+
+
+def test_files_without_labels_are_labelled_minus_one(folder):
+    unlabelled = conveyor.files(folder, labels=False, threads=2, rank=0, world_size=1).decode(SIZE).batch(4)
+    assert set(labels_by_key(unlabelled).values()) == {-1}
+    paths = [str(folder / "cat" / "0.jpg"), str(folder / "fish" / "1.jpg")]
+    listed = conveyor.files(paths=paths, threads=2, rank=0, world_size=1).decode(SIZE).batch(4)
+    assert labels_by_key(listed) == {p: -1 for p in paths}
+
+
+def test_a_validation_map_gives_the_labels(folder, tmp_path):
+    import json
+    import shutil
+
+    val = tmp_path / "val"
+    val.mkdir()
+    want = {}
+    for n, src in enumerate(["cat/0.jpg", "dog/1.jpg", "fish/2.jpg"], start=1):
+        name = f"ILSVRC2012_val_{n:08d}"
+        shutil.copy(folder / src, val / f"{name}.JPEG")
+        want[f"{name}.JPEG"] = 100 + n
+    by_name = tmp_path / "map.json"
+    by_name.write_text(json.dumps({k.split(".")[0]: v for k, v in want.items()}))
+    pipe = conveyor.files(val, labels=False, extensions=(".JPEG",), threads=2, rank=0, world_size=1)
+    assert labels_by_key(pipe.decode(SIZE, label_map=by_name).batch(2)) == want
+    # The indexed form: entry "i" is the i-th file of the sorted listing.
+    by_position = tmp_path / "map-indexed.json"
+    by_position.write_text(json.dumps({"0": 101, "1": 102, "2": 103}))
+    assert labels_by_key(pipe.decode(SIZE, label_map=by_position).batch(2)) == want
