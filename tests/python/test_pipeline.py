@@ -87,6 +87,17 @@ def test_tensors_are_conveyors_memory_without_a_copy(shard_set):
     assert n == 10
 
 
+def test_numpy_takes_the_same_memory_through_dlpack(shard_set):
+    np = pytest.importorskip("numpy", reason="NumPy (Debian python3-numpy) is not installed")
+    if not hasattr(np, "from_dlpack"):
+        pytest.skip(f"NumPy {np.__version__} has no from_dlpack (1.22 or later has)")
+    for b in augmented(shard_set).dlpack():
+        images, labels = np.from_dlpack(b.images), np.from_dlpack(b.labels)
+        assert images.ctypes.data == b.images.data_ptr and labels.ctypes.data == b.labels.data_ptr
+        assert images.dtype == np.uint8 and labels.dtype == np.int64
+        assert (images == torch.from_dlpack(b.images).numpy()).all()
+
+
 def test_held_tensors_stay_valid_after_the_run_and_the_pipeline_are_gone(shard_set):
     pipe = augmented(shard_set).keys()
     held = []
@@ -132,17 +143,23 @@ def _settle(want, seconds=10.0):
     return now
 
 
-def test_dropping_the_iterator_mid_epoch_stops_all_work(shard_set):
+@pytest.mark.parametrize("source", ["shards", "files"])
+def test_dropping_the_iterator_mid_epoch_stops_all_work(shard_set, folder, source):
+    def make():
+        if source == "shards":
+            return augmented(shard_set).dlpack()
+        return conveyor.files(folder, threads=2, rank=0, world_size=1).shuffle(4).decode(SIZE).batch(2).dlpack()
+
     # The first run starts the runtime's threads (and Asio's process-wide system pool): count
     # from after a first pipeline came and went, then after a full epoch of this one.
-    first = augmented(shard_set).dlpack()
+    first = make()
     for _ in first:
         pass
     del first
     gc.collect()
     no_pipeline = threads_and_fds()
 
-    pipe = augmented(shard_set).dlpack()
+    pipe = make()
     for _ in pipe:
         pass
     idle = threads_and_fds()
@@ -158,6 +175,7 @@ def test_dropping_the_iterator_mid_epoch_stops_all_work(shard_set):
 
     # Several times over: nothing accumulates.
     for _ in range(3):
+        pipe.set_epoch(0)
         it = iter(pipe)
         next(it)
         next(it)
