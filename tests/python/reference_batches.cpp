@@ -13,8 +13,12 @@
 // OUT.txt (per batch a line "batch N", then a line "KEY LABEL" per image).
 //
 //   conveyor-python-reference OUT SEED BUFFER SIZE BATCH EPOCH SPEC...
-#include <conveyor/conveyor.hpp>
+#include <conveyor/core/runtime.hpp>
+#include <conveyor/core/stages.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/shard/list.hpp>
+#include <conveyor/shard/order.hpp>
+#include <conveyor/shard/source.hpp>
 
 #include <cstdint>
 #include <cstdio>
