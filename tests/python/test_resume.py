@@ -168,3 +168,22 @@ def test_a_files_pipeline_with_a_shuffle_buffer_resumes_each_file_once(folder):
     after = [k for b in resumed for k in b.keys]
     assert not set(before) & set(after)
     assert sorted(before + after) == sorted(f"{c}/{i}.jpg" for c in ("cat", "dog", "fish") for i in range(3))
+
+
+@pytest.mark.parametrize("kind", ["shards", "files"])
+def test_a_state_saved_inside_the_loop_resumes_after_the_batches_handed_out_so_far(shard_set, folder, kind):
+    make = (lambda: shard_pipe(shard_set)) if kind == "shards" else (lambda: files_pipe(folder))
+    pipe = make()
+    seen, state = [], None
+    for i, b in enumerate(pipe):  # a checkpoint every few steps, the loop going on
+        seen += b.keys
+        if i == 2:
+            state = checkpoint(pipe.state_dict())
+            before = list(seen)
+    everything = sorted(seen)
+    assert len(everything) == len(set(everything))
+    resumed = make()
+    resumed.load_state_dict(state)
+    after = [k for b in resumed for k in b.keys]
+    assert not set(before) & set(after)
+    assert sorted(before + after) == everything
