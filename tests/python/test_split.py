@@ -159,8 +159,10 @@ def test_dataloader_workers_work_after_the_parent_asked_for_len(folder):
 
 
 # A process runs a pipeline that waits for a free slab (it holds 5 of the 6), then forks (as a
-# DataLoader does for its workers); the child does the same. Exit status 0 when the child's
-# epoch ends, 3 when it is stopped after 5 s (a hang guard; the epoch takes far less).
+# DataLoader does for its workers); the child does the same. The wait's grant must complete on
+# the run's own executor: on Asio's system_executor, whose process-wide pool the parent started
+# and the child lacks, it never arrives. Exit status 0 when the child's epoch ends, 3 when it
+# is stopped after 5 s (a hang guard; the epoch takes far less).
 FORKED = """
 import os, signal, sys
 import conveyor
@@ -183,13 +185,6 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: slab_pool::async_acquire_for (include/conveyor/image/impl/batch.ipp) waits in a parallel_group whose "
-    "handler has no executor, so memory_budget (core/memory_budget.hpp: get_associated_executor(handler)) completes "
-    "the grant on Asio's system_executor: its process-wide pool, started in the parent, has no threads in a forked "
-    "child, where the grant never arrives and the run waits forever",
-)
 def test_a_forked_child_runs_pipelines_after_the_parent_waited_for_a_slab(shard_set):
     child = subprocess.run([sys.executable, "-c", FORKED, shard_set.pattern], capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, f"exit status {child.returncode} (3: the forked child hung)\n{child.stderr}"

@@ -9,6 +9,7 @@
 #include <conveyor/image/error.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -183,9 +184,10 @@ CONVEYOR_DECL asio::awaitable<slab> slab_pool::async_acquire()
 CONVEYOR_DECL asio::awaitable<std::optional<slab>> slab_pool::async_acquire_for(std::chrono::nanoseconds timeout)
 {
     auto st = state_;
-    asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+    const auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer timer(ex, timeout);
     auto [order, ec, lease, timer_ec] =
-        co_await asio::experimental::make_parallel_group(st->budget.async_acquire(1, asio::deferred), timer.async_wait(asio::deferred))
+        co_await asio::experimental::make_parallel_group(st->budget.async_acquire(1, asio::bind_executor(ex, asio::deferred)), timer.async_wait(asio::deferred))
             .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
     const bool timed_out = order[0] == 1 && !timer_ec;
     if (!ec && lease.bytes() > 0) co_return slab(st->take(std::move(lease))); // granted (even as the timer fired)
