@@ -150,8 +150,9 @@ def test_dropping_the_iterator_mid_epoch_stops_all_work(shard_set, folder, sourc
             return augmented(shard_set).dlpack()
         return conveyor.files(folder, threads=2, rank=0, world_size=1).shuffle(4).decode(SIZE).batch(2).dlpack()
 
-    # The first run starts the runtime's threads (and Asio's process-wide system pool): count
-    # from after a first pipeline came and went, then after a full epoch of this one.
+    # Count from after a first pipeline came and went (what other tests or libraries started
+    # for the process stays), then from after a full epoch of this one (its runtime's threads
+    # live as long as it does).
     first = make()
     for _ in first:
         pass
