@@ -58,6 +58,11 @@ IMAGENET_STD: Tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 _STATE_FORMAT = "conveyor-python-state"
 
+# What pipelines resolved before a fork left in the child (a DataLoader worker): their
+# runtimes' threads exist only in the parent, so they are kept, never destroyed (that would
+# join threads that are not there), and never used.
+_inherited: List[Any] = []
+
 
 def environment_split() -> Tuple[int, int]:
     """The (rank, world_size) the launcher set in the environment: ``RANK``/``WORLD_SIZE``
@@ -328,6 +333,7 @@ class Pipeline:
         self._position = 0  # files / S3 objects: items of this slot's order consumed
         self._last_stats: Dict[str, Any] = {}
         self._active: Optional["_weakref.ref[Epoch]"] = None  # weak: dropping the iterator stops its run
+        self._pid: Optional[int] = None  # the process that resolved the source
 
     # ---- building -------------------------------------------------------------------
 
@@ -462,7 +468,16 @@ class Pipeline:
 
     # ---- running --------------------------------------------------------------------
 
+    def _forget_if_forked(self) -> None:
+        # Forked since the source was resolved (a DataLoader worker): what the parent made
+        # is left alone, and this process resolves afresh, with its own runtime and split.
+        if self._pid is not None and self._pid != _os.getpid():
+            active = self._active() if self._active is not None else None
+            _inherited.append((self._dataset, self._runtime, active))
+            self._dataset = self._runtime = self._active = self._pid = None
+
     def _resolved(self):
+        self._forget_if_forked()
         if self._dataset is None:
             if self._spec["batch"] is None:
                 raise ValueError("a pipeline must end in batch() (and optionally to_cuda()) to be iterated")
@@ -473,6 +488,7 @@ class Pipeline:
                 rank, world = environment_split()
             worker, workers = _worker_split()
             self._dataset = _conveyor.Dataset(self._runtime, self._spec, rank, world, worker, workers)
+            self._pid = _os.getpid()
         return self._dataset
 
     @property
@@ -513,6 +529,7 @@ class Pipeline:
         return epoch
 
     def _current(self) -> Optional["Epoch"]:
+        self._forget_if_forked()
         return self._active() if self._active is not None else None
 
     def _stop_active(self) -> None:
