@@ -468,6 +468,13 @@ class Pipeline:
 
     # ---- running --------------------------------------------------------------------
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled (a DataLoader's workers started with "spawn" or "forkserver"): the
+        # description and the position travel; the copy resolves the source itself.
+        state = self.__dict__.copy()
+        state.update(_dataset=None, _runtime=None, _active=None, _pid=None)
+        return state
+
     def _forget_if_forked(self) -> None:
         # Forked since the source was resolved (a DataLoader worker): what the parent made
         # is left alone, and this process resolves afresh, with its own runtime and split.

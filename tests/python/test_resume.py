@@ -187,3 +187,17 @@ def test_a_state_saved_inside_the_loop_resumes_after_the_batches_handed_out_so_f
     after = [k for b in resumed for k in b.keys]
     assert not set(before) & set(after)
     assert sorted(before + after) == everything
+
+
+def test_a_pipeline_pickles_with_its_position_resolved_or_not(folder):
+    import pickle
+
+    whole = [k for b in files_pipe(folder) for k in b.keys]
+    fresh = pickle.loads(pickle.dumps(files_pipe(folder)))
+    assert [k for b in fresh for k in b.keys] == whole
+    pipe = files_pipe(folder)  # as for a DataLoader whose workers are spawned, after len() and some batches
+    assert len(pipe) == 5
+    before = take(pipe, 2)
+    copy = pickle.loads(pickle.dumps(pipe))
+    assert copy.epoch == 0
+    assert before + [k for b in copy for k in b.keys] == whole
