@@ -146,7 +146,7 @@ def test_dataloader_workers_work_after_the_parent_asked_for_len(folder):
     running = iter(pipe)
     next(running)  # and a run of it in progress here when the workers fork
     # timeout: the wait for each batch from a worker (a hang guard; a batch takes far less).
-    loader = torch.utils.data.DataLoader(Batches(pipe), batch_size=None, num_workers=2, timeout=5)
+    loader = torch.utils.data.DataLoader(Batches(pipe), batch_size=None, num_workers=2, timeout=60)
     got = list(loader)
     assert {tuple(split) for _, split in got} == {(0, 1, 0, 2), (0, 1, 1, 2)}
     keys = [k for ks, _ in got for k in ks]
@@ -158,7 +158,7 @@ def test_dataloader_workers_work_after_the_parent_asked_for_len(folder):
 # DataLoader does for its workers); the child does the same. The wait's grant must complete on
 # the run's own executor: on Asio's system_executor, whose process-wide pool the parent started
 # and the child lacks, it never arrives. Exit status 0 when the child's epoch ends, 3 when it
-# is stopped after 5 s (a hang guard; the epoch takes far less).
+# is stopped after 30 s (a hang guard; the epoch takes far less).
 FORKED = """
 import os, signal, sys
 import conveyor
@@ -174,7 +174,7 @@ assert epoch() == 48
 pid = os.fork()
 if pid == 0:
     signal.signal(signal.SIGALRM, lambda *a: os._exit(3))
-    signal.alarm(5)
+    signal.alarm(30)
     os._exit(0 if epoch() == 48 else 1)
 _, status = os.waitpid(pid, 0)
 sys.exit(os.waitstatus_to_exitcode(status))
