@@ -58,9 +58,9 @@ IMAGENET_STD: Tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 _STATE_FORMAT = "conveyor-python-state"
 
-# Resolved sources inherited by a forked process (a DataLoader worker): their runtime's
-# threads did not come along, so they can neither run nor be torn down there; they are
-# kept, unused, for the life of the process.
+# What pipelines resolved before a fork left in the child (a DataLoader worker): their
+# runtimes' threads exist only in the parent, so they are kept, never destroyed (that would
+# join threads that are not there), and never used.
 _inherited: List[Any] = []
 
 
@@ -329,13 +329,13 @@ class Pipeline:
         self._spec.setdefault("output", "torch")
         self._dataset = None  # the resolved source (listing, shard list, clients): made once
         self._runtime = None
-        self._pid = 0
         self._epoch = 0
         self._state: Optional[str] = None  # shards: progress JSON of the current epoch
         self._position = 0  # files / S3 objects: the first positions of this slot's order used
         self._done: List[int] = []  # ... and those used after them
         self._last_stats: Dict[str, Any] = {}
         self._active: Optional["_weakref.ref[Epoch]"] = None  # weak: dropping the iterator stops its run
+        self._pid: Optional[int] = None  # the process that resolved the source
 
     # ---- building -------------------------------------------------------------------
 
@@ -477,11 +477,23 @@ class Pipeline:
 
     # ---- running --------------------------------------------------------------------
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled (a DataLoader's workers started with "spawn" or "forkserver"): the
+        # description and the position travel; the copy resolves the source itself.
+        state = self.__dict__.copy()
+        state.update(_dataset=None, _runtime=None, _active=None, _pid=None)
+        return state
+
+    def _forget_if_forked(self) -> None:
+        # Forked since the source was resolved (a DataLoader worker): what the parent made
+        # is left alone, and this process resolves afresh, with its own runtime and split.
+        if self._pid is not None and self._pid != _os.getpid():
+            active = self._active() if self._active is not None else None
+            _inherited.append((self._dataset, self._runtime, active))
+            self._dataset = self._runtime = self._active = self._pid = None
+
     def _resolved(self):
-        if self._dataset is not None and self._pid != _os.getpid():
-            _inherited.append((self._dataset, self._runtime))
-            self._dataset = self._runtime = None
-            self._active = None
+        self._forget_if_forked()
         if self._dataset is None:
             if self._spec["batch"] is None:
                 raise ValueError("a pipeline must end in batch() (and optionally to_cuda()) to be iterated")
@@ -534,6 +546,7 @@ class Pipeline:
         return epoch
 
     def _current(self) -> Optional["Epoch"]:
+        self._forget_if_forked()
         return self._active() if self._active is not None else None
 
     def _stop_active(self) -> None:
