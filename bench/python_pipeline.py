@@ -26,7 +26,6 @@ the epoch (every thread: conveyor's and Python's).
 import argparse
 import json
 import os
-import re
 import resource
 import statistics
 import sys
@@ -51,42 +50,6 @@ def parse_args(argv):
     return args
 
 
-def expand_braces(spec):
-    m = re.search(r"\{(\d+)\.\.(\d+)\}", spec)
-    if not m:
-        return [spec]
-    lo, hi = m.group(1), m.group(2)
-    width = len(lo) if lo.startswith("0") else 0
-    out = []
-    for n in range(int(lo), int(hi) + 1):
-        out.extend(expand_braces(spec[:m.start()] + str(n).zfill(width) + spec[m.end():]))
-    return out
-
-
-def local_bytes(urls):
-    """The bytes of the local shards the specs name (a dataset index's sizes, or the files'),
-    0 for remote ones: what an epoch reads, for mb_per_s."""
-    total = 0
-    for spec in urls:
-        if "://" in spec and not spec.startswith("file://"):
-            continue
-        spec = spec[len("file://"):] if spec.startswith("file://") else spec
-        if spec.endswith(".json") and os.path.isfile(spec):
-            with open(spec) as f:
-                index = json.load(f)
-            for s in index.get("shards", []):
-                if s.get("bytes", -1) >= 0:
-                    total += s["bytes"]
-                else:
-                    path = os.path.join(os.path.dirname(spec), s["url"])
-                    total += os.path.getsize(path) if os.path.isfile(path) else 0
-        elif spec.endswith("/") and os.path.isdir(spec):
-            total += sum(os.path.getsize(os.path.join(spec, n)) for n in os.listdir(spec) if n.endswith((".tar", ".tar.gz")))
-        else:
-            total += sum(os.path.getsize(p) for p in expand_braces(spec) if os.path.isfile(p))
-    return total
-
-
 def current_rss_mb():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
@@ -108,7 +71,9 @@ def main(argv):
     else:
         import torch  # noqa: F401  (imported before the clock starts, as a training script has it)
     threads = args.threads or len(os.sched_getaffinity(0))
-    nbytes = local_bytes(args.urls)
+    # What an epoch reads, for mb_per_s: the shards' sizes as the module resolved them (an
+    # index's, a listing's, the files'), those it could not know left out.
+    nbytes = sum(max(0, s["size"]) for s in pipe.shard_list())
     print(f"python_pipeline: {nbytes / 1e6:.1f} MB of shards, {threads} compute threads, "
           f"{'DLPack batches' if args.dlpack else 'torch tensors'}", file=sys.stderr)
     rss_before = current_rss_mb()

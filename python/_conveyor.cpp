@@ -26,6 +26,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -432,6 +433,20 @@ public:
 
     py::tuple split() const { return py::make_tuple(split_.rank, split_.world_size, split_.worker, split_.workers); }
 
+    /// Shards: the resolved list, each with its URL, bytes and samples (-1: unknown).
+    py::list shards() const
+    {
+        py::list out;
+        for (const auto& s : shards_) {
+            py::dict d;
+            d["url"] = s.url;
+            d["size"] = s.size;
+            d["samples"] = s.samples;
+            out.append(std::move(d));
+        }
+        return out;
+    }
+
 private:
     void read_stages(const py::dict& spec)
     {
@@ -585,6 +600,11 @@ private:
         const bool remote_s3 = shard::names_s3(urls_);
         if (remote_s3 || !s3_config_.credentials_file.empty() || !s3_config_.endpoint_url.empty()) lo.s3 = &s3_client();
         shards_ = shard::resolve(urls_, lo);
+        for (auto& s : shards_) { // a brace pattern of local files lists no sizes: the files have them
+            std::error_code ec;
+            if (const cv::location where(s.url); s.size < 0 && where.is_local())
+                if (const auto n = std::filesystem::file_size(where.path(), ec); !ec) s.size = static_cast<std::int64_t>(n);
+        }
     }
 
     /// The listing positions slot `split_` reads in `epoch`, in order (a pure function of
@@ -722,7 +742,8 @@ PYBIND11_MODULE(_conveyor, m)
              py::arg("done") = std::vector<std::uint64_t>{},
              "Starts epoch `epoch`: shards resume from `state` (progress JSON); files and objects leave out the first "
              "`position` of this slot's order and those in `done`.")
-        .def_property_readonly("split", &py_dataset::split, "(rank, world_size, worker, workers)");
+        .def_property_readonly("split", &py_dataset::split, "(rank, world_size, worker, workers)")
+        .def_property_readonly("shards", &py_dataset::shards, "Shards: the resolved list ({url, size, samples}; -1: unknown).");
 
     m.def("environment_split", [] {
         const auto s = shard::split_from_environment();

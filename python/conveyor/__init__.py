@@ -378,9 +378,11 @@ class Pipeline:
         libjpeg decode at 1/2, 1/4 or 1/8 scale where the output is that much smaller
         (faster, nearly the same pixels). Crops and flips are a pure function of (``seed``,
         epoch, key). Shards: the image is the first of ``fields`` the sample has, the label
-        the integer in ``label_field``. ``label_map``: a validation map file
-        (``{"ILSVRC2012_val_00000001": 65, ...}`` or a JSON array) gives the labels instead;
-        ``first_number``: the key number of its first entry when items are found by number."""
+        the integer in ``label_field``. ``label_map``: a validation map file gives the labels
+        instead: by key (``{"ILSVRC2012_val_00000001": 65, ...}``) or by position
+        (``{"0": 490, "1": 361, ...}``: a file's position in the listing, a shard sample's key
+        number); ``first_number``: the key number of entry "0" when shard samples are found
+        by number (1 for ImageNet's ILSVRC2012_val_00000001)."""
         if isinstance(size, int):
             size = (size, size)
         if crop not in ("random_resized", "center", "none"):
@@ -526,6 +528,13 @@ class Pipeline:
     def split(self) -> Tuple[int, int, int, int]:
         """(rank, world_size, worker, workers): which share of each epoch this reads."""
         return tuple(self._resolved().split)  # type: ignore[return-value]
+
+    def shard_list(self) -> List[Dict[str, Any]]:
+        """A shard pipeline's shards, resolved (patterns expanded, prefixes listed, an index
+        read): each ``{"url": ..., "size": bytes, "samples": n}``, -1 where unknown."""
+        if self._spec["kind"] != "shards":
+            raise TypeError("shard_list() is for shard pipelines")
+        return self._resolved().shards
 
     def __len__(self) -> int:
         """Batches this rank gets in the current epoch, when the number of items is known:

@@ -151,12 +151,6 @@ def test_a_second_iterator_takes_over_where_the_first_stopped(shard_set):
     assert pipe.epoch == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a files (or S3 objects) state is the count of items handed out, and the resumed run skips that many "
-    "of the slot's order, before the shuffle stage: with shuffle(n), items still in the buffer are lost and items "
-    "handed out are read again (python/conveyor/__init__.py Epoch._save, python/_conveyor.cpp files_for/objects_for)",
-)
 def test_a_files_pipeline_with_a_shuffle_buffer_resumes_each_file_once(folder):
     def shuffled():
         return conveyor.files(folder, seed=5, threads=2, rank=0, world_size=1).shuffle(6).decode(32).batch(2).keys().dlpack()

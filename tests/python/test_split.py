@@ -154,21 +154,23 @@ def test_dataloader_workers_work_after_the_parent_asked_for_len(folder):
     assert len(next(running)[2]) == 2  # the parent's run goes on
 
 
-# A process runs a pipeline that waits for a free slab (it holds 5 of the 6), then forks (as a
+# A process runs a pipeline that waits for a free slab (its consumer is slow: the stage runs
+# ahead until its 6 slabs are out, and waits for one to come back), then forks (as a
 # DataLoader does for its workers); the child does the same. The wait's grant must complete on
 # the run's own executor: on Asio's system_executor, whose process-wide pool the parent started
 # and the child lacks, it never arrives. Exit status 0 when the child's epoch ends, 3 when it
 # is stopped after 30 s (a hang guard; the epoch takes far less).
 FORKED = """
-import os, signal, sys
+import os, signal, sys, time
 import conveyor
 
 def epoch():
     pipe = conveyor.shards(sys.argv[1], threads=2, rank=0, world_size=1).decode(32).batch(2).dlpack()
-    it = iter(pipe)
-    held = [next(it) for _ in range(5)]  # the 6th batch waits for one of these slabs
-    del held
-    return 10 + sum(len(b) for b in it)
+    n = 0
+    for b in pipe:
+        n += len(b)
+        time.sleep(0.02)  # slower than the stage: it waits for slabs
+    return n
 
 assert epoch() == 48
 pid = os.fork()
