@@ -99,16 +99,21 @@ def test_a_malformed_environment_is_an_error(monkeypatch):
         conveyor.environment_split()
 
 
-def test_dataloader_workers_split_the_epoch(shard_set):
+def iterable(pipe, item):
+    """A torch IterableDataset over `pipe` (with keys) yielding item(images, labels, keys,
+    pipe.split) per batch: the pipeline iterated inside each DataLoader worker."""
     torch = pytest.importorskip("torch", reason="PyTorch (Debian python3-torch) is not installed")
 
     class Batches(torch.utils.data.IterableDataset):
-        def __init__(self, pipe):
-            self.pipe = pipe
-
         def __iter__(self):
-            for images, labels, keys in self.pipe:
-                yield images, labels, keys, self.pipe.split
+            for images, labels, keys in pipe:
+                yield item(images, labels, keys, pipe.split)
+
+    return Batches()
+
+
+def test_dataloader_workers_split_the_epoch(shard_set):
+    torch = pytest.importorskip("torch", reason="PyTorch (Debian python3-torch) is not installed")
 
     # A pipeline run in this process first (a validation pass, say): the workers, forked
     # afterwards, must not depend on its threads.
@@ -116,7 +121,7 @@ def test_dataloader_workers_split_the_epoch(shard_set):
         pass
 
     pipe = conveyor.shards(shard_set.pattern, seed=1, threads=2, rank=0, world_size=1).decode(32).batch(4).keys()
-    loader = torch.utils.data.DataLoader(Batches(pipe), batch_size=None, num_workers=2)
+    loader = torch.utils.data.DataLoader(iterable(pipe, lambda *x: x), batch_size=None, num_workers=2)
     with no_hang(120, "a DataLoader epoch with 2 workers"):
         got = list(loader)
     splits = {tuple(split) for _, _, _, split in got}
@@ -133,20 +138,13 @@ def test_dataloader_workers_split_the_epoch(shard_set):
 def test_dataloader_workers_work_after_the_parent_asked_for_len(folder):
     torch = pytest.importorskip("torch", reason="PyTorch (Debian python3-torch) is not installed")
 
-    class Batches(torch.utils.data.IterableDataset):
-        def __init__(self, pipe):
-            self.pipe = pipe
-
-        def __iter__(self):
-            for images, labels, keys in self.pipe:
-                yield keys, self.pipe.split
-
     pipe = conveyor.files(folder, seed=1, threads=2, rank=0, world_size=1).decode(32).batch(2).keys()
     assert len(pipe) == 5  # resolves the source in this process, as a training script sizing its schedule does
     running = iter(pipe)
     next(running)  # and a run of it in progress here when the workers fork
     # timeout: the wait for each batch from a worker (a hang guard; a batch takes far less).
-    loader = torch.utils.data.DataLoader(Batches(pipe), batch_size=None, num_workers=2, timeout=60)
+    keyed = iterable(pipe, lambda images, labels, keys, split: (keys, split))
+    loader = torch.utils.data.DataLoader(keyed, batch_size=None, num_workers=2, timeout=60)
     got = list(loader)
     assert {tuple(split) for _, split in got} == {(0, 1, 0, 2), (0, 1, 1, 2)}
     keys = [k for ks, _ in got for k in ks]
