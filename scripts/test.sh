@@ -18,7 +18,8 @@
 #
 # Environment: CONVEYOR_JOBS (parallel compile jobs, default: all cores),
 #              CTEST_PARALLEL_LEVEL (tests run at once, default: 1),
-#              CONVEYOR_FUZZ_SECONDS (each fuzz target's time in the fuzz stage, default 20).
+#              CONVEYOR_FUZZ_SECONDS (each fuzz target's time in the fuzz stage, default 10:
+#              a smoke run beside the saved regressions; campaigns run scripts/fuzz.sh longer).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -113,7 +114,7 @@ for s in "${stage_list[@]}"; do
     asan)  stage asan preset_run asan ;;
     tsan)  stage tsan preset_run tsan ;;
     fuzz)
-      stage fuzz bash scripts/fuzz.sh --seconds "${CONVEYOR_FUZZ_SECONDS:-20}" --jobs "$jobs" ;;
+      stage fuzz bash scripts/fuzz.sh --seconds "${CONVEYOR_FUZZ_SECONDS:-10}" --jobs "$jobs" ;;
   esac
 done
 exit $failed
