@@ -119,23 +119,8 @@ public:
     std::optional<T> next_for(std::chrono::steady_clock::duration timeout)
     {
         started_ = true;
-        if (moved_from_) throw error(make_error_code(errc::stream_ended), {});
         current_.reset();
-        if (buffered_.empty()) {
-            if (!sink_) return std::nullopt;
-            try {
-                const auto got = sink_->receive_some_blocking_until(buffered_, take_per_lock,
-                                                                    std::chrono::steady_clock::now() + timeout);
-                if (!got) return std::nullopt; // timed out
-                if (!*got) {
-                    finish();
-                    return std::nullopt;
-                }
-            } catch (...) {
-                finish();
-                throw;
-            }
-        }
+        if (!fill(std::chrono::steady_clock::now() + timeout)) return std::nullopt;
         std::optional<T> x(std::move(buffered_.front()));
         buffered_.pop_front();
         return x;
@@ -205,22 +190,31 @@ private:
 
     void advance()
     {
-        if (moved_from_) throw error(make_error_code(errc::stream_ended), {});
         current_.reset();
-        if (buffered_.empty()) {
-            if (!sink_) return;
-            try {
-                if (!sink_->receive_some_blocking(buffered_, take_per_lock)) {
-                    finish();
-                    return;
-                }
-            } catch (...) {
-                finish();
-                throw;
-            }
-        }
+        if (!fill(std::nullopt)) return;
         current_.emplace(std::move(buffered_.front()));
         buffered_.pop_front();
+    }
+
+    // Makes sure an item is buffered, waiting until `deadline` at most (none: for ever).
+    // False at the end of the stream (finished) or when the deadline passed first.
+    bool fill(std::optional<std::chrono::steady_clock::time_point> deadline)
+    {
+        if (moved_from_) throw error(make_error_code(errc::stream_ended), {});
+        if (!buffered_.empty()) return true;
+        if (!sink_) return false;
+        try {
+            const auto got = sink_->receive_some_blocking_until(buffered_, take_per_lock, deadline);
+            if (!got) return false; // timed out
+            if (!*got) {
+                finish();
+                return false;
+            }
+        } catch (...) {
+            finish();
+            throw;
+        }
+        return true;
     }
 
     // The stream ended: report, and (on a plain thread) wait until every task is done.

@@ -86,6 +86,17 @@ CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decod
 /// File blob `b` with the label its source gave, or `o.label_map`'s for it.
 CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options& o);
 
+/// What identifies an item for resume (`image_batch::ids`): a shard sample's place in the
+/// epoch; a blob's position in its source's list.
+inline shard::sample_id item_id(const shard::sample& s) noexcept
+{
+    return shard::id_of(s);
+}
+inline shard::sample_id item_id(const blob& b) noexcept
+{
+    return {.index = b.index};
+}
+
 namespace detail {
 
 /// The label of `text` (decimal, surrounding white space allowed), for sample `key` of `where`.

@@ -142,8 +142,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                         try {
                             part.push_back(image::encoded_image_of(item, *d));
                             part_keys.emplace_back(part.back().key);
-                            if constexpr (std::is_same_v<T, shard::sample>) part_ids.push_back(shard::id_of(item));
-                            else part_ids.push_back(shard::sample_id{.index = item.index});
+                            part_ids.push_back(image::item_id(item));
                         } catch (...) {
                             if (d->errors == on_error::fail || ctx->stopping()) {
                                 ctx->fail(std::current_exception(), "gpu_decode_batches", conveyor::detail::item_key(item));

@@ -30,7 +30,7 @@ struct batch_run {
     struct open_batch {
         image::slab slab;
         std::vector<std::string> keys;
-        std::vector<shard::sample_id> ids; // shard samples only
+        std::vector<shard::sample_id> ids;
     };
     std::map<std::uint64_t, open_batch> open; // batches with a slab, by batch number
     std::uint64_t next_position = 0;          // the dispatcher's next tentative place
@@ -55,7 +55,7 @@ struct batch_result {
     std::uint64_t position = 0;
     std::string key;
     std::int64_t label = -1;
-    std::optional<shard::sample_id> id; // shard samples only
+    shard::sample_id id;
     std::exception_ptr error;
 };
 
@@ -119,6 +119,7 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
                     auto& ob = run->open[run->next_position / n];
                     ob.slab = std::move(*s);
                     ob.keys.resize(n);
+                    ob.ids.resize(n);
                 }
             }
             const std::uint64_t p = run->next_position++;
@@ -156,8 +157,7 @@ asio::awaitable<void> decode_batch_items(std::shared_ptr<run_context> ctx, std::
         batch_result r;
         r.position = job.position;
         r.key = conveyor::detail::item_key(job.item);
-        if constexpr (std::is_same_v<T, shard::sample>) r.id = shard::id_of(job.item);
-        else r.id = shard::sample_id{.index = job.item.index};
+        r.id = item_id(job.item);
         try {
             r.label = co_await conveyor::detail::offload(ctx->rt().compute_executor(), [&]() -> std::int64_t {
                 const encoded_image e = encoded_image_of(job.item, *d);

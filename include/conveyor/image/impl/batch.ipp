@@ -334,10 +334,7 @@ CONVEYOR_DECL std::uint64_t place_result(batch_run& run, batch_result& r, std::s
     auto* labels = reinterpret_cast<std::int64_t*>(to.slab.data() + plan.labels_offset);
     labels[q % n] = r.label;
     to.keys[q % n] = std::move(r.key);
-    if (r.id) {
-        if (to.ids.size() < n) to.ids.resize(n);
-        to.ids[q % n] = *r.id;
-    }
+    to.ids[q % n] = r.id;
     return q;
 }
 
@@ -377,7 +374,7 @@ CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::siz
     std::vector<shard::sample_id> ids = std::move(it->second.ids);
     run.open.erase(it);
     image_batch out = batch_over_slab(std::move(slab), std::move(keys), count, b, o, plan);
-    if (!ids.empty()) ids.resize(count);
+    ids.resize(count);
     out.ids = std::move(ids);
     return out;
 }
