@@ -115,7 +115,7 @@ int cmd_shards(const shard_args& a)
                  sizes_known ? "" : " (sizes of some unknown)", a.engine.c_str());
 
     cv::shard::source_options o;
-    o.share = cv::shard::split{};
+    o.share = cv::split{};
     o.order.shuffle = false;
     o.shards_in_flight = a.shards_in_flight ? a.shards_in_flight : cv::shard::default_shards_in_flight(list);
     o.chunks.chunk_size = a.chunk_mb << 20;

@@ -71,7 +71,7 @@ int main(int argc, char** argv)
         auto list = cv::shard::resolve(specs, lo);
 
         cv::shard::source_options o;
-        o.share = cv::shard::split{};     // this tool reads everything, whatever the environment says
+        o.share = cv::split{};     // this tool reads everything, whatever the environment says
         o.order.shuffle = false;          // in list order, one shard after the other
         o.shards_in_flight = 1;
         o.errors = skip_errors ? cv::on_error::skip : cv::on_error::fail;

@@ -15,7 +15,7 @@
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/source.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/shard/order.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/shard/source.hpp>
 #if CONVEYOR_WITH_CUDA
 #include <conveyor/cuda/device.hpp>
@@ -30,7 +30,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -63,10 +62,10 @@ py::dict sub(const py::dict& d, const char* name)
 
 bool has(const py::dict& d, const char* name) { return d.contains(name) && !d[name].is_none(); }
 
-shard::uneven uneven_of(const std::string& s)
+conveyor::uneven uneven_of(const std::string& s)
 {
-    if (s == "drop") return shard::uneven::drop;
-    if (s == "pad") return shard::uneven::pad;
+    if (s == "drop") return conveyor::uneven::drop;
+    if (s == "pad") return conveyor::uneven::pad;
     throw py::value_error("uneven must be 'drop' or 'pad', not '" + s + "'");
 }
 
@@ -206,34 +205,12 @@ py::dict stats_dict(const cv::stats_snapshot& s)
 
 // ---- a run ------------------------------------------------------------------------------
 
-/// Positions used so far: all below `first`, and those in `rest` (all above `first`). Small
-/// for an epoch read in order, however long it is.
-struct used_positions {
-    std::uint64_t first = 0;
-    std::set<std::uint64_t> rest;
-
-    bool contains(std::uint64_t p) const { return p < first || rest.contains(p); }
-    void insert(std::uint64_t p)
-    {
-        if (p < first) return;
-        rest.insert(p);
-        while (!rest.empty() && *rest.begin() == first) {
-            rest.erase(rest.begin());
-            ++first;
-        }
-    }
-};
-
 /// One epoch's run, iterated from Python.
 class py_run {
 public:
-    /// `order`: files and S3 objects: the position in the slot's order of each item of
-    /// the list the run reads (an item's id), and `consumed` the positions used before.
     template <class Batch>
-    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<shard::progress> progress,
-           std::vector<std::uint64_t> order, used_positions consumed)
-        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress)), order_(std::move(order)),
-          consumed_(std::move(consumed))
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<cv::progress> progress)
+        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress))
     {
     }
     py_run(const py_run&) = delete;
@@ -280,14 +257,8 @@ public:
         }
     }
 
-    /// The shard progress as JSON ("" for other sources or before anything was used).
+    /// The progress as JSON ("" when none is kept, or before the run began).
     std::string state() const { return progress_ && !progress_->empty() ? progress_->to_json() : std::string(); }
-    /// Files and S3 objects: the positions of this slot's order used so far, as (the
-    /// length of the run of them from the start, the others in order).
-    std::pair<std::uint64_t, std::vector<std::uint64_t>> consumed() const
-    {
-        return {consumed_.first, std::vector<std::uint64_t>(consumed_.rest.begin(), consumed_.rest.end())};
-    }
 
     py::dict stats() const
     {
@@ -328,14 +299,10 @@ private:
     }
 #endif
 
-    void mark(const std::vector<shard::sample_id>& ids)
+    void mark(const std::vector<conveyor::sample_id>& ids)
     {
-        if (progress_) {
+        if (progress_)
             for (const auto& id : ids) progress_->consumed(id);
-        } else {
-            for (const auto& id : ids)
-                if (id.index < order_.size()) consumed_.insert(order_[id.index]);
-        }
     }
 
     void finish()
@@ -353,9 +320,7 @@ private:
 #else
     std::variant<std::monostate, cv::range<image::image_batch>> run_;
 #endif
-    std::shared_ptr<shard::progress> progress_;
-    std::vector<std::uint64_t> order_;
-    used_positions consumed_;
+    std::shared_ptr<conveyor::progress> progress_;
     std::optional<cv::stats_snapshot> final_;
 };
 
@@ -386,32 +351,28 @@ public:
     /// Items this slot reads in `epoch`, when known.
     std::optional<std::uint64_t> items(std::uint64_t epoch) const
     {
-        if (kind_ == "files" || kind_ == "s3") return slot_positions(epoch).size();
+        if (kind_ == "files" || kind_ == "s3") return cv::epoch_share(list_size(), split_, epoch, order_).size();
         if (resampled_) return std::nullopt;
-        const auto work = shard::epoch_work(shards_.size(), split_.slots(), epoch, order_);
         std::uint64_t n = 0;
-        for (std::size_t p = split_.slot(); p < work.size(); p += split_.slots()) {
-            const auto s = shards_[work[p]].samples;
+        for (const auto& piece : cv::epoch_share(shards_.size(), split_, epoch, order_)) {
+            const auto s = shards_[piece.item].samples;
             if (s < 0) return std::nullopt;
             n += static_cast<std::uint64_t>(s);
         }
         return n;
     }
 
-    std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state, std::uint64_t position,
-                                const std::vector<std::uint64_t>& done)
+    /// Epoch `epoch`'s run, from the progress `state` (JSON; empty or absent: from the start).
+    std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state)
     {
         py::gil_scoped_release unlocked;
-        used_positions consumed{.first = position, .rest = {}};
-        for (const auto p : done) consumed.insert(p);
-        std::vector<std::uint64_t> order; // files and objects: the slot position of each item read
-        std::shared_ptr<shard::progress> progress;
+        std::shared_ptr<cv::progress> progress;
+        if (kind_ != "shards" || !resampled_) {
+            progress = std::make_shared<cv::progress>();
+            if (state && !state->empty()) *progress = cv::progress::from_json(*state);
+        }
         std::optional<cv::pipeline<image::image_batch>> p;
         if (kind_ == "shards") {
-            if (!resampled_) {
-                progress = std::make_shared<shard::progress>();
-                if (state && !state->empty()) *progress = shard::progress::from_json(*state);
-            }
             shard::source_options so{.order = order_, .share = split_, .resampled = resampled_, .shards_in_flight = shards_in_flight_,
                                      .errors = errors_, .s3 = s3_, .resume = progress};
             if (!cache_dir_.empty()) so.cache = cv::store::cache_options{.dir = cache_dir_, .max_bytes = cache_bytes_};
@@ -419,16 +380,18 @@ public:
             if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
             p = std::move(samples) | image::decode_batches(decode_, batch_);
         } else {
-            auto blobs = kind_ == "files" ? files_for(epoch, consumed, order) : objects_for(epoch, consumed, order);
+            const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
+            auto blobs = kind_ == "files"
+                             ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
+                             : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs}).on(*rt_);
             if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
             p = std::move(blobs) | image::decode_batches(decode_, batch_);
         }
 #if CONVEYOR_WITH_CUDA
         if (cuda_device_)
-            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_, .ring = cuda_buffers_})).run(epoch), progress,
-                                            std::move(order), std::move(consumed));
+            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_, .ring = cuda_buffers_})).run(epoch), progress);
 #endif
-        return std::make_unique<py_run>(rt_, p->run(epoch), progress, std::move(order), std::move(consumed));
+        return std::make_unique<py_run>(rt_, p->run(epoch), progress);
     }
 
     py::tuple split() const { return py::make_tuple(split_.rank, split_.world_size, split_.worker, split_.workers); }
@@ -607,43 +570,7 @@ private:
         }
     }
 
-    /// The listing positions slot `split_` reads in `epoch`, in order (a pure function of
-    /// the seed and the epoch, as the shard order is).
-    std::vector<std::uint64_t> slot_positions(std::uint64_t epoch) const
-    {
-        const std::uint64_t n = kind_ == "files" ? listing_->size() : objects_->size();
-        const auto work = shard::epoch_work(n, split_.slots(), epoch, order_);
-        std::vector<std::uint64_t> mine;
-        for (std::size_t p = split_.slot(); p < work.size(); p += split_.slots()) mine.push_back(work[p]);
-        return mine;
-    }
-
-    // The files (objects) of this slot's order in `epoch` not yet `consumed`; `order`
-    // receives the slot position of each, in the order they are read.
-    cv::pipeline<cv::blob> files_for(std::uint64_t epoch, const used_positions& consumed, std::vector<std::uint64_t>& order)
-    {
-        const auto mine = slot_positions(epoch);
-        file::listing l{.root = listing_->root, .entries = {}, .classes = listing_->classes};
-        for (std::uint64_t i = 0; i < mine.size(); ++i)
-            if (!consumed.contains(i)) {
-                l.entries.push_back(listing_->entries[mine[i]]);
-                order.push_back(i);
-            }
-        return file::files(std::move(l), {.errors = errors_}).on(*rt_);
-    }
-
-    cv::pipeline<cv::blob> objects_for(std::uint64_t epoch, const used_positions& consumed, std::vector<std::uint64_t>& order)
-    {
-        const auto mine = slot_positions(epoch);
-        cv::s3::object_list l{.bucket = objects_->bucket, .objects = {}, .labels = {}, .classes = objects_->classes};
-        for (std::uint64_t i = 0; i < mine.size(); ++i)
-            if (!consumed.contains(i)) {
-                l.objects.push_back(objects_->objects[mine[i]]);
-                if (!objects_->labels.empty()) l.labels.push_back(objects_->labels[mine[i]]);
-                order.push_back(i);
-            }
-        return cv::s3::objects(*s3_, std::move(l), {.errors = errors_}).on(*rt_);
-    }
+    std::uint64_t list_size() const { return kind_ == "files" ? listing_->size() : objects_->size(); }
 
     struct file_source_spec {
         std::string root, index, classes, url, bucket, prefix;
@@ -653,10 +580,10 @@ private:
     };
 
     std::shared_ptr<cv::runtime> rt_;
-    shard::split split_;
+    conveyor::split split_;
     std::string kind_;
     cv::on_error errors_ = cv::on_error::fail;
-    shard::order_options order_;
+    conveyor::order_options order_;
     std::optional<cv::shuffle_options> shuffle_;
     image::decode_image_options decode_;
     image::batch_options batch_;
@@ -729,32 +656,28 @@ PYBIND11_MODULE(_conveyor, m)
     py::class_<py_run>(m, "Run", "One epoch's run; dropping it or close() stops all its work.")
         .def("next", &py_run::next, "The next batch; raises StopIteration at the end of the epoch. Waits without the GIL.")
         .def("close", &py_run::close, "Stops the run and waits until all its work has stopped.")
-        .def("state", &py_run::state, "Shards: the progress of the epoch as JSON (every batch handed out counts as used).")
-        .def("consumed", &py_run::consumed,
-             "Files and S3 objects: the positions of this slot's order handed out, as (how many from the start, the others).")
+        .def("state", &py_run::state, "The progress of the epoch as JSON (every batch handed out counts as used; \"\": none kept).")
         .def("stats", &py_run::stats, "The run's statistics as a dict.");
 
     py::class_<py_dataset>(m, "Dataset", "A pipeline's source resolved once, with the stages after it.")
         .def(py::init<std::shared_ptr<cv::runtime>, const py::dict&, std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>(),
              py::arg("runtime"), py::arg("spec"), py::arg("rank"), py::arg("world_size"), py::arg("worker"), py::arg("workers"))
         .def("items", &py_dataset::items, py::arg("epoch"), "Items this slot reads in `epoch`, or None when unknown.")
-        .def("run", &py_dataset::run, py::arg("epoch"), py::arg("state"), py::arg("position") = 0,
-             py::arg("done") = std::vector<std::uint64_t>{},
-             "Starts epoch `epoch`: shards resume from `state` (progress JSON); files and objects leave out the first "
-             "`position` of this slot's order and those in `done`.")
+        .def("run", &py_dataset::run, py::arg("epoch"), py::arg("state"),
+             "Starts epoch `epoch`, resuming from `state` (progress JSON; None or \"\": from the start).")
         .def_property_readonly("split", &py_dataset::split, "(rank, world_size, worker, workers)")
         .def_property_readonly("shards", &py_dataset::shards, "Shards: the resolved list ({url, size, samples}; -1: unknown).");
 
     m.def("environment_split", [] {
-        const auto s = shard::split_from_environment();
+        const auto s = conveyor::split_from_environment();
         return py::make_tuple(s.rank, s.world_size);
     });
     m.def("merge_progress", [](const std::vector<std::string>& parts) {
-        std::vector<shard::progress> ps;
-        for (const auto& p : parts) ps.push_back(shard::progress::from_json(p));
-        return shard::progress::merge(ps).to_json();
+        std::vector<conveyor::progress> ps;
+        for (const auto& p : parts) ps.push_back(conveyor::progress::from_json(p));
+        return conveyor::progress::merge(ps).to_json();
     });
-    m.def("check_progress", [](const std::string& text) { (void)shard::progress::from_json(text); });
+    m.def("check_progress", [](const std::string& text) { (void)conveyor::progress::from_json(text); });
 
     m.def("center_crop",
           [](std::int64_t height, std::int64_t width, std::uint32_t size, double fraction) {

@@ -11,6 +11,7 @@
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/memory_budget.hpp>
 #include <conveyor/core/metrics.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/slice.hpp>
@@ -51,7 +52,6 @@
 #include <conveyor/shard/error.hpp>
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/shard/order.hpp>
 #include <conveyor/shard/sample.hpp>
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/untar.hpp>

@@ -280,32 +280,38 @@ def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The union of the states of all ranks of one epoch (each rank's
     :meth:`Pipeline.state_dict`, gathered e.g. with ``torch.distributed.all_gather_object``):
     loaded with any number of ranks, the rest of the epoch is divided among them, each
-    sample once. Shard sources only; raises :class:`Error` when the states belong to
-    different epochs, seeds or shard lists."""
+    item once. Raises :class:`Error` when the states belong to different epochs, seeds or
+    lists."""
     states = list(states)
     if not states:
         raise ValueError("merge_states needs at least one state")
-    for s in states:
-        _check_state(s)
+    states = [_upgraded(s) for s in states]
     epochs = {s["epoch"] for s in states}
     if len(epochs) != 1:
         raise Error(f"merge_states: the states belong to different epochs ({sorted(epochs)})")
-    if any(s.get("shards") is None for s in states):
-        raise Error("merge_states: only the states of shard pipelines merge (files and S3 objects resume per rank)")
-    begun = [s["shards"] for s in states if s["shards"]]
+    begun = [s["progress"] for s in states if s["progress"]]
     merged = _conveyor.merge_progress(begun) if begun else ""  # "": no rank had used anything yet
     out = dict(states[0])
-    out["shards"] = merged
+    out["progress"] = merged
     out["rank"] = None
     out["world_size"] = None
     return out
 
 
-def _check_state(s: Dict[str, Any]) -> None:
+def _upgraded(s: Dict[str, Any]) -> Dict[str, Any]:
+    """State ``s`` checked, in this version's form (version 1's shard states carry their
+    progress under ``"shards"``)."""
     if not isinstance(s, dict) or s.get("format") != _STATE_FORMAT:
         raise ValueError("not a conveyor state (Pipeline.state_dict() makes one)")
-    if s.get("version") != 1:
-        raise ValueError(f"conveyor state version {s.get('version')!r} is not supported (1 is)")
+    if s.get("version") == 1 and s.get("shards") is not None:
+        s = {k: v for k, v in s.items() if k not in ("shards", "position", "done")}
+        s["progress"], s["version"] = s.get("shards") or "", 2
+        return s
+    if s.get("version") == 1:
+        raise ValueError("a files or S3 state of conveyor's state version 1 cannot be restored: its positions are per rank")
+    if s.get("version") != 2:
+        raise ValueError(f"conveyor state version {s.get('version')!r} is not supported (2 is)")
+    return s
 
 
 class Pipeline:
@@ -315,8 +321,7 @@ class Pipeline:
     Iterating runs one epoch: ``for images, labels in pipe`` (with ``keys()``:
     ``images, labels, keys``). A loop that ends normally moves the pipeline on to the next
     epoch; a loop broken off leaves it in the same epoch, and iterating again goes on from
-    where the consumer stopped (shards; files and S3 objects: the position in this rank's
-    order). :meth:`set_epoch` chooses the epoch, :meth:`state_dict` and
+    where the consumer stopped. :meth:`set_epoch` chooses the epoch, :meth:`state_dict` and
     :meth:`load_state_dict` save and restore the position for a checkpoint."""
 
     def __init__(self, spec: Dict[str, Any]):
@@ -330,9 +335,7 @@ class Pipeline:
         self._dataset = None  # the resolved source (listing, shard list, clients): made once
         self._runtime = None
         self._epoch = 0
-        self._state: Optional[str] = None  # shards: progress JSON of the current epoch
-        self._position = 0  # files / S3 objects: the first positions of this slot's order used
-        self._done: List[int] = []  # ... and those used after them
+        self._state: Optional[str] = None  # progress JSON of the current epoch
         self._last_stats: Dict[str, Any] = {}
         self._active: Optional["_weakref.ref[Epoch]"] = None  # weak: dropping the iterator stops its run
         self._pid: Optional[int] = None  # the process that resolved the source
@@ -521,8 +524,6 @@ class Pipeline:
         self._stop_active()
         self._epoch = int(epoch)
         self._state = None
-        self._position = 0
-        self._done = []
 
     @property
     def split(self) -> Tuple[int, int, int, int]:
@@ -549,7 +550,7 @@ class Pipeline:
     def __iter__(self) -> "Epoch":
         self._stop_active()
         ds = self._resolved()
-        run = ds.run(self._epoch, self._state, self._position, self._done)
+        run = ds.run(self._epoch, self._state)
         epoch = Epoch(self, run)
         self._active = _weakref.ref(epoch)
         return epoch
@@ -575,8 +576,8 @@ class Pipeline:
 
     def state_dict(self) -> Dict[str, Any]:
         """The position in the epoch, for a checkpoint: every batch handed to the loop so
-        far counts as used. Restore it with :meth:`load_state_dict`; with shards, the states
-        of all ranks merged (:func:`merge_states`) restore on any number of ranks."""
+        far counts as used. Restore it with :meth:`load_state_dict`; the states of all ranks
+        merged (:func:`merge_states`) restore on any number of ranks."""
         current = self._current()
         if current is not None:
             current._save()
@@ -584,11 +585,10 @@ class Pipeline:
         rank, world, worker, workers = ds.split
         return {
             "format": _STATE_FORMAT,
-            "version": 1,
+            "version": 2,
+            "kind": self._spec["kind"],
             "epoch": self._epoch,
-            "shards": (self._state or "") if self._spec["kind"] == "shards" else None,
-            "position": self._position if self._spec["kind"] != "shards" else None,
-            "done": list(self._done) if self._spec["kind"] != "shards" else None,
+            "progress": self._state or "",
             "rank": rank,
             "world_size": world,
             "worker": worker,
@@ -597,38 +597,18 @@ class Pipeline:
 
     def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
         """Restores a position saved by :meth:`state_dict`; a list of states (all ranks') is
-        merged first (:func:`merge_states`). Shards: the rest of the epoch is read, each
-        sample not yet used once, divided among this run's ranks (their number may differ).
-        Files and S3 objects: the state must come from the same rank of the same number of
-        ranks and workers; the rest of the epoch is read, each item not yet used once."""
-        if not isinstance(state, dict):
-            state = merge_states(state)
-        _check_state(state)
+        merged first (:func:`merge_states`). The rest of the epoch is read, each item not
+        yet used once, divided among this run's ranks and workers (their number may
+        differ from the run that saved it)."""
+        state = merge_states(state) if not isinstance(state, dict) else _upgraded(state)
+        kind = state.get("kind", "shards")
+        if kind != self._spec["kind"]:
+            raise ValueError(f"this state comes from a {kind} pipeline, not a {self._spec['kind']} pipeline")
+        if state["progress"]:
+            _conveyor.check_progress(state["progress"])
         self._stop_active()
-        kind = self._spec["kind"]
-        if kind == "shards":
-            if state.get("shards") is None:
-                raise ValueError("this state comes from a files or S3 pipeline, not a shard pipeline")
-            if state["shards"]:
-                _conveyor.check_progress(state["shards"])
-            self._epoch = int(state["epoch"])
-            self._state = state["shards"] or None
-            self._position = 0
-            self._done = []
-        else:
-            if state.get("position") is None:
-                raise ValueError("this state comes from a shard pipeline, not a files or S3 pipeline")
-            rank, world, worker, workers = self._resolved().split
-            if (state["rank"], state["world_size"], state["worker"], state["workers"]) != (rank, world, worker, workers):
-                raise ValueError(
-                    "a files or S3 state restores on the same rank of the same number of ranks and workers: "
-                    f"saved by rank {state['rank']} of {state['world_size']} (worker {state['worker']} of {state['workers']}), "
-                    f"this is rank {rank} of {world} (worker {worker} of {workers})"
-                )
-            self._epoch = int(state["epoch"])
-            self._state = None
-            self._position = int(state["position"])
-            self._done = [int(p) for p in state.get("done") or []]
+        self._epoch = int(state["epoch"])
+        self._state = state["progress"] or None
 
 
 class Epoch:
@@ -674,10 +654,7 @@ class Epoch:
     def _save(self) -> None:
         if self._run is None:
             return
-        if self._pipe._spec["kind"] == "shards":
-            self._pipe._state = self._run.state() or None
-        else:
-            self._pipe._position, self._pipe._done = self._run.consumed()
+        self._pipe._state = self._run.state() or None
 
     def _finish(self, ended: bool) -> None:
         if self._run is None:
@@ -694,8 +671,6 @@ class Epoch:
         if ended:
             self._pipe._epoch += 1
             self._pipe._state = None
-            self._pipe._position = 0
-            self._pipe._done = []
         if self._pipe._current() is self:
             self._pipe._active = None
 

@@ -158,7 +158,7 @@ void example_decode_image()
 // shard/source.hpp: shards with resume state
 void example_shards_resume()
 {
-    auto state = std::make_shared<conveyor::shard::progress>();
+    auto state = std::make_shared<conveyor::progress>();
     auto pipe = conveyor::shard::shards(conveyor::shard::resolve("/data/shard-{000000..000146}.tar"),
                                         {.order = {.seed = 7}, .resume = state})
               | conveyor::shuffle({.buffer = 10'000, .seed = 7});

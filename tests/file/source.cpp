@@ -172,6 +172,71 @@ TEST_CASE("files() reads every file with exactly the right bytes, key, origin, l
     }
 }
 
+TEST_CASE("files() takes each epoch's order and share, and merged states resume on another world size, each file once")
+{
+    temp_dir d;
+    ftest::make_tree(d.path(), 103, 4, [](std::size_t i) { return 10 + i % 50; });
+    const auto l = std::make_shared<const cf::listing>(cf::walk(d.path()));
+    cv::runtime rt(opts_for(ftest::backends().front()));
+    const cv::order_options order{.seed = 21, .shuffle = true, .policy = cv::uneven::drop};
+    const std::uint64_t epoch = 5;
+    // Without a state: 4 ranks read 25 files each, the epoch's order divided, none twice.
+    std::map<std::uint64_t, int> times; // list position -> times read
+    for (std::uint64_t r = 0; r < 4; ++r) {
+        const cv::split share{.rank = r, .world_size = 4};
+        std::vector<std::uint64_t> got;
+        for (auto& b : cf::files(l, {.concurrency = 8, .epochs = {.order = order, .share = share}}).on(rt).run(epoch)) {
+            got.push_back(b.index);
+            CHECK(b.key == l->entries[b.index].path);
+        }
+        std::vector<std::uint64_t> want;
+        for (const auto& u : cv::epoch_share(l->size(), share, epoch, order)) want.push_back(u.item);
+        CHECK(got == want); // the epoch's order, this rank's share
+        for (const auto i : got) ++times[i];
+    }
+    CHECK(times.size() == 100); // 103 files, 4 ranks, uneven::drop: 100 this epoch
+    CHECK(std::all_of(times.begin(), times.end(), [](const auto& t) { return t.second == 1; }));
+
+    // Each of 4 ranks uses a few files and stops; the states merged resume on 3 ranks.
+    std::vector<cv::progress> states;
+    std::set<std::uint64_t> used;
+    for (std::uint64_t r = 0; r < 4; ++r) {
+        auto state = std::make_shared<cv::progress>();
+        auto p = cf::files(l, {.concurrency = 8, .epochs = {.order = order, .share = cv::split{.rank = r, .world_size = 4}, .resume = state}}).on(rt);
+        std::size_t n = 0;
+        for (auto& b : p.run(epoch)) {
+            state->consumed(b);
+            CHECK(used.insert(b.index).second);
+            if (++n == 3 + 4 * r) break;
+        }
+        states.push_back(cv::progress::from_json(state->to_json()));
+    }
+    CHECK(used.size() == 3 + 7 + 11 + 15);
+    const auto merged = cv::progress::merge(states);
+    std::set<std::uint64_t> after;
+    for (std::uint64_t r = 0; r < 3; ++r) {
+        auto state = std::make_shared<cv::progress>(merged);
+        for (auto& b : cf::files(l, {.concurrency = 8, .epochs = {.order = order, .share = cv::split{.rank = r, .world_size = 3}, .resume = state}})
+                           .on(rt)
+                           .run(epoch)) {
+            CHECK_FALSE(used.contains(b.index));
+            CHECK(after.insert(b.index).second);
+        }
+    }
+    CHECK(used.size() + after.size() == 100);
+    for (const auto i : after) CHECK(times.contains(i)); // the same epoch's files
+
+    // A state of another epoch is begun afresh: the whole share again.
+    auto stale = std::make_shared<cv::progress>(merged);
+    std::size_t n = 0;
+    for (auto& b : cf::files(l, {.epochs = {.order = order, .share = cv::split{}, .resume = stale}}).on(rt).run(epoch + 1)) {
+        (void)b;
+        ++n;
+    }
+    CHECK(n == 103);
+    CHECK(stale->epoch() == epoch + 1);
+}
+
 TEST_CASE("files() with ordered = false delivers each file exactly once")
 {
     temp_dir d;

@@ -88,7 +88,8 @@ void check_slot(const image::image_batch& b, std::size_t i, std::uint64_t k)
     CHECK(static_cast<const std::int64_t*>(b.labels.data)[i] == std::int64_t(k % 3));
     CHECK(b.keys[i] == "img/" + std::to_string(k));
     REQUIRE(b.ids.size() == b.size());
-    CHECK(b.ids[i].index == k); // a blob's id: its position in the source's list
+    CHECK(b.ids[i].shard == k); // a blob's id: its whole unit, at its position in the source's list
+    CHECK(b.ids[i].whole);
 }
 
 } // namespace

@@ -17,7 +17,7 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/image/batch.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/shard/order.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/shard/source.hpp>
 
 #include <cstdint>
@@ -46,8 +46,8 @@ int main(int argc, char** argv)
         const std::vector<std::string> specs(argv + 7, argv + argc);
 
         cv::runtime rt({.io_threads = 1, .compute_threads = 2});
-        cv::shard::source_options so{.order = {.seed = seed}, .share = cv::shard::split{}};
-        so.resume = std::make_shared<cv::shard::progress>(); // as the Python module runs it
+        cv::shard::source_options so{.order = {.seed = seed}, .share = cv::split{}};
+        so.resume = std::make_shared<cv::progress>(); // as the Python module runs it
         auto samples = cv::shard::shards(cv::shard::resolve(specs), so).on(rt) | cv::shuffle({.buffer = buffer, .seed = seed});
         cv::image::decode_image_options d;
         d.decode.size = {size, size};

@@ -1,7 +1,7 @@
 """state_dict() / load_state_dict(): a new pipeline object resumes exactly where the saved
 one stopped (the shuffle buffer's samples not yet handed out included): the keys before and
 after are the whole epoch, none twice. The states of all ranks merged resume on any number
-of ranks, each sample of the epoch once overall. Files resume their position on the same rank."""
+of ranks, each sample of the epoch once overall: shards, files and S3 objects alike."""
 
 import json
 
@@ -43,7 +43,7 @@ def test_a_new_pipeline_resumes_a_shard_epoch_exactly(shard_set, batches):
     pipe = shard_pipe(shard_set)
     before = take(pipe, batches)
     state = checkpoint(pipe.state_dict())
-    assert state["epoch"] == 0 and state["shards"]
+    assert state["epoch"] == 0 and state["progress"]
 
     resumed = shard_pipe(shard_set)
     resumed.load_state_dict(state)
@@ -67,7 +67,7 @@ def test_a_state_saved_at_the_end_of_an_epoch_starts_the_next(shard_set):
     for _ in pipe:
         pass
     state = pipe.state_dict()
-    assert state["epoch"] == 1 and not state["shards"]
+    assert state["epoch"] == 1 and not state["progress"]
     fresh = shard_pipe(shard_set)
     fresh.load_state_dict(state)
     assert fresh.epoch == 1
@@ -115,28 +115,42 @@ def files_pipe(folder, rank=0, world_size=1):
     return conveyor.files(folder, seed=5, threads=2, rank=rank, world_size=world_size).decode(32).batch(2).keys().dlpack()
 
 
-def test_a_files_pipeline_resumes_its_position_on_the_same_rank(folder):
+def test_a_files_pipeline_resumes_its_position(folder):
     whole = [k for b in files_pipe(folder) for k in b.keys]  # epoch 0's order
     pipe = files_pipe(folder)
     before = take(pipe, 2)
     state = checkpoint(pipe.state_dict())
-    assert state["position"] == 4 and state["shards"] is None
+    assert state["kind"] == "files" and json.loads(state["progress"])["whole"]["next"] == [4]
     resumed = files_pipe(folder)
     resumed.load_state_dict(state)
     after = [k for b in resumed for k in b.keys]
     assert before + after == whole  # the same order, from the same place
 
-    with pytest.raises(ValueError, match="same rank"):
-        files_pipe(folder, 1, 2).load_state_dict(state)
-    with pytest.raises(ValueError, match="shard pipeline"):
-        files_pipe(folder).load_state_dict({**state, "position": None, "shards": ""})
+    with pytest.raises(ValueError, match="shards pipeline"):
+        files_pipe(folder).load_state_dict({**state, "kind": "shards"})
 
 
-def test_a_files_state_does_not_merge(folder):
-    pipe = files_pipe(folder)
-    take(pipe, 1)
-    with pytest.raises(conveyor.Error, match="only the states of shard pipelines merge"):
-        conveyor.merge_states([pipe.state_dict()])
+@pytest.mark.parametrize("new_world", [3, 1])
+def test_merged_files_states_of_two_ranks_resume_on_another_number_of_ranks(folder, new_world):
+    def pipe_of(rank, world):
+        return conveyor.files(folder, seed=5, threads=2, rank=rank, world_size=world).shuffle(3).decode(32).batch(1).keys().dlpack()
+
+    used, states = [], []
+    for rank, batches in ((0, 2), (1, 1)):
+        pipe = pipe_of(rank, 2)
+        used += take(pipe, batches)
+        states.append(checkpoint(pipe.state_dict()))
+    assert len(used) == len(set(used)) == 3
+    merged = conveyor.merge_states(states)
+    after = []
+    for rank in range(new_world):
+        pipe = pipe_of(rank, new_world)
+        pipe.load_state_dict(merged)
+        after += [k for b in pipe for k in b.keys]
+    # 9 files divided among 2 ranks with uneven="drop": the epoch is 8 of them, each once.
+    assert len(after) == len(set(after)) == 5
+    assert not set(used) & set(after)
+    assert set(used + after) <= {f"{c}/{i}.jpg" for c in ("cat", "dog", "fish") for i in range(3)}
 
 
 def test_a_second_iterator_takes_over_where_the_first_stopped(shard_set):

@@ -348,7 +348,7 @@ TEST_CASE("a storm of runs broken out of after random numbers of items tears dow
             break;
         case source_kind::local_shards:
         case source_kind::s3_shards: {
-            shard::source_options so{.order = {.seed = seed}, .share = shard::split{}, .shards_in_flight = 2, .capacity = 8};
+            shard::source_options so{.order = {.seed = seed}, .share = conveyor::split{}, .shards_in_flight = 2, .capacity = 8};
             so.chunks.chunk_size = 4096;
             so.chunks.chunks_in_flight = 2;
             if (c) so.s3 = *c;

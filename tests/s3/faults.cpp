@@ -235,7 +235,7 @@ TEST_CASE("an epoch over S3 shards streamed with 10% of the requests faulted del
                          "kinds": )" + kinds_but({"garbage", "content_length_short"}) + "}");
         cv::shard::source_options so;
         so.s3 = c;
-        so.share = cv::shard::split{};
+        so.share = cv::split{};
         so.chunks.chunk_size = 16 * 1024;
         so.chunks.chunks_in_flight = 2;
         auto p = cv::shard::shards("s3://" + bucket() + "/" + prefix + "shard-{000000..000099}.tar", so).on(rt());

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 using namespace s3test;
 
@@ -57,6 +58,44 @@ TEST_CASE("s3 source delivers every object once, in order, with its bytes")
         ++i;
     }
     CHECK(i == keys.size());
+}
+
+TEST_CASE("s3 source takes each epoch's order and share, and merged states resume on another world size, each object once")
+{
+    auto c = make_client();
+    auto keys = ensure_objects(c, "source/epochs/", 60, 2'000);
+    const cv::order_options order{.seed = 4, .shuffle = true};
+    const std::uint64_t epoch = 2;
+    std::vector<cv::progress> states;
+    std::set<std::string> used;
+    for (std::uint64_t r = 0; r < 2; ++r) {
+        auto state = std::make_shared<cv::progress>();
+        std::vector<std::uint64_t> got;
+        const cv::split share{.rank = r, .world_size = 2};
+        for (auto& b : s3::objects(c, bucket(), keys, {.concurrency = 8, .epochs = {.order = order, .share = share, .resume = state}}).on(rt()).run(epoch)) {
+            CHECK(b.key == keys[b.index]);
+            CHECK(b.data.view() == pattern(2'000 + b.index, 100 + b.index));
+            state->consumed(b);
+            CHECK(used.insert(b.key).second);
+            got.push_back(b.index);
+            if (got.size() == 7 + 10 * r) break;
+        }
+        const auto share_of = cv::epoch_share(keys.size(), share, epoch, order);
+        for (std::size_t k = 0; k < got.size(); ++k) CHECK(got[k] == share_of[k].item); // the epoch's order, this rank's share
+        states.push_back(cv::progress::from_json(state->to_json()));
+    }
+    const auto merged = cv::progress::merge(states);
+    std::set<std::string> after;
+    for (std::uint64_t r = 0; r < 3; ++r) {
+        auto state = std::make_shared<cv::progress>(merged);
+        for (auto& b : s3::objects(c, bucket(), keys, {.concurrency = 8, .epochs = {.order = order, .share = cv::split{.rank = r, .world_size = 3}, .resume = state}})
+                           .on(rt())
+                           .run(epoch)) {
+            CHECK_FALSE(used.contains(b.key));
+            CHECK(after.insert(b.key).second);
+        }
+    }
+    CHECK(used.size() + after.size() == keys.size()); // every object of the epoch once
 }
 
 TEST_CASE("s3 source in completion order still delivers each object exactly once")

@@ -62,7 +62,7 @@ test_set make_shards(const fs::path& dir, int shards, int per_shard, bool gzip =
 shard::source_options options(std::uint64_t rank = 0, std::uint64_t world = 1, std::uint64_t worker = 0, std::uint64_t workers = 1)
 {
     shard::source_options o;
-    o.share = shard::split{rank, world, worker, workers};
+    o.share = conveyor::split{rank, world, worker, workers};
     o.order.seed = 3;
     o.chunks.chunk_size = 4096; // members span chunks; headers straddle them
     o.chunks.chunks_in_flight = 3;
@@ -248,11 +248,11 @@ TEST_CASE("a resumed epoch delivers exactly the samples not consumed, also with 
         std::map<std::string, int> used;
         // First run: each of `before` slots consumes a random part of its share, through a
         // shuffle buffer, then the job stops.
-        std::vector<shard::progress> saved;
+        std::vector<conveyor::progress> saved;
         for (std::uint64_t slot = 0; slot < before; ++slot) {
-            auto state = std::make_shared<shard::progress>();
+            auto state = std::make_shared<conveyor::progress>();
             auto o = options(slot, before);
-            o.order.policy = shard::uneven::pad;
+            o.order.policy = conveyor::uneven::pad;
             o.resume = state;
             auto p = shard::shards(t.list, o) | conveyor::shuffle({.buffer = 10, .seed = 1});
             p.set_epoch(epoch);
@@ -263,12 +263,12 @@ TEST_CASE("a resumed epoch delivers exactly the samples not consumed, also with 
                 ++used[s.key + "@" + std::to_string(s.work)];
                 state->consumed(s);
             }
-            saved.push_back(shard::progress::from_json(state->to_json()));
+            saved.push_back(conveyor::progress::from_json(state->to_json()));
         }
         // Restart with `after` slots from the merged state.
-        const auto merged = shard::progress::merge(saved);
+        const auto merged = conveyor::progress::merge(saved);
         for (std::uint64_t slot = 0; slot < after; ++slot) {
-            auto state = std::make_shared<shard::progress>(merged);
+            auto state = std::make_shared<conveyor::progress>(merged);
             auto o = options(slot, after);
             o.resume = state;
             auto p = shard::shards(t.list, o);
@@ -280,7 +280,7 @@ TEST_CASE("a resumed epoch delivers exactly the samples not consumed, also with 
         }
         // The epoch's work list, padded to a whole round of `before` slots: every sample of
         // it exactly once over both runs.
-        const auto work = shard::epoch_work(12, before, epoch, {.seed = 3, .policy = shard::uneven::pad});
+        const auto work = conveyor::epoch_work(12, before, epoch, {.seed = 3, .policy = conveyor::uneven::pad});
         std::size_t expected = 0;
         for (std::size_t w = 0; w < work.size(); ++w)
             for (int k = 0; k < 7; ++k) {

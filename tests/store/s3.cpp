@@ -88,7 +88,7 @@ TEST_CASE("one shard list given as s3://, S3://, an s3:// prefix, file:// and a 
     }
 
     cv::shard::source_options o;
-    o.share = cv::shard::split{};
+    o.share = cv::split{};
     o.order.shuffle = false;
     o.chunks.chunk_size = 4096;
     o.s3 = c;

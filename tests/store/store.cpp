@@ -206,7 +206,7 @@ TEST_CASE("a shard list gives the same samples as file:// URLs and as plain path
     REQUIRE(w.index().shards.size() == 3);
 
     cv::shard::source_options o;
-    o.share = cv::shard::split{};
+    o.share = cv::split{};
     o.order.shuffle = false;
     o.chunks.chunk_size = 4096;
     const auto plain = samples_of(cv::shard::resolve((t.path / "shard-{000..002}.tar").string()), o);

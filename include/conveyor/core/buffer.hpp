@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_CORE_BUFFER_HPP
 #define CONVEYOR_CORE_BUFFER_HPP
 
+#include <conveyor/core/order.hpp>
 #include <conveyor/detail/config.hpp>
 
 #include <algorithm>
@@ -235,7 +236,17 @@ struct blob {
     std::string origin;       ///< full path or URL
     std::int64_t label = -1;  ///< class id when the source knows one (ImageFolder), else -1
     std::uint64_t index = 0;  ///< position in the source's list
+    /// Position in the epoch's work list (`conveyor::epoch_work`): what resume state keeps
+    /// (`progress`); the position in the list where the run reads the list as it stands.
+    std::uint64_t work = 0;
 };
+
+/// What identifies blob `b` for resume (`progress::consumed`): its whole unit, at its place
+/// in the epoch.
+inline sample_id id_of(const blob& b) noexcept
+{
+    return {.work = b.work, .shard = b.index, .whole = true};
+}
 
 } // namespace conveyor
 

@@ -7,6 +7,7 @@
 #include <conveyor/core/chunks.hpp>
 #include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/run_context.hpp>
 #include <conveyor/core/runtime.hpp>
@@ -79,7 +80,19 @@ struct source_settings {
     /// Called on an I/O thread after each successful read with the time it took. Must be
     /// thread-safe and cheap.
     std::function<void(const T&, std::chrono::nanoseconds)> on_read;
+    /// Which keys each run reads, in what order: this slot's share of the epoch's order,
+    /// less what `epochs.resume` records as used (see `plan_run`). Default: every key, in
+    /// order, each run.
+    epoch_options epochs{};
 };
+
+/// Gives an item of a keyed source its place in the epoch's work list (what resume state is
+/// kept by): an item type with a `work` member (`blob`) receives it; others keep none.
+template <class T>
+void set_work_position(T& item, std::uint64_t work) noexcept
+{
+    if constexpr (requires { item.work = work; }) item.work = work;
+}
 
 /// A reader for `keyed_source`: called with a key index on an I/O lane, it completes with
 /// the item (`asio::awaitable<T>`, throwing on failure) or a `read_outcome<T>`.
@@ -93,8 +106,8 @@ namespace detail {
 /// The shared state of one run of a keyed source.
 template <class T, class Reader>
 struct keyed_run {
-    keyed_run(Reader r, std::uint64_t n, source_settings<T> s, std::string name)
-        : reader(std::move(r)), count(n), settings(std::move(s)), stage(std::move(name))
+    keyed_run(Reader r, std::shared_ptr<const std::vector<work_item>> p, std::uint64_t n, source_settings<T> s, std::string name)
+        : reader(std::move(r)), plan(std::move(p)), count(plan ? plan->size() : n), settings(std::move(s)), stage(std::move(name))
     {
     }
     ~keyed_run()
@@ -107,6 +120,7 @@ struct keyed_run {
     keyed_run& operator=(const keyed_run&) = delete;
 
     Reader reader;
+    std::shared_ptr<const std::vector<work_item>> plan; // the run's keys (null: 0 … count-1)
     std::uint64_t count;
     source_settings<T> settings;
     std::string stage;
@@ -135,8 +149,9 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
         // The reader is awaited here, not through a helper coroutine: one frame fewer per
         // item. Whatever it throws becomes the outcome's error.
         std::optional<read_outcome<T>> got;
+        const work_item key = st->plan ? (*st->plan)[i] : work_item{i, i};
         try {
-            auto read = st->reader(i); // named: no temporary lives across the co_await
+            auto read = st->reader(key.item); // named: no temporary lives across the co_await
             got.emplace(co_await std::move(read));
         } catch (...) {
             got.emplace(std::current_exception());
@@ -159,6 +174,7 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
             if (s.ordered && !co_await out->skip_at(i)) co_return;
             continue;
         }
+        set_work_position(r.value(), key.work);
         if (s.on_read) s.on_read(r.value(), std::chrono::duration_cast<std::chrono::nanoseconds>(took));
         if (!s.ordered) {
             if (!co_await out->send(std::move(r).value())) co_return;
@@ -179,7 +195,9 @@ asio::awaitable<void> keyed_worker(std::shared_ptr<run_context> ctx, std::shared
     S3 sources, and any source of your own, are built on.
 
     For each run, `open(run_context&)` is called once, on the thread that starts the run,
-    and returns the run's reader. `settings.concurrency` workers, spread over the I/O
+    and returns the run's reader. The run reads the keys `settings.epochs` gives it for its
+    epoch (all of them, in order, by default; see `plan_run`), and each item learns its
+    place in the epoch (`set_work_position`). `settings.concurrency` workers, spread over the I/O
     lanes of `io` (the run's runtime when null), then each take the next key and call
     `reader(i)`, which completes with the item or the reason there is none (see
     `keyed_reader`). The core does the rest, the same way for every source:
@@ -210,6 +228,7 @@ template <class T, class Open>
 pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings<T> settings, Open open, runtime* io = nullptr)
 {
     if (settings.concurrency == 0) settings.concurrency = 1;
+    settings.epochs.share = checked_split(settings.epochs.share.value_or(split{}), stage); // a bad share fails here, not in a run
     return pipeline<T>([stage = std::move(stage), count, settings = std::move(settings), open = std::move(open),
                         io](const std::shared_ptr<run_context>& ctx) {
         using reader_type = std::decay_t<std::invoke_result_t<const Open&, run_context&>>;
@@ -219,14 +238,15 @@ pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings
         auto out = ctx->make_channel<T>(std::max(settings.capacity, settings.concurrency));
         std::shared_ptr<detail::keyed_run<T, reader_type>> st;
         try {
-            st = std::make_shared<detail::keyed_run<T, reader_type>>(open(*ctx), count, settings, stage);
+            auto plan = plan_run(count, ctx->epoch(), settings.epochs, stage);
+            st = std::make_shared<detail::keyed_run<T, reader_type>>(open(*ctx), std::move(plan), count, settings, stage);
         } catch (...) {
             ctx->fail(std::current_exception(), stage);
             out->close();
             return stream<T>(ctx, out);
         }
         runtime& lanes = io ? *io : ctx->rt();
-        const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(settings.concurrency, count));
+        const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(settings.concurrency, st->count));
         st->workers_left = static_cast<std::size_t>(workers);
         ctx->register_stage(stage, out, static_cast<std::size_t>(workers));
         auto metrics = ctx->source_metrics_of(out);

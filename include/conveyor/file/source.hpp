@@ -3,6 +3,7 @@
 #define CONVEYOR_FILE_SOURCE_HPP
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/detail/config.hpp>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,12 @@ struct source_options {
         (links into another disk) set this to follow symlinks wherever they lead. Absolute
         entries and listings without a root are opened as given. */
     bool symlinks_may_leave_root = false;
+    /** Which files of the list each run (each epoch) reads, in what order: the epoch's
+        order (list order unless `epochs.order.shuffle`), this reader's share (`epochs.share`;
+        unset: the whole list) and the resume state (`epochs.resume`; see
+        `conveyor::progress`). Mark items used with `progress::consumed()` (a blob, or a
+        batch's `ids`). */
+    epoch_options epochs{};
 };
 
 namespace detail {

@@ -191,10 +191,10 @@ struct image_batch {
     tensor labels;
     /// The items' keys (sample or file keys), in batch order.
     std::vector<std::string> keys;
-    /** Each item's place, in batch order, for resume: a shard sample's place in the epoch
-        (for `shard::progress::consumed`); a file or S3 object blob's position in its
-        source's list (`index`; the other fields 0). */
-    std::vector<shard::sample_id> ids;
+    /** Each item's place, in batch order, for resume (`conveyor::progress::consumed`): a
+        shard sample's place in the epoch; a file or S3 object is its whole unit (`whole`),
+        at its work position (`work`), with its position in the source's list (`shard`). */
+    std::vector<conveyor::sample_id> ids;
     /// How `images` is laid out.
     tensor_layout layout = tensor_layout::nhwc;
     /// The memory both tensors live in.

@@ -86,15 +86,15 @@ CONVEYOR_DECL encoded_image encoded_image_of(const shard::sample& s, const decod
 /// File blob `b` with the label its source gave, or `o.label_map`'s for it.
 CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_options& o);
 
-/// What identifies an item for resume (`image_batch::ids`): a shard sample's place in the
-/// epoch; a blob's position in its source's list.
-inline shard::sample_id item_id(const shard::sample& s) noexcept
+/// What identifies an item for resume (`image_batch::ids`, for `progress::consumed`): a
+/// shard sample's place in the epoch; a blob is its whole unit at its place in the epoch.
+inline conveyor::sample_id item_id(const shard::sample& s) noexcept
 {
     return shard::id_of(s);
 }
-inline shard::sample_id item_id(const blob& b) noexcept
+inline conveyor::sample_id item_id(const blob& b) noexcept
 {
-    return {.index = b.index};
+    return conveyor::id_of(b);
 }
 
 namespace detail {

@@ -4,6 +4,7 @@
 
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/detail/read_file.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -20,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,6 +68,12 @@ struct source_options {
     /// Called on an I/O thread after each object arrives, with the time it took
     /// (retries included). Must be thread-safe and cheap.
     std::function<void(const blob&, std::chrono::nanoseconds)> on_read;
+    /** Which objects of the list each run (each epoch) reads, in what order: the epoch's
+        order (list order unless `epochs.order.shuffle`), this reader's share (`epochs.share`;
+        unset: the whole list) and the resume state (`epochs.resume`; see
+        `conveyor::progress`). Mark items used with `progress::consumed()` (a blob, or a
+        batch's `ids`). */
+    epoch_options epochs{};
 };
 
 /// Settings of `list_objects` and `list_url`.

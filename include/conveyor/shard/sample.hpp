@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_SHARD_SAMPLE_HPP
 #define CONVEYOR_SHARD_SAMPLE_HPP
 
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/slice.hpp>
 #include <conveyor/detail/config.hpp>
 
@@ -31,7 +32,7 @@ struct sample {
     std::uint64_t end = 0;        ///< byte offset just past its last member (and padding)
     std::uint64_t shard = 0;      ///< index of the shard in the run's shard list
     std::uint64_t index = 0;      ///< position of the sample in its shard (0, 1, ...)
-    /// Position of the shard in the epoch's work list (see shard/order.hpp); what resume
+    /// Position of the shard in the epoch's work list (see core/order.hpp); what resume
     /// state is kept by, since a padded epoch may read one shard twice.
     std::uint64_t work = 0;
 
@@ -53,19 +54,10 @@ inline void compact_for_holding(sample& s)
         if (f.data.storage_size() > f.data.size() + f.data.size() / 4) f.data = f.data.compact();
 }
 
-/// What identifies a sample for resume: small enough to carry along with decoded samples
-/// and batches to the point where the training step has used them.
-struct sample_id {
-    std::uint64_t work = 0;  ///< position of its shard in the epoch's work list
-    std::uint64_t shard = 0; ///< index of its shard in the shard list
-    std::uint64_t index = 0; ///< its position in the shard
-    std::uint64_t end = 0;   ///< byte offset just past it in the shard
-};
-
-/// The id of `s`.
+/// The id of `s` for resume (`progress::consumed`).
 inline sample_id id_of(const sample& s) noexcept
 {
-    return {s.work, s.shard, s.index, s.end};
+    return {.work = s.work, .shard = s.shard, .index = s.index, .end = s.end};
 }
 
 } // namespace conveyor::shard

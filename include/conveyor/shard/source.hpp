@@ -11,7 +11,7 @@
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/detail/tar_reader.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/shard/order.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/shard/sample.hpp>
 #include <conveyor/store/store.hpp>
 
@@ -82,7 +82,7 @@ CONVEYOR_DECL unsigned default_shards_in_flight(const std::vector<shard_ref>& li
     copies), and its place (`shard`, `work`, `index`, `offset`, `end`) for resume and
     random access.
     @code
-    auto state = std::make_shared<conveyor::shard::progress>();
+    auto state = std::make_shared<conveyor::progress>();
     auto pipe = conveyor::shard::shards(conveyor::shard::resolve("/data/shard-{000000..000146}.tar"),
                                         {.order = {.seed = 7}, .resume = state})
               | conveyor::shuffle({.buffer = 10'000, .seed = 7});

@@ -126,7 +126,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                 } own_guard(own, *detail::ring_of(*run), here);
                 std::deque<T>& items = own->items;
                 std::vector<std::string> keys(n);
-                std::vector<shard::sample_id> ids(n);
+                std::vector<conveyor::sample_id> ids(n);
                 std::vector<std::int64_t> labels(n, -1);
                 std::vector<char> on_gpu(n, 0);
                 std::size_t filled = 0;
@@ -136,7 +136,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
                     if (got.empty()) break;
                     std::vector<image::encoded_image> part;
                     std::vector<std::string> part_keys;
-                    std::vector<shard::sample_id> part_ids;
+                    std::vector<conveyor::sample_id> part_ids;
                     for (auto& x : got) {
                         T& item = items.emplace_back(std::move(x));
                         try {

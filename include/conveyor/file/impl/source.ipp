@@ -132,7 +132,7 @@ CONVEYOR_DECL pipeline<blob> files(std::shared_ptr<const listing> shared, source
     if (!shared) shared = std::make_shared<const listing>();
     const std::size_t capacity = o.capacity ? o.capacity : 2 * std::max<std::size_t>(o.concurrency, 1);
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = capacity,
-                            .on_read = o.on_read};
+                            .on_read = o.on_read, .epochs = o.epochs};
     const std::uint64_t count = shared->size();
     return keyed_source<blob>("files", count, std::move(s), detail::open_reader{shared, std::move(o)});
 }

@@ -30,7 +30,7 @@ struct batch_run {
     struct open_batch {
         image::slab slab;
         std::vector<std::string> keys;
-        std::vector<shard::sample_id> ids;
+        std::vector<conveyor::sample_id> ids;
     };
     std::map<std::uint64_t, open_batch> open; // batches with a slab, by batch number
     std::uint64_t next_position = 0;          // the dispatcher's next tentative place
@@ -55,7 +55,7 @@ struct batch_result {
     std::uint64_t position = 0;
     std::string key;
     std::int64_t label = -1;
-    shard::sample_id id;
+    conveyor::sample_id id;
     std::exception_ptr error;
 };
 

@@ -371,7 +371,7 @@ CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::siz
     auto it = run.open.find(b);
     image::slab slab = std::move(it->second.slab);
     std::vector<std::string> keys = std::move(it->second.keys);
-    std::vector<shard::sample_id> ids = std::move(it->second.ids);
+    std::vector<conveyor::sample_id> ids = std::move(it->second.ids);
     run.open.erase(it);
     image_batch out = batch_over_slab(std::move(slab), std::move(keys), count, b, o, plan);
     ids.resize(count);

@@ -308,7 +308,7 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list
                                .detail = "the object list has " + std::to_string(list->labels.size()) + " labels for " +
                                          std::to_string(list->objects.size()) + " objects"});
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
-                            .on_read = o.on_read};
+                            .on_read = o.on_read, .epochs = o.epochs};
     const std::uint64_t count = list->size();
     // The client's connection pools belong to its runtime's I/O threads: read there.
     return keyed_source<blob>("s3", count, std::move(s), detail::open_reader{c.state(), std::move(list)}, &c.rt());

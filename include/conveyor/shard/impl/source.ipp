@@ -103,11 +103,7 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
 {
     if (list.empty()) throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "shards", .detail = "the shard list is empty"});
     auto shared = std::make_shared<const std::vector<shard_ref>>(std::move(list));
-    const split share = o.share ? *o.share : split_from_environment();
-    if (share.world_size == 0 || share.workers == 0 || share.rank >= share.world_size || share.worker >= share.workers)
-        throw error(make_error_code(conveyor::errc::invalid_argument),
-                    {.stage = "shards", .detail = "rank " + std::to_string(share.rank) + " of " + std::to_string(share.world_size) + ", worker " +
-                                                  std::to_string(share.worker) + " of " + std::to_string(share.workers) + " is not a valid share"});
+    const split share = checked_split(o.share ? *o.share : split_from_environment(), "shards");
     if (o.shards_in_flight == 0) o.shards_in_flight = default_shards_in_flight(*shared);
     auto names = std::make_shared<std::vector<std::shared_ptr<const std::string>>>();
     names->reserve(shared->size());

@@ -17,7 +17,6 @@
 #include <conveyor/shard/detail/impl/tar_write.ipp>
 #include <conveyor/shard/impl/index.ipp>
 #include <conveyor/shard/impl/writer.ipp>
-#include <conveyor/shard/impl/order.ipp>
 #include <conveyor/shard/impl/list.ipp>
 #include <conveyor/shard/impl/source.ipp>
 #include <conveyor/shard/impl/dataset.ipp>
