@@ -22,8 +22,8 @@
 #define CONVEYOR_DETAIL_STRINGIZE(x) CONVEYOR_DETAIL_STRINGIZE_(x)
 
 /// The version as a string literal, "major.minor.patch" (e.g. "0.1.0").
-#define CONVEYOR_VERSION_STRING                                                                                        \
-    CONVEYOR_DETAIL_STRINGIZE(CONVEYOR_VERSION_MAJOR)                                                                  \
+#define CONVEYOR_VERSION_STRING                                                                                                            \
+    CONVEYOR_DETAIL_STRINGIZE(CONVEYOR_VERSION_MAJOR)                                                                                      \
     "." CONVEYOR_DETAIL_STRINGIZE(CONVEYOR_VERSION_MINOR) "." CONVEYOR_DETAIL_STRINGIZE(CONVEYOR_VERSION_PATCH)
 
 #endif
