@@ -40,11 +40,7 @@ public:
     {
         done_ = done;
         bytes_ = bytes;
-        if (!on_terminal_) return;
-        const auto now = clock::now();
-        if (now < next_draw_) return;
-        next_draw_ = now + redraw_every;
-        draw();
+        if (on_terminal_ && clock::now() >= next_draw_) draw();
     }
 
     void finish()
@@ -62,7 +58,9 @@ private:
 
     void draw()
     {
-        const double seconds = std::chrono::duration<double>(clock::now() - start_).count();
+        const auto now = clock::now();
+        next_draw_ = now + redraw_every;
+        const double seconds = std::chrono::duration<double>(now - start_).count();
         const auto done = static_cast<double>(done_);
         std::string text = label_ + ": " + std::to_string(done_);
         char part[96];
