@@ -36,13 +36,13 @@ struct field_spec {
     std::string_view storage_type = {}; ///< only meaningful for this `storage.type` ("" : any)
 };
 
-/// Every field a configuration may hold, in the order the README documents them.
+/// Every field a configuration may hold, in the order bench/README.md documents them.
 const std::vector<field_spec>& schema();
 
 /// The schema's field at `path`, or null.
 const field_spec* find_field(std::string_view path);
 
-/// "a string", "an integer", ... (for error messages and the README).
+/// "a string", "an integer", ... (for error messages and bench/README.md).
 std::string_view kind_name(field_kind k);
 
 /// S3 credentials given in the configuration (all empty: the S3 module's default chain).

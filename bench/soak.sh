@@ -13,7 +13,7 @@
 #      the client's timeouts (--timeout-ms 1000 against stalls of 2.5 s), bodies cut short
 #      and a Content-Length longer than the body. Left out: `garbage`, `corrupt` and a short
 #      Content-Length, which a streamed shard cannot recover from (its checksum is checked at
-#      its end, after its chunks have gone on; the README's Limits): they fail the run by
+#      its end, after its chunks have gone on; docs/limits.md): they fail the run by
 #      design, which is not what a soak measures.
 #   3. ONE process, `conveyor-bench pipeline` over the s3:// shards for --epochs epochs:
 #      shards (shuffled per epoch) → shuffle → decode (CPU JPEG decoder, random-resized crop

@@ -11,7 +11,8 @@
 // listed, an output that cannot be written); 2 bad usage; 3 nothing matched (no object or
 // file under the root, none with a wanted ending, or none in a class directory), nothing
 // written.
-#include "support/progress.hpp"
+#include "progress.hpp"
+
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/file/index.hpp>
@@ -117,7 +118,7 @@ int index_prefix(const args& a)
     std::uint64_t listed_bytes = 0;
     s3::object_list l;
     {
-        cv::bench::progress shown("make_index: listed objects");
+        examples::progress_line shown("make_index: listed objects");
         l = s3::list_objects(c, root.bucket(), prefix,
                              {.parallel = std::max(1u, a.workers), .extensions = a.exts, .on_progress = [&](std::size_t n, std::uint64_t b) {
                                   listed = n;

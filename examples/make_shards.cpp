@@ -18,7 +18,8 @@
 // are planned first from the sizes alone, so the output is the same bytes for a given input
 // and seed whatever --workers is. Memory: the index (a key and four numbers a sample),
 // plus the samples in flight.
-#include "support/progress.hpp"
+#include "progress.hpp"
+
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -498,7 +499,7 @@ int main(int argc, char** argv)
         shared_run r{d, order, starts, s, client ? &*client : nullptr, rt, {}, {}, {}, {}, {}, {}, {}, {}};
         if (d.files.size() == 1 && !tar.empty()) r.whole = cv::file::ranged_file(rt, tar);
         r.shards.resize(starts.size());
-        cv::bench::progress bar("make_shards", d.items.size());
+        examples::progress_line bar("make_shards", d.items.size());
         std::vector<std::thread> threads;
         const unsigned n = std::min<std::uint64_t>(s.workers, starts.size());
         for (unsigned i = 0; i < n; ++i) threads.emplace_back(worker, std::ref(r));

@@ -16,7 +16,8 @@
 //
 // Point it at your own data instead with --folder DIR (an ImageFolder of JPEG/PNG files),
 // or --shards SPEC (shard paths, brace ranges, s3:// URLs, or a dataset index .json).
-#include "support/progress.hpp"
+#include "progress.hpp"
+
 #include <conveyor/conveyor.hpp>
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/image/batch.hpp>
@@ -154,7 +155,7 @@ fs::path make_dataset(const fs::path& root, std::size_t count, std::size_t class
     const fs::path images = root / "images", shards = root / "shards", index = shards / "index.json";
     ci::synthetic_images spec{.dir = images, .classes = classes, .count = count};
     {
-        cv::bench::progress bar("drawing " + images.string(), count);
+        examples::progress_line bar("drawing " + images.string(), count);
         const auto made = ci::make_synthetic_images(spec, [&](std::size_t done, std::size_t) { bar.update(done); });
         bar.finish();
         class_names = made.classes;
@@ -187,7 +188,7 @@ fs::path make_dataset(const fs::path& root, std::size_t count, std::size_t class
     ordered.root = files.root;
     ordered.classes = files.classes;
     for (std::size_t i : order) ordered.entries.push_back(files.entries[i]);
-    cv::bench::progress bar("packing shards", ordered.size());
+    examples::progress_line bar("packing shards", ordered.size());
     std::uint64_t done = 0, bytes = 0;
     for (auto& b : cv::file::files(ordered).on(rt)) {
         const std::string cls = std::to_string(b.label);
@@ -277,7 +278,7 @@ int main(int argc, char** argv)
 
         // The training loop: each `for` is one epoch (and a new order).
         for (std::size_t epoch = 0; epoch < epochs; ++epoch) {
-            cv::bench::progress bar("epoch " + std::to_string(epoch), expected);
+            examples::progress_line bar("epoch " + std::to_string(epoch), expected);
             const auto t0 = std::chrono::steady_clock::now();
             double first_batch_s = -1;
             std::uint64_t images = 0, batches = 0;

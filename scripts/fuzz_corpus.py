@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the fuzz targets' seed corpora (fuzz/README in scripts/fuzz.sh's usage).
+"""Writes the fuzz targets' seed corpora (see scripts/fuzz.sh and CONTRIBUTING.md's Fuzzing).
 
 Usage: fuzz_corpus.py OUT_DIR
 

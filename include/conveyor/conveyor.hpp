@@ -62,5 +62,6 @@
 #include <conveyor/store/open.hpp>
 #include <conveyor/store/s3.hpp>
 #include <conveyor/store/store.hpp>
+#include <conveyor/version.hpp>
 
 #endif

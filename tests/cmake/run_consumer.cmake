@@ -69,7 +69,7 @@ if(MODE STREQUAL "find_package")
   run("build conveyor" "${CMAKE_COMMAND}" --build "${conveyor_build}")
   run("install conveyor" "${CMAKE_COMMAND}" --install "${conveyor_build}" --prefix "${prefix}")
   set(cmakedir lib/cmake/conveyor)
-  foreach(f include/conveyor/conveyor.hpp include/conveyor/src.hpp lib/libconveyor.a
+  foreach(f include/conveyor/conveyor.hpp include/conveyor/src.hpp include/conveyor/version.hpp lib/libconveyor.a
             ${cmakedir}/conveyorConfig.cmake
             ${cmakedir}/conveyorConfigVersion.cmake
             ${cmakedir}/conveyorTargets.cmake

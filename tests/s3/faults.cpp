@@ -230,7 +230,7 @@ TEST_CASE("an epoch over S3 shards streamed with 10% of the requests faulted del
         // Not garbage nor a short Content-Length: a streamed object's checksum is checked
         // at its end, after its chunks have gone out (and a tar parser meets the garbage
         // first), so a shard whose bytes are altered fails, or is skipped under
-        // on_error::skip; it is never delivered altered (see the README's Limits).
+        // on_error::skip; it is never delivered altered (see docs/limits.md).
         fault_plan fp(R"({"seed": 77, "rate": 0.1, "keys": "faults/shards/", "stall_ms": 2500, "after_bytes": 20000,
                          "kinds": )" + kinds_but({"garbage", "content_length_short"}) + "}");
         cv::shard::source_options so;
@@ -281,8 +281,8 @@ TEST_CASE("a garbage body is caught by the object's checksum and fetched again; 
         // Uploaded without a checksum, so the store keeps none (the proxy computes none by
         // default: {"default": null}). A 200 whose body has the right length but other
         // bytes cannot be told from the object by the client: it is delivered, counted in
-        // checksums_absent only. This is the behaviour asserted here, and the README's
-        // Limits say so.
+        // checksums_absent only. This is the behaviour asserted here, and
+        // docs/limits.md says so.
         admin_json(verb::post, "/checksums", R"({"default": null})");
         auto o = fault_options();
         o.checksums.upload.reset();
