@@ -192,7 +192,7 @@ int cmd_pipeline(const pipeline_args& a)
 #if CONVEYOR_WITH_CUDA
     // Batches bound for the GPU are made in page-locked slabs: their copies run at the
     // link's rate and overlap the decoding of the next batches.
-    if (a.cuda) batching.allocator = ci::pinned_slab_allocator();
+    if (a.cuda) batching.allocator = cv::cuda::pinned_slab_allocator();
 #endif
     std::optional<cv::pipeline<cv::shard::sample>> samples; // for the decode-only pass
     std::optional<cv::pipeline<cv::shard::sample>> shuffled; // for --gpu-decode

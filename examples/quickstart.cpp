@@ -244,7 +244,7 @@ int main(int argc, char** argv)
         // With a GPU, batches are made in page-locked memory, so their copies run at the
         // link's rate while the next ones are decoded.
         const auto gpus = cv::cuda::devices();
-        if (gpus.devices > 0) batching.allocator = ci::pinned_slab_allocator();
+        if (gpus.devices > 0) batching.allocator = cv::cuda::pinned_slab_allocator();
 #endif
         std::optional<cv::pipeline<ci::image_batch>> pipe;
         std::size_t expected = 0;    // images an epoch gives, where known

@@ -4,6 +4,7 @@
 // decode_batches, to_cuda), runs it, and exports each batch through the DLPack protocol
 // (`__dlpack__`, `__dlpack_device__`), so that `torch.from_dlpack` takes the batch's own
 // memory without a copy. The GIL is released whenever C++ works or waits.
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
@@ -15,9 +16,9 @@
 #include <conveyor/s3/client.hpp>
 #include <conveyor/s3/source.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/core/order.hpp>
 #include <conveyor/shard/source.hpp>
 #if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/staging.hpp>
 #endif
@@ -151,9 +152,9 @@ py_batch wrap(device_batch b)
     const DLDevice dev{kDLCUDA, held->device()};
     const auto& t = held->tensors();
     py_batch out;
-    out.images = {[held] { return image::to_dlpack(*held); }, dev, held->host().images.shape,
+    out.images = {[held] { return cv::cuda::to_dlpack(*held); }, dev, held->host().images.shape,
                   std::string(image::name_of(held->host().images.type)), reinterpret_cast<std::uintptr_t>(t.at(0).data)};
-    out.labels = {[held] { return image::labels_to_dlpack(*held); }, dev, held->host().labels.shape, "int64",
+    out.labels = {[held] { return cv::cuda::labels_to_dlpack(*held); }, dev, held->host().labels.shape, "int64",
                   reinterpret_cast<std::uintptr_t>(t.at(1).data)};
     out.keys = held->host().keys;
     out.index = held->host().index;
@@ -452,7 +453,7 @@ private:
             if (cv::cuda::devices().devices == 0)
                 throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
                                 {.stage = "to_cuda", .detail = "no usable GPU here: " + cv::cuda::devices().reason});
-            batch_.allocator = image::pinned_slab_allocator(); // copies at the link's rate, overlapped
+            batch_.allocator = cv::cuda::pinned_slab_allocator(); // copies at the link's rate, overlapped
 #else
             throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
                             {.stage = "to_cuda", .detail = "this build of conveyor has no CUDA (CONVEYOR_WITH_CUDA)"});

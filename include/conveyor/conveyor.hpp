@@ -18,6 +18,7 @@
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
 #if CONVEYOR_WITH_CUDA
+#include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/decode.hpp>
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/error.hpp>
@@ -53,6 +54,7 @@
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/sample.hpp>
+#include <conveyor/shard/tar_options.hpp>
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/untar.hpp>
 #include <conveyor/shard/writer.hpp>

@@ -1,8 +1,10 @@
-// Tests of image batches on the GPU: decode_batches into pinned slabs, to_cuda, and the
-// DLPack export of device batches (conveyor/image/dlpack.hpp with CUDA).
+// Tests of image batches on the GPU: what to_cuda copies of a batch and the pinned slabs
+// (conveyor/cuda/batch.hpp), decode_batches into pinned slabs, to_cuda, and the DLPack
+// export of device batches (conveyor/image/dlpack.hpp with CUDA).
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/stages.hpp>
+#include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/staging.hpp>
 #include <conveyor/image/batch.hpp>
@@ -55,6 +57,25 @@ std::vector<std::byte> from_device(const void* p, std::size_t bytes)
 
 } // namespace
 
+TEST_CASE("a batch gives cuda::to_cuda its images and labels to copy, and slabs may be pinned")
+{
+    cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
+    const image::decode_image_options d{.decode = {.size = {16, 12}, .crop = image::crop_mode::center}};
+    std::vector<image::image_batch> batches;
+    for (auto& b : jpeg_blobs(3).on(rt) | image::decode_batches(d, {.size = 2, .type = image::dtype::float16})) batches.push_back(std::move(b));
+    REQUIRE(batches.size() == 2);
+    const auto views = staging_view(batches[1]); // by argument-dependent lookup, as to_cuda finds it
+    REQUIRE(views.size() == 2);
+    CHECK(views[0].data == batches[1].images.data);
+    CHECK(views[0].bytes == 1 * 12 * 16 * 3 * 2);
+    CHECK(views[0].shape == std::vector<std::int64_t>{1, 12, 16, 3});
+    CHECK(views[0].type == cc::element_type{2, 16});
+    CHECK(views[1].data == batches[1].labels.data);
+    CHECK(views[1].bytes == 8);
+    CHECK(views[1].type == cc::element_type{0, 64});
+    CHECK(cc::pinned_slab_allocator().kind == image::memory_kind::cuda_host);
+}
+
 TEST_SUITE("gpu")
 {
     TEST_CASE("decode_batches into pinned slabs, to_cuda and DLPack: the device tensors hold the host batch's bytes")
@@ -66,7 +87,7 @@ TEST_SUITE("gpu")
                                       .type = image::dtype::float32,
                                       .mean = {0.485f, 0.456f, 0.406f},
                                       .std = {0.229f, 0.224f, 0.225f},
-                                      .allocator = image::pinned_slab_allocator()};
+                                      .allocator = conveyor::cuda::pinned_slab_allocator()};
         auto p = jpeg_blobs(10).on(rt) | image::decode_batches(d, bo) | cc::to_cuda({.device = 0, .ring = 3});
         std::vector<std::int64_t> labels;
         std::size_t batches = 0;
@@ -75,8 +96,8 @@ TEST_SUITE("gpu")
         for (auto& b : p) {
             const image::image_batch& h = b.host();
             CHECK(cc::is_pinned(h.images.data));
-            DLManagedTensor* t = image::to_dlpack(b);
-            DLManagedTensor* l = image::labels_to_dlpack(b);
+            DLManagedTensor* t = cc::to_dlpack(b);
+            DLManagedTensor* l = cc::labels_to_dlpack(b);
             CHECK(t->dl_tensor.device.device_type == kDLCUDA);
             CHECK(t->dl_tensor.device.device_id == 0);
             CHECK(t->dl_tensor.dtype.code == kDLFloat);
@@ -116,7 +137,7 @@ TEST_SUITE("gpu")
     {
         cv::runtime rt;
         const image::decode_image_options d{.decode = {.size = {32, 24}, .crop = image::crop_mode::center}};
-        image::batch_options bo{.size = 2, .allocator = image::pinned_slab_allocator()};
+        image::batch_options bo{.size = 2, .allocator = conveyor::cuda::pinned_slab_allocator()};
         bo.pool = std::make_shared<image::slab_pool>(image::batch_slab_bytes(d.decode, bo), 4, bo.allocator);
         const auto pool = bo.pool;
         for (const bool wait : {false, true}) {

@@ -365,21 +365,3 @@ TEST_CASE("a slab pool hands out at most its bound, reuses returned slabs and fr
     }
     CHECK(*frees == 2);
 }
-
-#if CONVEYOR_WITH_CUDA
-TEST_CASE("a batch gives cuda::to_cuda its images and labels to copy, and slabs may be pinned")
-{
-    auto batches = collect(blobs(3) | image::decode_batches({.decode = small}, {.size = 2, .type = image::dtype::float16}));
-    REQUIRE(batches.size() == 2);
-    const auto views = staging_view(batches[1]); // by argument-dependent lookup, as to_cuda finds it
-    REQUIRE(views.size() == 2);
-    CHECK(views[0].data == batches[1].images.data);
-    CHECK(views[0].bytes == 1 * 12 * 16 * 3 * 2);
-    CHECK(views[0].shape == std::vector<std::int64_t>{1, 12, 16, 3});
-    CHECK(views[0].type == conveyor::cuda::element_type{2, 16});
-    CHECK(views[1].data == batches[1].labels.data);
-    CHECK(views[1].bytes == 8);
-    CHECK(views[1].type == conveyor::cuda::element_type{0, 64});
-    CHECK(image::pinned_slab_allocator().kind == image::memory_kind::cuda_host);
-}
-#endif

@@ -5,6 +5,7 @@
 #define CONVEYOR_CUDA_DECODE_HPP
 
 #include <conveyor/core/pipeline.hpp>
+#include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/staging.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/image/batch.hpp>

@@ -338,36 +338,6 @@ inline decode_batches_stage decode_batches(decode_image_options d, batch_options
 
 } // namespace conveyor::image
 
-#if CONVEYOR_WITH_CUDA
-#include <conveyor/cuda/device.hpp>
-#include <conveyor/cuda/staging.hpp>
-
-namespace conveyor::image {
-
-/// The tensors `cuda::to_cuda` copies from a batch (found by argument-dependent lookup):
-/// the images, then the labels.
-inline std::vector<cuda::host_tensor> staging_view(const image_batch& b)
-{
-    auto of = [](const tensor& t) {
-        const dtype_traits& d = traits_of(t.type);
-        return cuda::host_tensor{t.data, t.bytes(), t.shape, cuda::element_type{static_cast<std::uint8_t>(d.kind), d.bits}};
-    };
-    return {of(b.images), of(b.labels)};
-}
-
-/** Slabs in page-locked memory (`cuda::allocate_pinned`), for batches bound for the GPU:
-    `batch_options{.allocator = pinned_slab_allocator()}`; their copies run at the link's
-    full rate and overlap the CPU's work. Allocation throws without a usable device. */
-inline slab_allocator pinned_slab_allocator()
-{
-    return {.allocate = [](std::size_t n) { return cuda::allocate_pinned(n); },
-            .deallocate = [](void* p, std::size_t) { cuda::free_pinned(p); },
-            .kind = memory_kind::cuda_host};
-}
-
-} // namespace conveyor::image
-#endif
-
 #include <conveyor/image/impl/batch.hpp>
 
 #if CONVEYOR_HEADER_ONLY

@@ -26,7 +26,8 @@ CONVEYOR_DECL DLDevice dlpack_device(memory_kind k) noexcept;
     what this call allocated, exactly once.
 
     This is the hook for other memory: the CUDA module exports a device batch's tensors
-    with `{kDLCUDA, device}` and an owner that gives its device buffers back to the ring.
+    with `{kDLCUDA, device}` and an owner that gives its device buffers back to the ring
+    (`cuda::to_dlpack`, conveyor/cuda/batch.hpp).
 
     Throws `std::bad_alloc` only. */
 CONVEYOR_DECL DLManagedTensor* to_dlpack(const tensor& t, std::shared_ptr<const void> owner, DLDevice device);
@@ -44,20 +45,6 @@ CONVEYOR_DECL DLManagedTensor* to_dlpack(const image_batch& b);
 /// The labels of batch `b` as a DLPack tensor (int64, shape {n}), owning the slab like
 /// `to_dlpack(b)`.
 CONVEYOR_DECL DLManagedTensor* labels_to_dlpack(const image_batch& b);
-
-#if CONVEYOR_WITH_CUDA
-/** The images of a batch that `cuda::to_cuda` copied to the GPU, as a DLPack tensor on
-    `{kDLCUDA, b.device()}` (same type and shape as the host batch's), holding the batch's
-    device buffers until the consumer calls the deleter (the ring gives them back after
-    the work queued by then on the stream given to `done_on`).
-
-    The copies are asynchronous: before reading the tensor, make the consumer's stream wait
-    for `b.ready()` (`cudaStreamWaitEvent`), or call `b.synchronize()`. */
-CONVEYOR_DECL DLManagedTensor* to_dlpack(const cuda::device_batch<image_batch>& b);
-
-/// The labels of a batch on the GPU as a DLPack tensor (int64, shape {n}), like `to_dlpack(b)`.
-CONVEYOR_DECL DLManagedTensor* labels_to_dlpack(const cuda::device_batch<image_batch>& b);
-#endif
 
 } // namespace conveyor::image
 

@@ -196,8 +196,11 @@ struct list_page {
     std::string next_continuation_token;
 };
 
+class client;
 namespace detail {
 struct client_state;
+/// The state `c` shares with its copies (for this module's sources, sinks and uploads).
+inline const std::shared_ptr<client_state>& state_of(const client& c) noexcept;
 } // namespace detail
 
 /** An S3 client: GetObject (whole, or in parallel ranged parts), HeadObject,
@@ -270,10 +273,9 @@ public:
 
     CONVEYOR_DECL client_stats stats() const noexcept;
 
-    /// The shared state (for the S3 source and sink in this module).
-    const std::shared_ptr<detail::client_state>& state() const noexcept { return s_; }
-
 private:
+    friend const std::shared_ptr<detail::client_state>& detail::state_of(const client& c) noexcept;
+
     template <class T>
     struct handoff {
         std::mutex mu;
@@ -309,6 +311,11 @@ private:
 
     std::shared_ptr<detail::client_state> s_;
 };
+
+inline const std::shared_ptr<detail::client_state>& detail::state_of(const client& c) noexcept
+{
+    return c.s_;
+}
 
 } // namespace conveyor::s3
 

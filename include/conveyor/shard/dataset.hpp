@@ -6,9 +6,9 @@
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/s3/client.hpp>
-#include <conveyor/shard/detail/tar_reader.hpp>
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/sample.hpp>
+#include <conveyor/shard/tar_options.hpp>
 
 #include <boost/asio/awaitable.hpp>
 

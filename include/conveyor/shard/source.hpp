@@ -5,14 +5,14 @@
 #define CONVEYOR_SHARD_SOURCE_HPP
 
 #include <conveyor/core/chunks.hpp>
+#include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/run_context.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/s3/client.hpp>
-#include <conveyor/shard/detail/tar_reader.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/core/order.hpp>
 #include <conveyor/shard/sample.hpp>
+#include <conveyor/shard/tar_options.hpp>
 #include <conveyor/store/store.hpp>
 
 #include <memory>

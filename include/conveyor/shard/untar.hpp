@@ -6,9 +6,9 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/detail/config.hpp>
-#include <conveyor/shard/detail/tar_reader.hpp>
 #include <conveyor/shard/error.hpp>
 #include <conveyor/shard/sample.hpp>
+#include <conveyor/shard/tar_options.hpp>
 
 #include <cstddef>
 #include <memory>

@@ -468,7 +468,7 @@ CONVEYOR_DECL decode_batches_stage::decode_batches_stage(image::decode_image_opt
     // Pinned (page-locked) host memory is dear to allocate: the stage's runs share one pool.
     pool_ = b_->pool ? b_->pool
                      : std::make_shared<image::slab_pool>(plan_->slab_bytes, b_->slabs ? b_->slabs : b_->capacity + g_->ring + 2,
-                                                          image::pinned_slab_allocator());
+                                                          pinned_slab_allocator());
 }
 
 } // namespace conveyor::cuda

@@ -73,33 +73,6 @@ CONVEYOR_DECL DLManagedTensor* labels_to_dlpack(const image_batch& b)
     return to_dlpack(b.labels, b.slab.owner(), dlpack_device(b.slab.kind()));
 }
 
-#if CONVEYOR_WITH_CUDA
-namespace detail {
-
-/// Tensor `i` of device batch `b` with the host tensor's type, shape and strides.
-inline DLManagedTensor* device_dlpack(const cuda::device_batch<image_batch>& b, std::size_t i, const tensor& host)
-{
-    if (i >= b.tensors().size())
-        throw std::logic_error("image::to_dlpack: the device batch holds " + std::to_string(b.tensors().size()) +
-                               " tensors, not the images and labels of an image batch");
-    tensor t = host;
-    t.data = b.tensors()[i].data;
-    return to_dlpack(t, b.owner(), DLDevice{kDLCUDA, b.device()});
-}
-
-} // namespace detail
-
-CONVEYOR_DECL DLManagedTensor* to_dlpack(const cuda::device_batch<image_batch>& b)
-{
-    return detail::device_dlpack(b, 0, b.host().images);
-}
-
-CONVEYOR_DECL DLManagedTensor* labels_to_dlpack(const cuda::device_batch<image_batch>& b)
-{
-    return detail::device_dlpack(b, 1, b.host().labels);
-}
-#endif
-
 } // namespace conveyor::image
 
 #endif

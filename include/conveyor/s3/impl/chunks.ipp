@@ -190,7 +190,7 @@ CONVEYOR_DECL asio::awaitable<std::optional<chunk>> object_chunk_reader::next_he
 
 CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const client& c, std::string bucket, std::string key, chunk_options o)
 {
-    return std::make_unique<detail::object_chunk_reader>(c.state(), std::move(bucket), std::move(key), o);
+    return std::make_unique<detail::object_chunk_reader>(detail::state_of(c), std::move(bucket), std::move(key), o);
 }
 
 } // namespace conveyor::s3

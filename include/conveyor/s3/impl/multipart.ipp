@@ -332,8 +332,8 @@ CONVEYOR_DECL asio::awaitable<put_result> client_state::put(std::string_view buc
 CONVEYOR_DECL multipart_upload::multipart_upload(client c, std::string bucket, std::string key, std::string content_type)
     : c_(std::move(c))
 {
-    auto& rt = c_.state()->rt;
-    s_ = std::make_shared<detail::multipart_state>(c_.state(), rt.next_io_executor(), std::move(bucket), std::move(key),
+    auto& rt = detail::state_of(c_)->rt;
+    s_ = std::make_shared<detail::multipart_state>(detail::state_of(c_), rt.next_io_executor(), std::move(bucket), std::move(key),
                                                    std::move(content_type));
 }
 

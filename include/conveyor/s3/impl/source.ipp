@@ -183,7 +183,7 @@ CONVEYOR_DECL object_list list_objects(const client& c, std::string bucket, std:
 {
     // The tally lives here, on the blocked caller's stack, until the listing is over.
     detail::listing_tally tally{o.on_progress ? &o.on_progress : nullptr};
-    auto objects = c.run(detail::list_parallel(c.state(), bucket, prefix, o.parallel, &tally));
+    auto objects = c.run(detail::list_parallel(detail::state_of(c), bucket, prefix, o.parallel, &tally));
     if (!o.extensions.empty())
         std::erase_if(objects, [&](const object_info& obj) { return !file::has_extension(obj.key, o.extensions); });
     object_list l{std::move(bucket), std::move(objects)};
@@ -311,7 +311,7 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list
                             .on_read = o.on_read, .epochs = o.epochs};
     const std::uint64_t count = list->size();
     // The client's connection pools belong to its runtime's I/O threads: read there.
-    return keyed_source<blob>("s3", count, std::move(s), detail::open_reader{c.state(), std::move(list)}, &c.rt());
+    return keyed_source<blob>("s3", count, std::move(s), detail::open_reader{detail::state_of(c), std::move(list)}, &c.rt());
 }
 
 CONVEYOR_DECL pipeline<blob> objects(client c, object_list list, source_options o)
