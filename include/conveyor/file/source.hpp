@@ -57,11 +57,8 @@ struct source_options {
         (links into another disk) set this to follow symlinks wherever they lead. Absolute
         entries and listings without a root are opened as given. */
     bool symlinks_may_leave_root = false;
-    /** Which files of the list each run (each epoch) reads, in what order: the epoch's
-        order (list order unless `epochs.order.shuffle`), this reader's share (`epochs.share`;
-        unset: the whole list) and the resume state (`epochs.resume`; see
-        `conveyor::progress`). Mark items used with `progress::consumed()` (a blob, or a
-        batch's `ids`). */
+    /// Which files each run reads, in what order, and its resume state (`epoch_options`;
+    /// default: the whole list, in list order).
     epoch_options epochs{};
 };
 

@@ -68,11 +68,8 @@ struct source_options {
     /// Called on an I/O thread after each object arrives, with the time it took
     /// (retries included). Must be thread-safe and cheap.
     std::function<void(const blob&, std::chrono::nanoseconds)> on_read;
-    /** Which objects of the list each run (each epoch) reads, in what order: the epoch's
-        order (list order unless `epochs.order.shuffle`), this reader's share (`epochs.share`;
-        unset: the whole list) and the resume state (`epochs.resume`; see
-        `conveyor::progress`). Mark items used with `progress::consumed()` (a blob, or a
-        batch's `ids`). */
+    /// Which objects each run reads, in what order, and its resume state (`epoch_options`;
+    /// default: the whole list, in list order).
     epoch_options epochs{};
 };
 
