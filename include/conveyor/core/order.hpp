@@ -113,7 +113,8 @@ CONVEYOR_DECL std::vector<work_item> epoch_share(std::uint64_t units, const spli
 /** How far an epoch got: which items the consumer has used, for any source. A list source
     (files, objects) records each used unit whole; the shard source records the samples
     used inside each shard begun. Save it with `to_json()` (a small text) and restore it by
-    passing it to the source (`resume` in its options).
+    passing it to the source (`epochs.resume` in a list source's options, `resume` in the
+    shard source's).
 
     Mark each item with `consumed()` once the training step has used it (after the
     optimizer step, say), not when it leaves the pipeline: items that wait in a shuffle
