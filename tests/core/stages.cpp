@@ -302,6 +302,12 @@ TEST_CASE("a parallel map asks the stage before it for room for its workers' bat
     // cheap function on the compute pool went in batches of a few dozen items, a hop to
     // the pool and back each. Each worker now adds its batch to the input's room: while
     // item 0 is held, the generator runs on past its capacity.
+#if CONVEYOR_TEST_ASAN
+    // The batch each worker asks room for comes from its measured cost per item, which an
+    // unoptimised ASan build inflates until a batch is one item or two: nothing to see here.
+    MESSAGE("skipped: this build (AddressSanitizer at -O0) sizes the workers' batches at an item or two");
+    return;
+#endif
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 2});
     first_item_held h(rt, 5000, 2);
     const auto upstream = [&] { return h.queue_after("generate"); };
