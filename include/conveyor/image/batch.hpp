@@ -13,7 +13,6 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <array>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -156,12 +155,6 @@ public:
         @par Completion Signature
         `slab`; throws `conveyor::error` (`errc::cancelled`) if the wait is cancelled. */
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<slab> async_acquire();
-
-    /** Like `async_acquire`, giving up after `timeout`: nullopt then. For waiters that must look
-        up now and then (has the consumer gone away?).
-        @par Completion Signature
-        `std::optional<slab>`; throws `conveyor::error` (`errc::cancelled`) if cancelled. */
-    [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::optional<slab>> async_acquire_for(std::chrono::nanoseconds timeout);
 
     /// A slab now if one is free or may be allocated; nullopt otherwise.
     CONVEYOR_DECL std::optional<slab> try_acquire();

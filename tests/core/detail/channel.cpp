@@ -655,6 +655,48 @@ TEST_CASE("close ends the stream after the items already sent")
     CHECK_FALSE(none.has_value());
 }
 
+TEST_CASE("on_receiver_gone tells its watcher once, when the receiver goes or at once if it has")
+{
+    SUBCASE("close_receiver")
+    {
+        channel<int> ch(2);
+        int told = 0;
+        ch.on_receiver_gone([&] { ++told; });
+        CHECK(told == 0);
+        ch.close(); // the sender's end is not the receiver's
+        CHECK(told == 0);
+        ch.close_receiver();
+        CHECK(told == 1);
+        ch.close_receiver();
+        ch.cancel();
+        CHECK(told == 1);
+    }
+    SUBCASE("cancel and fail")
+    {
+        channel<int> a(2), b(2);
+        int told_a = 0, told_b = 0;
+        a.on_receiver_gone([&] { ++told_a; });
+        b.on_receiver_gone([&] { ++told_b; });
+        a.cancel();
+        b.fail(std::make_exception_ptr(std::runtime_error("x")));
+        CHECK(told_a == 1);
+        CHECK(told_b == 1);
+    }
+    SUBCASE("already gone, and a replaced watcher")
+    {
+        channel<int> ch(2);
+        int first = 0, second = 0;
+        ch.on_receiver_gone([&] { ++first; });
+        ch.on_receiver_gone([&] { ++second; });
+        ch.close_receiver();
+        CHECK(first == 0);
+        CHECK(second == 1);
+        int late = 0;
+        ch.on_receiver_gone([&] { ++late; });
+        CHECK(late == 1);
+    }
+}
+
 TEST_CASE("close_receiver makes waiting and later senders get false")
 {
     asio::io_context io;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -162,4 +163,67 @@ TEST_CASE("replace_file in a read-only folder: an error naming the file, the old
     CHECK(read_all(f) == "old");
     REQUIRE(disk.set_read_only(false));
     CHECK(disk.names() == std::vector<std::string>{"index.json"});
+}
+
+TEST_CASE("replacing_file: appended bytes and a header written last replace the target on commit, with the mode asked")
+{
+    folder d;
+    const fs::path target = d.path / "obj";
+    {
+        std::ofstream(target) << "old";
+    }
+    cd::replacing_file f;
+    REQUIRE_FALSE(f.open(target.string(), 0600));
+    CHECK(f.is_open());
+    CHECK(fs::exists(f.temporary()));
+    const std::string body = "body", head = "HEAD", blank(4, ' ');
+    REQUIRE_FALSE(f.write_at(0, std::as_bytes(std::span(blank))));
+    const auto b = std::as_bytes(std::span(body));
+    CHECK_FALSE(f.append(b)); // appends after the bytes appended so far (none): at 0
+    CHECK(f.size() == 4);
+    REQUIRE_FALSE(f.write_at(4, b)); // the body at 4
+    REQUIRE_FALSE(f.write_at(0, std::as_bytes(std::span(head))));
+    CHECK(read_all(target) == "old"); // nothing seen before the rename
+    REQUIRE_FALSE(f.commit(true, true));
+    CHECK(read_all(target) == "HEADbody");
+    CHECK((fs::status(target).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+    CHECK(d.names() == std::vector<std::string>{"obj"});
+    f.abandon(); // after a commit: nothing to remove, the target stays
+    CHECK(read_all(target) == "HEADbody");
+}
+
+TEST_CASE("replacing_file: destroyed before commit, the target is untouched and the temporary gone")
+{
+    folder d;
+    const fs::path target = d.path / "obj";
+    {
+        std::ofstream(target) << "old";
+    }
+    {
+        cd::replacing_file f;
+        REQUIRE_FALSE(f.open(target.string()));
+        const std::string body = "new";
+        REQUIRE_FALSE(f.append(std::as_bytes(std::span(body))));
+        cd::replacing_file moved = std::move(f); // the temporary goes with the move
+        CHECK_FALSE(f.is_open());
+    }
+    CHECK(read_all(target) == "old");
+    CHECK(d.names() == std::vector<std::string>{"obj"});
+}
+
+TEST_CASE("replacing_file: a temporary name that exists is refused and left alone (never someone else's file)")
+{
+    folder d;
+    const fs::path target = d.path / "obj", taken = d.path / "obj.tmp.1";
+    {
+        std::ofstream(taken) << "someone's";
+    }
+    cd::replacing_file f;
+    const std::error_code ec = f.open(target.string(), 0644, taken.string());
+    CHECK(ec == std::errc::file_exists);
+    CHECK(std::string(f.failed_step()) == "cannot create");
+    CHECK_FALSE(f.is_open());
+    f.abandon();
+    CHECK(read_all(taken) == "someone's");
+    CHECK_FALSE(fs::exists(target));
 }

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -143,6 +144,22 @@ public:
         return receiver_closed_ || cancelled_ || error_;
     }
 
+    /** Calls `f` once, when the receiver goes (`close_receiver`, `cancel`, `fail`), or at
+        once if it is gone already: for a sender that waits on something other than this
+        channel (a free slab) and must stop waiting when nobody reads on. `f` runs on the
+        thread that ends the receiver, outside the channel's lock, so it must not block (post
+        to an executor). One watcher per channel: a second call replaces the first. */
+    void on_receiver_gone(std::function<void()> f)
+    {
+        std::unique_lock lk(mu_);
+        if (!(receiver_closed_ || cancelled_ || error_)) {
+            gone_ = std::move(f);
+            return;
+        }
+        lk.unlock();
+        if (f) f();
+    }
+
     /// Ends the stream after the items sent so far (for ordered senders: after the highest
     /// sequence number sent or skipped).
     void close()
@@ -202,7 +219,9 @@ public:
     {
         std::unique_lock lk(mu_);
         receiver_closed_ = true;
+        auto gone = std::exchange(gone_, {});
         drop_all(lk);
+        tell_gone(gone);
     }
 
     void cancel() noexcept override
@@ -210,7 +229,9 @@ public:
         mark_ended();
         std::unique_lock lk(mu_);
         cancelled_ = true;
+        auto gone = std::exchange(gone_, {});
         drop_all(lk);
+        tell_gone(gone);
     }
 
     channel_counters counters() const override;
@@ -284,6 +305,16 @@ private:
 
     void drop_all(std::unique_lock<std::mutex>& lk);
 
+    // Runs the receiver-gone watcher taken from `gone_` (lock not held).
+    static void tell_gone(std::function<void()>& gone) noexcept
+    {
+        if (!gone) return;
+        try {
+            gone();
+        } catch (...) { // a watcher that cannot post: its waiter ends with the run instead
+        }
+    }
+
     const std::size_t cap_;
     std::size_t slots_n_;       // slots in the ring: the most room there can be (`add_slots`)
     std::size_t room_;          // how far ahead of head_ items may be placed (cap_ .. slots_n_)
@@ -299,6 +330,7 @@ private:
     bool cancelled_ = false;
     std::vector<sender_waiter> send_waiters_;
     std::vector<wait_handler> recv_waiters_;
+    std::function<void()> gone_; // on_receiver_gone's watcher
     std::uint64_t delivered_ = 0; // items handed to receivers so far
     std::uint64_t sent_ = 0;      // items sent so far
     std::uint64_t bytes_ = 0;     // their bytes, where the item type's are known

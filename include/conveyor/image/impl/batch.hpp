@@ -5,6 +5,14 @@
 #include <conveyor/core/detail/offload.hpp>
 #include <conveyor/image/batch.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
 #include <cstring>
 #include <exception>
 #include <map>
@@ -26,6 +34,48 @@ namespace detail {
    after an error), and asks the dispatcher to stop until every dispatched image is
    assembled; the dispatcher then carries on from the final position, so only the images in
    flight at the time of an error are ever moved, and two images never share a slot. */
+/* Whether the consumer of a stage's output has gone, for a task of the stage that waits on
+   something else (a free slab): `watch` has the output channel call it; the waiter checks
+   `gone` and waits on `timer`, which the watcher cancels. Lives on the waiter's executor
+   (one thread): the watcher posts there. */
+struct receiver_watch {
+    explicit receiver_watch(asio::any_io_executor ex) : timer(ex, asio::steady_timer::time_point::max()) {}
+    asio::steady_timer timer;
+    bool gone = false;
+
+    template <class Channel>
+    static std::shared_ptr<receiver_watch> watch(Channel& out, asio::any_io_executor ex)
+    {
+        auto w = std::make_shared<receiver_watch>(ex);
+        out.on_receiver_gone([weak = std::weak_ptr<receiver_watch>(w), ex] {
+            asio::post(ex, [weak] {
+                if (auto w = weak.lock()) {
+                    w->gone = true;
+                    w->timer.cancel();
+                }
+            });
+        });
+        return w;
+    }
+};
+
+/// A slab from `pool`, or nullopt once `gone` says nobody reads on: a consumer that
+/// stopped reading (a `take` downstream) while it keeps every slab would otherwise leave
+/// this wait, and the run, without an end. The run's cancellation ends it too (thrown).
+inline asio::awaitable<std::optional<image::slab>> acquire_unless_gone(slab_pool& pool, const std::shared_ptr<receiver_watch>& gone)
+{
+    if (gone->gone) co_return std::nullopt;
+    auto ex = co_await asio::this_coro::executor;
+    auto [order, slab_error, slab, timer_ec] =
+        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, pool.async_acquire(), asio::deferred),
+                                                         gone->timer.async_wait(asio::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    (void)timer_ec;
+    if (!slab_error && slab) co_return std::move(slab); // granted (even as the watcher fired)
+    if (gone->gone || !slab_error) co_return std::nullopt;
+    std::rethrow_exception(slab_error); // the run's cancellation
+}
+
 struct batch_run {
     struct open_batch {
         image::slab slab;
@@ -40,7 +90,7 @@ struct batch_run {
     bool realign = false;                     // an image failed: the dispatcher must wait for the rest
     bool dispatcher_waits = false;
     std::shared_ptr<conveyor::detail::channel<int>> drained; // the assembler's "all assembled" to the dispatcher
-    std::shared_ptr<conveyor::detail::channel<image_batch>> output; // the stage's output, to see the consumer go
+    std::shared_ptr<receiver_watch> gone; // told when nobody reads the stage's output any more
 };
 
 template <class T>
@@ -103,14 +153,8 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
                         run->realign = false;
                     }
                     if (!run->open.contains(run->next_position / n)) {
-                        // Looking up now and then: a consumer that stopped reading (a `take`
-                        // downstream) while it keeps every slab would otherwise leave this
-                        // wait, and the run, without an end.
-                        while (!s) {
-                            auto got = co_await pool->async_acquire_for(std::chrono::milliseconds(50));
-                            if (got) s.emplace(std::move(*got));
-                            else if (run->output && run->output->receiver_gone()) co_return;
-                        }
+                        s = co_await acquire_unless_gone(*pool, run->gone);
+                        if (!s) co_return;
                     } else {
                         s.reset();
                     }
@@ -245,7 +289,7 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
             }
             run->open.clear(); // slabs taken ahead of need go back
         });
-    run->output = out.channel(); // before the dispatcher starts: it reads this
+    run->gone = detail::receiver_watch::watch(*out.channel(), ctx->executor()); // before the dispatcher starts: it reads this
     ctx->spawn(detail::dispatch_batches<T>(std::move(in), run, pool_, plan_, n, jobs), "decode_batches");
     for (std::size_t w = 0; w < workers; ++w)
         ctx->spawn(detail::decode_batch_items<T>(ctx, d_, b_, plan_, jobs, results, remaining), "decode_batches");

@@ -9,10 +9,6 @@
 #include <conveyor/image/error.hpp>
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <bit>
@@ -201,21 +197,6 @@ CONVEYOR_DECL asio::awaitable<slab> slab_pool::async_acquire()
     auto [ec, lease] = co_await st->budget.async_acquire(1, asio::as_tuple(asio::use_awaitable));
     if (ec) throw conveyor::error(make_error_code(conveyor::errc::cancelled), {.stage = "decode_batches", .detail = "waiting for a free batch slab"});
     co_return slab(st->take(std::move(lease)));
-}
-
-CONVEYOR_DECL asio::awaitable<std::optional<slab>> slab_pool::async_acquire_for(std::chrono::nanoseconds timeout)
-{
-    auto st = state_;
-    const asio::any_io_executor here = co_await asio::this_coro::executor;
-    asio::steady_timer timer(here, timeout);
-    // The grant completes here: a deferred operation's handler has no executor of its own.
-    auto [order, ec, lease, timer_ec] =
-        co_await asio::experimental::make_parallel_group(st->budget.async_acquire(1, here, asio::deferred), timer.async_wait(asio::deferred))
-            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-    const bool timed_out = order[0] == 1 && !timer_ec;
-    if (!ec && lease.bytes() > 0) co_return slab(st->take(std::move(lease))); // granted (even as the timer fired)
-    if (timed_out) co_return std::nullopt;
-    throw conveyor::error(make_error_code(conveyor::errc::cancelled), {.stage = "decode_batches", .detail = "waiting for a free batch slab"});
 }
 
 CONVEYOR_DECL std::optional<slab> slab_pool::try_acquire()

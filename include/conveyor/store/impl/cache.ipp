@@ -9,6 +9,7 @@
 
 #include <conveyor/core/checksum.hpp>
 #include <conveyor/core/detail/offload.hpp>
+#include <conveyor/core/detail/replace_file.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/file/chunks.hpp>
 #include <conveyor/store/cache.hpp>
@@ -319,7 +320,8 @@ struct cache_lock {
     }
 };
 
-/// An object being written to the folder: a temporary file renamed into place when whole.
+/// An object being written to the folder: a `replacing_file` renamed into place when whole,
+/// its header written last.
 class cache_file_writer {
 public:
     cache_file_writer(std::shared_ptr<cache_state> st, std::string name, std::string url, std::string etag)
@@ -328,16 +330,14 @@ public:
     }
     cache_file_writer(const cache_file_writer&) = delete;
     cache_file_writer& operator=(const cache_file_writer&) = delete;
-    ~cache_file_writer() { abandon(); }
 
     /// Creates the temporary file. False (and the folder marked unusable) when it cannot.
     bool open()
     {
-        tmp_ = st_->object_path(name_) + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(st_->serial.fetch_add(1));
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd_ < 0) {
-            st_->unusable("cannot create " + tmp_, last_error());
-            tmp_.clear();
+        const std::string final_path = st_->object_path(name_);
+        const std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(st_->serial.fetch_add(1));
+        if (auto ec = file_.open(final_path, 0644, tmp)) {
+            st_->unusable("cannot create " + tmp, ec);
             return false;
         }
         return true;
@@ -346,15 +346,12 @@ public:
     /// Appends `bytes`. False (the file removed, the folder marked unusable) on failure.
     bool write(std::span<const std::byte> bytes)
     {
-        if (fd_ < 0) return false;
+        if (!file_.is_open()) return false;
         crc_ = crc32c(bytes, crc_);
-        while (!bytes.empty()) {
-            const ssize_t n = ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(cache_header_size + size_));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) return fail("cannot write " + tmp_, n < 0 ? last_error() : std::make_error_code(std::errc::no_space_on_device));
-            size_ += static_cast<std::uint64_t>(n);
-            bytes = bytes.subspan(static_cast<std::size_t>(n));
-        }
+        // The bytes go after the header's room; the header is written once they are all in.
+        const std::uint64_t at = cache_header_size + size_;
+        if (auto ec = file_.write_at(at, bytes)) return fail("cannot write " + file_.temporary(), ec);
+        size_ += bytes.size();
         return true;
     }
 
@@ -362,30 +359,21 @@ public:
     /// open, or nullopt (the folder marked unusable) on failure.
     std::optional<cache_entry> commit()
     {
-        if (fd_ < 0) return std::nullopt;
+        if (!file_.is_open()) return std::nullopt;
         const auto head = encode_cache_header({size_, crc_, url_, etag_});
         if (!head) {
             abandon(); // a URL too long for the header: not cached, and not an error
             return std::nullopt;
         }
-        if (::pwrite(fd_, head->data(), head->size(), 0) != static_cast<ssize_t>(head->size()))
-            return fail_entry("cannot write " + tmp_, errno ? last_error() : std::make_error_code(std::errc::no_space_on_device));
-        if (st_->o.fsync && ::fsync(fd_) != 0) return fail_entry("cannot fsync " + tmp_, last_error());
+        if (auto ec = file_.write_at(0, std::as_bytes(std::span(head->data(), head->size()))))
+            return fail_entry("cannot write " + file_.temporary(), ec);
         struct stat sb{};
-        ::fstat(fd_, &sb);
-        const std::string final_path = st_->object_path(name_);
-        if (::rename(tmp_.c_str(), final_path.c_str()) != 0) return fail_entry("cannot rename " + tmp_, last_error());
-        tmp_.clear();
-        if (st_->o.fsync) {
-            const int d = ::open(st_->objects.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (d >= 0) {
-                ::fsync(d);
-                ::close(d);
-            }
-        }
-        // Reopened read-only for the readers; the written descriptor closes here.
+        ::fstat(file_.native_handle(), &sb);
+        const std::string tmp = file_.temporary();
+        if (auto ec = file_.commit(st_->o.fsync, st_->o.fsync)) return fail_entry(std::string(file_.failed_step()) + " " + tmp, ec);
+        // Reopened read-only for the readers.
+        const std::string& final_path = file_.target();
         const int rfd = ::open(final_path.c_str(), O_RDONLY | O_CLOEXEC);
-        ::close(std::exchange(fd_, -1));
         st_->n.bytes_written.fetch_add(size_);
         bool scan = false;
         {
@@ -400,12 +388,7 @@ public:
         return cache_entry{std::make_shared<cache_fd>(rfd), size_};
     }
 
-    void abandon() noexcept
-    {
-        if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-        if (!tmp_.empty()) ::unlink(tmp_.c_str());
-        tmp_.clear();
-    }
+    void abandon() noexcept { file_.abandon(); }
 
 private:
     bool fail(const std::string& what, std::error_code ec)
@@ -421,8 +404,8 @@ private:
     }
 
     std::shared_ptr<cache_state> st_;
-    std::string name_, url_, etag_, tmp_;
-    int fd_ = -1;
+    std::string name_, url_, etag_;
+    conveyor::detail::replacing_file file_;
     std::uint32_t crc_ = 0;
     std::uint64_t size_ = 0;
 };

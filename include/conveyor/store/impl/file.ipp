@@ -9,15 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <system_error>
 #include <utility>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 namespace conveyor::store {
 namespace detail {
@@ -27,22 +24,19 @@ namespace detail {
     throw conveyor::error(ec, {.stage = "store", .where = std::move(where), .offset = offset, .detail = std::move(detail)});
 }
 
-/// A local object being written: a hidden temporary file in the same folder, renamed when
-/// complete.
+/// A local object being written: a `replacing_file` (a hidden temporary file in the same
+/// folder, renamed when complete), written through a buffer.
 class file_writer final : public object_writer {
 public:
-    file_writer(std::string path, bool sync, std::size_t buffer) : path_(std::move(path)), sync_(sync)
+    file_writer(std::string path, bool sync, std::size_t buffer) : sync_(sync)
     {
-        const std::filesystem::path p(path_);
+        const std::filesystem::path p(path);
         std::error_code ec;
         if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
         if (ec) file_error(ec, p.parent_path().string(), "cannot make the object's folder");
-        tmp_ = conveyor::detail::temporary_beside(p);
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd_ < 0) file_error({errno, std::system_category()}, tmp_, "cannot create the temporary file");
+        if (auto e = file_.open(std::move(path), 0644)) file_error(e, file_.temporary(), "cannot create the temporary file");
         buf_.reserve(std::max<std::size_t>(buffer, 64 * 1024));
     }
-    ~file_writer() override { abandon(); }
 
     void write(std::span<const std::byte> bytes) override
     {
@@ -60,31 +54,15 @@ public:
     void commit() override
     {
         flush();
-        if (sync_ && ::fsync(fd_) != 0) file_error({errno, std::system_category()}, tmp_, "fsync failed");
-        const int fd = std::exchange(fd_, -1);
-        if (::close(fd) != 0) file_error({errno, std::system_category()}, tmp_, "close failed");
-        if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-            const int e = errno;
-            ::unlink(tmp_.c_str());
-            file_error({e, std::system_category()}, path_, "cannot rename " + tmp_ + " to it");
-        }
-        tmp_.clear();
-        if (sync_) {
-            const auto dir = std::filesystem::path(path_).parent_path();
-            const int d = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (d >= 0) {
-                ::fsync(d);
-                ::close(d);
-            }
+        const std::string tmp = file_.temporary();
+        if (auto e = file_.commit(sync_, sync_)) {
+            if (std::string_view(file_.failed_step()) == "cannot rename")
+                file_error(e, file_.target(), "cannot rename " + tmp + " to it");
+            file_error(e, tmp, std::string(file_.failed_step()) == "cannot sync" ? "fsync failed" : "close failed");
         }
     }
 
-    void abandon() noexcept override
-    {
-        if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-        if (!tmp_.empty()) ::unlink(tmp_.c_str());
-        tmp_.clear();
-    }
+    void abandon() noexcept override { file_.abandon(); }
 
 private:
     void flush()
@@ -95,21 +73,12 @@ private:
     }
     void write_all(std::span<const std::byte> bytes)
     {
-        while (!bytes.empty()) {
-            const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                file_error({errno, std::system_category()}, tmp_, "write failed", static_cast<std::int64_t>(written_));
-            }
-            written_ += static_cast<std::uint64_t>(n);
-            bytes = bytes.subspan(static_cast<std::size_t>(n));
-        }
+        const auto at = static_cast<std::int64_t>(file_.size());
+        if (auto e = file_.append(bytes)) file_error(e, file_.temporary(), "write failed", at);
     }
 
-    std::string path_, tmp_;
+    conveyor::detail::replacing_file file_;
     bool sync_;
-    int fd_ = -1;
-    std::uint64_t written_ = 0;
     std::vector<std::byte> buf_;
 };
 

@@ -124,9 +124,11 @@ inline void channel<T>::fail(std::exception_ptr e) noexcept
     std::vector<wait_handler> senders;
     for (auto& w : send_waiters_) senders.push_back(std::move(w.handler));
     send_waiters_.clear();
+    auto gone = std::exchange(gone_, {});
     notify_receiver(lk, true);
     if (lk.owns_lock()) lk.unlock();
     wake_all(senders);
+    tell_gone(gone);
 }
 
 template <class T>
