@@ -116,6 +116,106 @@ CONVEYOR_DECL request_error client_state::given_up(const op& o, const request_ta
     return error_for(o, ec, std::move(reply), attempts, std::move(d));
 }
 
+/// What one attempt of a request came to, when it did not succeed: whether to try again,
+/// and what to say if not.
+struct attempt_outcome {
+    bool retry = false;
+    reply_error reply;
+    std::error_code code;
+    std::string detail;
+};
+
+/// The request of one attempt of `o`, before signing.
+inline http::request attempt_request(const op& o, const request_target& t, const std::string& target,
+                                     std::chrono::steady_clock::time_point deadline)
+{
+    http::request req;
+    req.method = o.method;
+    req.target = target;
+    req.headers.set(boost::beast::http::field::host, t.host);
+    for (const auto& [f, v] : o.headers) req.headers.set(f, v);
+    for (const auto& [name, v] : o.named_headers) req.headers.set(name, v);
+    req.body = o.body;
+    req.body_into = o.body_into;
+    req.max_body = o.max_body;
+    if (o.stream) {
+        o.stream->before_attempt(req.headers);
+        req.body_to = o.stream;
+    }
+    req.deadline = deadline;
+    return req;
+}
+
+/// How the send limit should count a reply: throttled (503, 429, a throttling code),
+/// healthy (below 500) or another failure.
+inline send_limit::outcome limit_outcome(const http::response& resp)
+{
+    const bool throttling = resp.status == 503 || resp.status == 429 ||
+                            (resp.status >= 400 && is_throttling_code(std::string_view(resp.headers["x-amz-error-code"])));
+    return throttling ? send_limit::outcome::throttled : resp.status < 500 ? send_limit::outcome::healthy : send_limit::outcome::other;
+}
+
+/// An error reply (not 2xx) to an attempt of `o`: parsed, counted, and judged retryable,
+/// with the clock corrected for a skew refusal and a resumed body's 416 started over.
+inline attempt_outcome judge_reply(client_state& st, const op& o, const http::response& resp, limit_place& held, unsigned& restarts)
+{
+    attempt_outcome a;
+    std::string_view text = o.body_into.empty() ? resp.body.view()
+                                                : std::string_view(reinterpret_cast<const char*>(o.body_into.data()),
+                                                                   std::min(resp.body_size, o.body_into.size()));
+    a.reply = parse_error_reply(resp.status, text, std::string_view(resp.headers["x-amz-request-id"]));
+    if (a.reply.code.empty() && resp.status == 404 && o.method == boost::beast::http::verb::head) a.reply.code = "NoSuchKey";
+    if (is_throttling_code(a.reply.code)) held.o = send_limit::outcome::throttled;
+    if (held.o == send_limit::outcome::throttled) st.throttled.fetch_add(1, std::memory_order_relaxed);
+    a.retry = a.reply.retryable();
+    a.code = a.reply.to_error_code();
+    a.detail = a.reply.describe();
+    // Signed at a time the server refuses (this machine's clock is off): the offset from the
+    // reply's Date is kept for every later request of this client, and this one is signed
+    // again with it, as the AWS SDKs do.
+    if (!a.retry && is_clock_skew_code(a.reply.code) &&
+        st.correct_clock(std::string_view(resp.headers[boost::beast::http::field::date]))) {
+        a.retry = true;
+        a.detail += " (the clock was corrected by the reply's Date: " + std::to_string(st.clock_offset_ms.load() / 1000) + " s)";
+    }
+    // A resumed body answered 416: the reply it resumed announced more bytes than the object
+    // has. Started over from its first byte, when the sink can.
+    if (!a.retry && resp.status == 416 && o.stream && restarts < 2 && o.stream->restart()) {
+        ++restarts;
+        a.retry = true;
+        a.detail += " (resuming a body whose reply announced more bytes than the object has: read again from its start)";
+    }
+    st.status_errors.fetch_add(1, std::memory_order_relaxed);
+    return a;
+}
+
+/// A transport failure of an attempt of `o` (no reply): counted, and judged retryable
+/// (a transient error, within the budget of timed-out attempts, before the call's deadline).
+inline attempt_outcome judge_failure(client_state& st, const op& o, std::error_code ec, unsigned& timed_out, bool& last_timed_out)
+{
+    const auto& limits = st.opts.http.timeouts;
+    attempt_outcome a;
+    a.retry = http::is_transient(ec);
+    a.code = ec;
+    const std::string timeout = http::timeout_name(ec, limits);
+    a.detail = timeout.empty() ? ec.message() : timeout;
+    if (ec == http::errc::body_too_large && o.body_into.empty()) {
+        a.detail += " (";
+        if (o.max_body != std::numeric_limits<std::uint64_t>::max())
+            a.detail += "a " + std::string(o.name) + " reply is held up to " + std::to_string(o.max_body) + " bytes, ";
+        a.detail += "an error reply up to " + std::to_string(http::detail::max_error_body_bytes) + " bytes)";
+    }
+    // The call's own deadline passed: no attempt is left. Other timeouts have their own,
+    // smaller budget of attempts.
+    if (!timeout.empty()) st.timeouts.fetch_add(1, std::memory_order_relaxed);
+    else if (ec == http::errc::body_truncated) st.short_bodies.fetch_add(1, std::memory_order_relaxed);
+    else st.connection_errors.fetch_add(1, std::memory_order_relaxed);
+    if (ec == http::errc::total_timeout) a.retry = false;
+    else if (!timeout.empty() && ++timed_out >= st.opts.retry.max_timeouts && st.opts.retry.max_timeouts > 0) a.retry = false;
+    last_timed_out = !timeout.empty();
+    return a;
+}
+
 CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
 {
     const request_target t = target_for(cfg, o.bucket, o.key);
@@ -139,20 +239,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
     bool last_timed_out = false;
     const std::shared_ptr<send_limit> limit = limit_for(t.endpoint, o.bucket);
     for (unsigned attempt = 1;; ++attempt) {
-        http::request req;
-        req.method = o.method;
-        req.target = target;
-        req.headers.set(boost::beast::http::field::host, t.host);
-        for (const auto& [f, v] : o.headers) req.headers.set(f, v);
-        for (const auto& [name, v] : o.named_headers) req.headers.set(name, v);
-        req.body = o.body;
-        req.body_into = o.body_into;
-        req.max_body = o.max_body;
-        if (o.stream) {
-            o.stream->before_attempt(req.headers);
-            req.body_to = o.stream;
-        }
-        req.deadline = deadline;
+        http::request req = attempt_request(o, t, target, deadline);
         // The credentials valid now: each attempt is signed afresh, so a retry after a
         // refresh goes with the new ones.
         const std::shared_ptr<const signer> sign = co_await creds->async_signer();
@@ -163,83 +250,27 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         if (limit) co_await limit->acquire();
         limit_place held{limit.get()};
         auto [ec, resp] = co_await pool.async_send(req);
-        if (!ec) {
-            const bool throttling = resp.status == 503 || resp.status == 429 ||
-                                    (resp.status >= 400 && is_throttling_code(std::string_view(resp.headers["x-amz-error-code"])));
-            held.o = throttling ? send_limit::outcome::throttled
-                     : resp.status < 500 ? send_limit::outcome::healthy
-                                         : send_limit::outcome::other;
-        }
+        if (!ec) held.o = limit_outcome(resp);
         if (ec == std::errc::operation_canceled)
             throw boost::system::system_error(asio::error::operation_aborted);
-        bool retry;
-        reply_error reply;
-        std::error_code code;
-        std::string detail;
-        if (!ec) {
-            if (resp.status >= 200 && resp.status < 300) {
-                quota.on_success(quota_taken);
-                bytes_in.fetch_add(resp.body_size, std::memory_order_relaxed);
-                bytes_out.fetch_add(o.body.size(), std::memory_order_relaxed);
-                co_return std::move(resp);
-            }
-            std::string_view text = o.body_into.empty()
-                                        ? resp.body.view()
-                                        : std::string_view(reinterpret_cast<const char*>(o.body_into.data()),
-                                                           std::min(resp.body_size, o.body_into.size()));
-            reply = parse_error_reply(resp.status, text, std::string_view(resp.headers["x-amz-request-id"]));
-            if (reply.code.empty() && resp.status == 404 && o.method == boost::beast::http::verb::head) reply.code = "NoSuchKey";
-            if (is_throttling_code(reply.code)) held.o = send_limit::outcome::throttled;
-            if (held.o == send_limit::outcome::throttled) throttled.fetch_add(1, std::memory_order_relaxed);
-            retry = reply.retryable();
-            code = reply.to_error_code();
-            detail = reply.describe();
-            // Signed at a time the server refuses (this machine's clock is off): the offset
-            // from the reply's Date is kept for every later request of this client, and this
-            // one is signed again with it, as the AWS SDKs do.
-            if (!retry && is_clock_skew_code(reply.code) && correct_clock(std::string_view(resp.headers[boost::beast::http::field::date]))) {
-                retry = true;
-                detail += " (the clock was corrected by the reply's Date: " + std::to_string(clock_offset_ms.load() / 1000) + " s)";
-            }
-            // A resumed body answered 416: the reply it resumed announced more bytes than the
-            // object has. Started over from its first byte, when the sink can.
-            if (!retry && resp.status == 416 && o.stream && restarts < 2 && o.stream->restart()) {
-                ++restarts;
-                retry = true;
-                detail += " (resuming a body whose reply announced more bytes than the object has: read again from its start)";
-            }
-            status_errors.fetch_add(1, std::memory_order_relaxed);
-        } else {
-            retry = http::is_transient(ec);
-            code = ec;
-            const std::string timeout = http::timeout_name(ec, limits);
-            detail = timeout.empty() ? ec.message() : timeout;
-            if (ec == http::errc::body_too_large && o.body_into.empty()) {
-                detail += " (";
-                if (o.max_body != std::numeric_limits<std::uint64_t>::max())
-                    detail += "a " + std::string(o.name) + " reply is held up to " + std::to_string(o.max_body) + " bytes, ";
-                detail += "an error reply up to " + std::to_string(http::detail::max_error_body_bytes) + " bytes)";
-            }
-            // The call's own deadline passed: no attempt is left. Other timeouts have
-            // their own, smaller budget of attempts.
-            if (!timeout.empty()) timeouts.fetch_add(1, std::memory_order_relaxed);
-            else if (ec == http::errc::body_truncated) short_bodies.fetch_add(1, std::memory_order_relaxed);
-            else connection_errors.fetch_add(1, std::memory_order_relaxed);
-            if (ec == http::errc::total_timeout) retry = false;
-            else if (!timeout.empty() && ++timed_out >= r.max_timeouts && r.max_timeouts > 0) retry = false;
-            last_timed_out = !timeout.empty();
+        if (!ec && resp.status >= 200 && resp.status < 300) {
+            quota.on_success(quota_taken);
+            bytes_in.fetch_add(resp.body_size, std::memory_order_relaxed);
+            bytes_out.fetch_add(o.body.size(), std::memory_order_relaxed);
+            co_return std::move(resp);
         }
+        attempt_outcome a = ec ? judge_failure(*this, o, ec, timed_out, last_timed_out) : judge_reply(*this, o, resp, held, restarts);
         held.done(); // not held through the backoff
         if (o.stream && o.stream->took_progress()) { // the body got further: a new series of attempts
             series = attempt - 1;
             timed_out = 0;
         }
-        if (!retry || attempt - series >= r.max_attempts) throw given_up(o, t, code, std::move(reply), attempt, detail, started);
+        if (!a.retry || attempt - series >= r.max_attempts) throw given_up(o, t, a.code, std::move(a.reply), attempt, a.detail, started);
         // The retry quota: spent by an endpoint that keeps failing, refilled by successes.
         quota_taken = quota.take(last_timed_out);
         if (quota_taken == 0) {
             retries_refused.fetch_add(1, std::memory_order_relaxed);
-            throw given_up(o, t, code, std::move(reply), attempt, detail, started,
+            throw given_up(o, t, a.code, std::move(a.reply), attempt, a.detail, started,
                            "; no retry: the client's retry quota is spent (its requests keep failing)");
         }
         const auto exp = std::min<std::uint64_t>(attempt - series - 1, 30);
@@ -249,7 +280,7 @@ CONVEYOR_DECL asio::awaitable<http::response> client_state::execute(const op& o)
         if (std::chrono::steady_clock::now() + pause >= deadline) {
             // The next attempt would start past the deadline: say so now, not then.
             const auto total = make_error_code(http::errc::total_timeout);
-            throw given_up(o, t, total, std::move(reply), attempt, detail, started,
+            throw given_up(o, t, total, std::move(a.reply), attempt, a.detail, started,
                            "; the next attempt would start past the " + http::timeout_name(total, limits));
         }
         asio::steady_timer timer(co_await asio::this_coro::executor, pause);
