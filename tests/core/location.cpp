@@ -130,3 +130,74 @@ TEST_CASE("errors and printable() never show user-info")
     const auto g = error_text([] { (void)location("gs://user:SECRET@host/x"); });
     CHECK(!contains(g, "SECRET"));
 }
+
+// Web URLs are read by Boost.URL (RFC 3986), the one tokenizer that http::parse_endpoint
+// and http::read_chunks also go through; where the hand-written parser that came before
+// it and Boost.URL disagreed, the rule chosen is the one below (and in location.hpp).
+
+TEST_CASE("a web location gives its host, port and request target")
+{
+    const location v6("http://[::1]:8080/x");
+    CHECK(v6.host() == "::1"); // an IPv6 address without its brackets
+    CHECK(v6.port() == 8080);
+    CHECK(v6.target() == "/x");
+    CHECK(!v6.tls());
+    CHECK(v6.url() == "http://[::1]:8080/x");
+    CHECK(location("https://[2001:DB8::7]/a").host() == "2001:db8::7");
+
+    const location upper("HTTPS://Host/Path?q=1#part");
+    CHECK(upper.tls());
+    CHECK(upper.host() == "Host");
+    CHECK(upper.port() == 443); // the scheme's default
+    CHECK(upper.target() == "/Path?q=1"); // no fragment: it is never sent
+    CHECK(upper.url() == "https://Host/Path?q=1#part");
+
+    CHECK(location("http://h").target() == "/");
+    CHECK(location("http://h").port() == 80);
+    CHECK(location("http://h:65535/x").port() == 65535);
+    // Percent-escapes are kept as written in the target (the server decodes them).
+    CHECK(location("http://h/a%20b/%C3%A9t%C3%A9.tar").target() == "/a%20b/%C3%A9t%C3%A9.tar");
+
+    // Other kinds have no host, port or target.
+    for (const char* url : {"s3://b/k", "/d/a.tar", "file:///d/a.tar"}) {
+        CAPTURE(url);
+        CHECK(location(url).host().empty());
+        CHECK(location(url).port() == 0);
+        CHECK(location(url).target().empty());
+        CHECK(!location(url).tls());
+    }
+}
+
+TEST_CASE("a web URL a server could not read is an error: a bad port, unescaped text, a broken IPv6 host")
+{
+    for (const char* url : {"http://h:0/x", "http://h:99999/x", "http://h:/x", "http://h:8o/x", "http://h/a b", "http://h/a%zz",
+                            "http://h/shard-{0..9}.tar", "http://h/été", "http://[::1/x", "http://[::g]/x"}) {
+        CAPTURE(std::string(url));
+        std::error_code code;
+        const auto w = error_text([&] { (void)location(url); }, &code);
+        CHECK(code == std::errc::invalid_argument);
+        CHECK(contains(w, "stage 'url'"));
+        CHECK(contains(w, url));
+    }
+    CHECK(contains(error_text([] { (void)location("http://h:99999/x"); }), "port '99999' is not a port number (1 to 65535)"));
+    CHECK(contains(error_text([] { (void)location("http://h/a b"); }), "must be percent-encoded"));
+    // Boost.URL alone would read port 8 and the path "o/x".
+    CHECK(contains(error_text([] { (void)location("http://h:8o/x"); }), "authority 'h:8o' is not [user-info@]host[:port]"));
+    // The same texts are S3 keys and local paths as written: those are not URIs.
+    CHECK(location("s3://b/a b/{0..9}%zz/été").key() == "a b/{0..9}%zz/été");
+    CHECK(location("/d/a b%zz{1}.tar").path() == "/d/a b%zz{1}.tar");
+    CHECK(location("file:///d/a%20b").path() == "/d/a%20b"); // not decoded
+}
+
+TEST_CASE("a web URL's user-info is accepted, and no part of a URL holding one is quoted in an error")
+{
+    const location u("https://user:SECRET@host:8443/x");
+    CHECK(u.host() == "host");
+    CHECK(u.port() == 8443);
+    CHECK(!contains(u.printable(), "SECRET"));
+    // "AKIA:99999/x@h" reads as host "AKIA" and port "99999": the port is a piece of a secret.
+    const auto w = error_text([] { (void)location("http://AKIA:99999/x@h"); });
+    CHECK(contains(w, "the port is not a port number"));
+    CHECK(!contains(w, "99999"));
+    CHECK(!contains(w, "AKIA"));
+}

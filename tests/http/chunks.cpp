@@ -5,6 +5,7 @@
 
 #include <conveyor/core/chunks.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/error.hpp>
 
@@ -21,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -211,4 +213,32 @@ TEST_CASE("http read_chunks errors name the URL: a missing resource, a changed o
         CHECK(std::string(err->what()).find("ignored Range") != std::string::npos);
     }
     CHECK_THROWS_AS((void)ch::read_chunks(rt, "ftp://example.com/x"), cv::error);
+}
+
+TEST_CASE("http read_chunks takes a location: its endpoint and target, with no second parse")
+{
+    web_server w{.data = served_bytes(200'000, 7)};
+    test_server srv(script_for(w));
+    cv::runtime rt({.io_threads = 1});
+    const cv::location where(url_of(srv, "/data/shard.tar?v=1#member"));
+    auto r = ch::read_chunks(rt, where, {.chunk_size = 64 * 1024});
+    CHECK(r->url() == url_of(srv, "/data/shard.tar?v=1")); // the fragment is not sent
+    auto [bytes, err] = read_on(rt, *r);
+    REQUIRE_FALSE(err);
+    CHECK(bytes == w.data);
+
+    auto refusal = [&](auto&& where_or_url) {
+        try {
+            (void)ch::read_chunks(rt, where_or_url);
+        } catch (const cv::error& e) {
+            CHECK(e.code() == std::errc::invalid_argument);
+            return std::string(e.what());
+        }
+        FAIL("a read was started");
+        return std::string();
+    };
+    CHECK(refusal(cv::location("s3://bucket/key")).find("not an http:// or https:// URL") != std::string::npos);
+    const auto secret = refusal(std::string("http://user:s3cr3t@127.0.0.1/x"));
+    CHECK(secret.find("credentials in the URL are not supported") != std::string::npos);
+    CHECK(secret.find("s3cr3t") == std::string::npos);
 }

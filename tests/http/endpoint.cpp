@@ -1,9 +1,11 @@
-// Tests of conveyor/http/endpoint.hpp: parsing an endpoint from a URL (defaults, IPv6,
-// base paths), what it refuses and how it says so, and its Host header and URL. (An
-// endpoint URL's secrets in every shape: tests/s3/config.cpp, beside the other ways in.)
+// Tests of conveyor/http/endpoint.hpp: parsing an endpoint from a URL or a location
+// (defaults, IPv6, base paths, the same reading as conveyor::location), what it refuses
+// and how it says so, and its Host header and URL. (An endpoint URL's secrets in every
+// shape: tests/s3/config.cpp, beside the other ways in.)
 #include <conveyor/http/endpoint.hpp>
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 
 #include <doctest/doctest.h>
 
@@ -88,4 +90,47 @@ TEST_CASE("parse_endpoint refuses credentials in the URL without showing them")
     // An '@' past the authority still counts: "user:12/34@host" would send half a secret as the path.
     const auto v = refusal("http://user:12/34@host");
     CHECK_FALSE(contains(v, "12/34"));
+}
+
+// parse_endpoint reads a URL through conveyor::location (one parser for the library):
+// what location reads, an endpoint reads the same way.
+TEST_CASE("parse_endpoint and endpoint_of read a URL as conveyor::location does")
+{
+    for (const char* url : {"http://[::1]:8080", "HTTPS://Host:8443", "Http://127.0.0.1", "https://[2001:DB8::7]", "http://h:65535"}) {
+        CAPTURE(url);
+        const cv::location where(url);
+        const auto e = ch::parse_endpoint(url);
+        CHECK(e.tls == where.tls());
+        CHECK(e.host == where.host());
+        CHECK(e.port == where.port());
+        CHECK(e == ch::endpoint_of(where));
+    }
+    CHECK(ch::parse_endpoint("HTTP://minio:9000") == ch::endpoint{.tls = false, .host = "minio", .port = 9000, .base_path = ""});
+    CHECK(ch::parse_endpoint("https://gw/a%20b/").base_path == "/a%20b"); // escapes kept as written
+    // endpoint_of gives the server alone: a resource's path and query are its target.
+    CHECK(ch::endpoint_of(cv::location("http://[::1]:8080/data/x.tar?v=1")) ==
+          ch::endpoint{.tls = false, .host = "::1", .port = 8080, .base_path = ""});
+}
+
+TEST_CASE("parse_endpoint refuses what location refuses, and endpoint_of what is not a web server")
+{
+    CHECK(contains(refusal("http://h:/x"), "port '' is not a port number"));
+    CHECK(contains(refusal("http://h/a b"), "must be percent-encoded"));
+    CHECK(contains(refusal("http://minio:90o0"), "authority 'minio:90o0'"));
+    CHECK(contains(refusal("HTTP:minio"), "must be followed by '//'"));
+    auto refused = [](const cv::location& where) {
+        try {
+            (void)ch::endpoint_of(where);
+        } catch (const cv::error& e) {
+            CHECK(e.code() == std::errc::invalid_argument);
+            return std::string(e.what());
+        }
+        FAIL("'" << where.url() << "' was accepted as an endpoint");
+        return std::string();
+    };
+    CHECK(contains(refused(cv::location("s3://bucket/key")), "not an http:// or https:// URL"));
+    CHECK(contains(refused(cv::location("/data/a.tar")), "not an http:// or https:// URL"));
+    const auto w = refused(cv::location("https://AKIA:s3cr3t@host/x"));
+    CHECK(contains(w, "credentials in the URL are not supported"));
+    CHECK_FALSE(contains(w, "s3cr3t"));
 }

@@ -8,6 +8,9 @@
 
 #include "../support/http_server.hpp"
 
+#include <conveyor/core/location.hpp>
+#include <conveyor/s3/chunks.hpp>
+#include <conveyor/s3/multipart.hpp>
 #include <conveyor/s3/sigv4.hpp>
 
 #include <atomic>
@@ -15,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -127,6 +131,52 @@ TEST_CASE("s3 client uploads in parts and downloads in ranged parts, reassembled
 
     // A known size skips nothing: still 4 parts, same bytes.
     CHECK(c.run(c.async_get(bucket(), "client/multipart.bin", static_cast<std::int64_t>(body.size()))).view() == body);
+}
+
+TEST_CASE("s3 client takes an s3:// location for get, range, head, put and list, as its bucket and key")
+{
+    auto c = make_client();
+    const std::string body = pattern(50'000, 3);
+    const cv::location where("S3://" + bucket() + "/client/by location/été.bin", cv::location_kind::s3);
+    const auto put = c.run(c.async_put(where, bytes_of(body), "application/octet-stream"));
+    CHECK(put.key == "client/by location/été.bin");
+    CHECK(c.run(c.async_get(where)).view() == body);
+    CHECK(c.run(c.async_get(bucket(), "client/by location/été.bin")).view() == body); // the same object
+    CHECK(c.run(c.async_get(where, 50'000)).view() == body);
+    CHECK(c.run(c.async_get_range(where, 1000, 10)).view() == body.substr(1000, 10));
+    CHECK(c.run(c.async_head(where)).etag == put.etag);
+    const auto listed = c.run(c.async_list_all(cv::location("s3://" + bucket() + "/client/by location/")));
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0].key == "client/by location/été.bin");
+}
+
+TEST_CASE("s3 client refuses a location that is not an S3 one where the call is awaited, naming it, sending nothing")
+{
+    auto c = make_client();
+    const auto before = c.stats().requests;
+    auto refusal = [&](auto&& op) {
+        try {
+            c.run(std::move(op));
+        } catch (const cv::error& e) {
+            CHECK(e.code() == std::errc::invalid_argument);
+            return std::string(e.what());
+        }
+        FAIL("the operation was not refused");
+        return std::string();
+    };
+    for (const char* url : {"/data/a.jpg", "https://host/a.jpg"}) {
+        CAPTURE(url);
+        const cv::location where(url);
+        auto get = c.async_get(where); // nothing thrown yet: the error is the operation's
+        for (const std::string& w : {refusal(std::move(get)), refusal(c.async_head(where)), refusal(c.async_get_range(where, 0, 1)),
+                                     refusal(c.async_list_all(where)), refusal(c.async_put(where, {}))}) {
+            CHECK(w.find(url) != std::string::npos);
+            CHECK(w.find("not an s3:// one") != std::string::npos);
+        }
+    }
+    CHECK_THROWS_AS((void)s3::read_chunks(c, cv::location("/data/a.jpg")), cv::error);
+    CHECK_THROWS_AS(s3::multipart_upload(c, cv::location("http://h/a.jpg")), cv::error);
+    CHECK(c.stats().requests == before);
 }
 
 TEST_CASE("s3 client reads an empty object")

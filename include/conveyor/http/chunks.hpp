@@ -5,6 +5,7 @@
 #define CONVEYOR_HTTP_CHUNKS_HPP
 
 #include <conveyor/core/chunks.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/http/client.hpp>
@@ -40,10 +41,16 @@ namespace conveyor::http {
 [[nodiscard]] CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(std::shared_ptr<client> c, std::string target,
                                                                       chunk_options o = {});
 
-/** Reads the resource at `url` (`http://` or `https://`, with any path and query) as
-    above, with a client of its own made with `co` (its connections are closed when the
-    reader is gone). Throws `conveyor::error` (`std::errc::invalid_argument`) for a URL that
-    is not one. */
+/** Reads the resource at `where` (an `http://` or `https://` location: its endpoint,
+    `http::endpoint_of`, and its `target()`) as above, with a client of its own made with
+    `co` (its connections are closed when the reader is gone). Throws `conveyor::error`
+    (`std::errc::invalid_argument`, stage "url") for a location that is not a web one or
+    whose URL holds credentials. */
+[[nodiscard]] CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(runtime& rt, const location& where, chunk_options o = {},
+                                                                      client_options co = {});
+
+/** `read_chunks(rt, location(url), o, co)`: `url` is parsed by `conveyor::location`'s
+    rules, and any error in it is that parser's. */
 [[nodiscard]] CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(runtime& rt, std::string url, chunk_options o = {},
                                                                       client_options co = {});
 

@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_HTTP_ENDPOINT_HPP
 #define CONVEYOR_HTTP_ENDPOINT_HPP
 
+#include <conveyor/core/location.hpp>
 #include <conveyor/detail/config.hpp>
 
 #include <cstdint>
@@ -32,9 +33,18 @@ struct endpoint {
     friend bool operator==(const endpoint&, const endpoint&) = default;
 };
 
-/** Parses "http://host[:port][/path]" or "https://...". Throws `conveyor::error` with
-    `std::errc::invalid_argument` naming the URL when it is not one, or when it holds an
-    '@' (credentials belong in the credentials chain). The URL is named through
+/** The server of a web location: its scheme, host and port (`location::tls`, `host`,
+    `port`), with no base path. Throws `conveyor::error` (`std::errc::invalid_argument`,
+    stage "url", naming the location without its user-info) when `where` is not an
+    `http://` or `https://` location, or when its URL holds an '@' (credentials belong in
+    the credentials chain, and are never sent from a URL). */
+CONVEYOR_DECL endpoint endpoint_of(const location& where);
+
+/** Parses "http://host[:port][/path]" or "https://..." through `conveyor::location` (its
+    rules: IPv6 hosts in brackets, ports 1 to 65535, the scheme in any case), the path
+    becoming the base path. Throws `conveyor::error` (`std::errc::invalid_argument`, stage
+    "url") naming the URL when it is not one, when it has a query or a fragment, or when it
+    holds an '@' (credentials belong in the credentials chain). The URL is named through
     `conveyor::detail::redact_userinfo`, and when that hides anything no part of the URL
     is quoted in the reason: a URL with an '@' may hold a secret anywhere before it. */
 CONVEYOR_DECL endpoint parse_endpoint(std::string_view url);

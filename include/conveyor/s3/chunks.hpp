@@ -46,6 +46,10 @@ namespace conveyor::s3 {
 [[nodiscard]] CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const client& c, std::string bucket, std::string key,
                                                                       chunk_options o = {});
 
+/// `read_chunks(c, object.bucket(), object.key(), o)` for an S3 location; another kind of
+/// location throws `conveyor::error` (`std::errc::invalid_argument`, stage "s3") naming it.
+[[nodiscard]] CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const client& c, const location& object, chunk_options o = {});
+
 } // namespace conveyor::s3
 
 #if CONVEYOR_HEADER_ONLY

@@ -12,6 +12,7 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/checksum.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/http/options.hpp>
 #include <conveyor/s3/config.hpp>
@@ -201,6 +202,11 @@ namespace detail {
 struct client_state;
 /// The state `c` shares with its copies (for this module's sources, sinks and uploads).
 inline const std::shared_ptr<client_state>& state_of(const client& c) noexcept;
+/// Throws the error of an S3 operation given a location that is not an S3 one:
+/// `std::errc::invalid_argument`, stage "s3", naming it.
+[[noreturn]] CONVEYOR_DECL void not_s3(const location& where);
+/// `where.bucket()`, after `not_s3` for a location of another kind.
+CONVEYOR_DECL const std::string& s3_bucket(const location& where);
 } // namespace detail
 
 /** An S3 client: GetObject (whole, or in parallel ranged parts), HeadObject,
@@ -264,6 +270,21 @@ public:
         `data` must stay valid until the operation completes.
         @par Completion Signature `put_result` */
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<put_result> async_put(std::string bucket, std::string key, std::span<const std::byte> data,
+                                                                    std::string content_type = {}) const;
+
+    /** The operations above on an S3 location (`s3://bucket/key`, parsed once by
+        `conveyor::location`): each is its (bucket, key) form with `object.bucket()` and
+        `object.key()`. A location of another kind fails the operation where it is awaited,
+        with `conveyor::error` (`std::errc::invalid_argument`, stage "s3") naming it; no
+        request is sent.
+        @par Completion Signature as the (bucket, key) form's */
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<buffer> async_get(const location& object, std::int64_t size_hint = -1) const;
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<buffer> async_get_range(const location& object, std::uint64_t offset,
+                                                                      std::uint64_t length) const;
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<object_info> async_head(const location& object) const;
+    /// Every object under `prefix` (`s3://bucket/train/`: keys starting with `prefix.key()`).
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::vector<object_info>> async_list_all(const location& prefix) const;
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<put_result> async_put(const location& object, std::span<const std::byte> data,
                                                                     std::string content_type = {}) const;
 
     /// Runs one of the awaitables above to completion from a plain (non-I/O) thread; on one

@@ -48,6 +48,9 @@ struct multipart_state;
 class multipart_upload {
 public:
     CONVEYOR_DECL multipart_upload(client c, std::string bucket, std::string key, std::string content_type = {});
+    /// An upload to an S3 location's bucket and key; another kind of location throws
+    /// `conveyor::error` (`std::errc::invalid_argument`, stage "s3") naming it.
+    CONVEYOR_DECL multipart_upload(client c, const location& object, std::string content_type = {});
     multipart_upload(const multipart_upload&) = delete;
     multipart_upload& operator=(const multipart_upload&) = delete;
     CONVEYOR_DECL multipart_upload(multipart_upload&&) noexcept;

@@ -90,7 +90,8 @@ CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& spe
 /** True when one of `specs` (as `resolve` takes them, `::`-joined lists included) names an
     `s3://` location itself (its scheme as `conveyor::location` reads it, in any case): the
     specs that need `list_options::s3`. An index elsewhere that lists S3 shards is not seen
-    here. Throws `conveyor::error` for a part that is not a location. */
+    here. Only schemes are read (a brace pattern is no URL until it is expanded): a part
+    that is not a location is `resolve`'s error to report. */
 CONVEYOR_DECL bool names_s3(const std::vector<std::string>& specs);
 
 /// `resolve({spec}, o)`.

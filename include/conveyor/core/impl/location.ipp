@@ -1,4 +1,5 @@
-// conveyor/core/impl/location.ipp — parsing a URL or a path into a location.
+// conveyor/core/impl/location.ipp — parsing a URL or a path into a location: Boost.URL reads
+// schemes and web URLs; S3 URLs and paths follow the rules of location.hpp.
 #ifndef CONVEYOR_CORE_IMPL_LOCATION_IPP
 #define CONVEYOR_CORE_IMPL_LOCATION_IPP
 
@@ -6,26 +7,34 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/location.hpp>
 
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
+
+#include <charconv>
 #include <system_error>
 
 namespace conveyor {
 namespace detail {
 
-[[noreturn]] inline void bad_location(std::string_view url, std::string why)
+CONVEYOR_DECL std::string_view url_scheme(std::string_view url) noexcept
+{
+    // "x:" is an absolute URI (with an empty hier-part) exactly when x is a scheme.
+    const auto colon = url.find(':');
+    if (colon == std::string_view::npos || colon == 0) return {};
+    if (!boost::urls::parse_uri(url.substr(0, colon + 1))) return {};
+    return url.substr(0, colon);
+}
+
+[[noreturn]] CONVEYOR_DECL void bad_url(std::string_view url, std::string why)
 {
     throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
                           {.stage = "url", .where = redact_userinfo(url), .detail = std::move(why)});
 }
 
-/// The length of `url`'s scheme name (RFC 3986: a letter, then letters, digits, '+', '-'
-/// and '.') when a ':' follows it, else 0.
-inline std::size_t scheme_length(std::string_view url) noexcept
+CONVEYOR_DECL std::string url_part(std::string_view url, std::string_view what, std::string_view part)
 {
-    auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
-    if (url.empty() || !letter(url[0])) return 0;
-    std::size_t i = 1;
-    while (i < url.size() && (letter(url[i]) || (url[i] >= '0' && url[i] <= '9') || url[i] == '+' || url[i] == '-' || url[i] == '.')) ++i;
-    return i < url.size() && url[i] == ':' ? i : 0;
+    if (redact_userinfo(url) != url) return "the " + std::string(what);
+    return std::string(what) + " '" + std::string(part) + "'";
 }
 
 inline bool is_bucket_text(std::string_view b) noexcept
@@ -38,13 +47,13 @@ inline bool is_bucket_text(std::string_view b) noexcept
 
 CONVEYOR_DECL location::location(std::string_view url)
 {
-    if (url.empty()) detail::bad_location(url, "an empty location names nothing");
-    const std::size_t n = detail::scheme_length(url);
-    const std::string_view scheme = url.substr(0, n);
-    const bool known = n > 0 && (detail::iequals(scheme, "file") || detail::iequals(scheme, "s3") ||
-                                 detail::iequals(scheme, "http") || detail::iequals(scheme, "https"));
-    const bool slashes = n > 0 && url.substr(n + 1).starts_with("//");
-    if (n == 0 || (!known && !slashes)) {
+    if (url.empty()) detail::bad_url(url, "an empty location names nothing");
+    const std::string_view scheme = detail::url_scheme(url);
+    std::string lower;
+    for (char c : scheme) lower += detail::ascii_lower(c);
+    const bool known = lower == "file" || lower == "s3" || lower == "http" || lower == "https";
+    const bool slashes = !scheme.empty() && url.substr(scheme.size() + 1).starts_with("//");
+    if (scheme.empty() || (!known && !slashes)) {
         // No scheme: a path (a ':' inside a file name is allowed, "a:b/c.tar").
         kind_ = location_kind::local;
         path_ = std::string(url);
@@ -52,14 +61,12 @@ CONVEYOR_DECL location::location(std::string_view url)
         return;
     }
     if (!known)
-        detail::bad_location(url, "the scheme '" + std::string(scheme) + "://' is not one conveyor reads (file://, s3://, http://, https://)");
-    std::string lower;
-    for (char c : scheme) lower += detail::ascii_lower(c);
-    if (!slashes) detail::bad_location(url, "'" + lower + ":' must be followed by '//' (" + lower + (lower == "s3" ? "://bucket/key)" : "://…)"));
-    const std::string_view rest = url.substr(n + 3);
+        detail::bad_url(url, "the scheme '" + std::string(scheme) + "://' is not one conveyor reads (file://, s3://, http://, https://)");
+    if (!slashes) detail::bad_url(url, "'" + lower + ":' must be followed by '//' (" + lower + (lower == "s3" ? "://bucket/key)" : "://…)"));
+    const std::string_view rest = url.substr(scheme.size() + 3);
     if (lower == "file") {
         kind_ = location_kind::local;
-        if (rest.empty()) detail::bad_location(url, "a file:// URL needs a path");
+        if (rest.empty()) detail::bad_url(url, "a file:// URL needs a path");
         path_ = std::string(rest);
         url_ = path_;
     } else if (lower == "s3") {
@@ -67,13 +74,36 @@ CONVEYOR_DECL location::location(std::string_view url)
         const auto slash = rest.find('/');
         bucket_ = std::string(rest.substr(0, slash));
         if (slash != std::string_view::npos) key_ = std::string(rest.substr(slash + 1));
-        if (bucket_.empty()) detail::bad_location(url, "no bucket (expected s3://bucket/key)");
-        if (!detail::is_bucket_text(bucket_)) detail::bad_location(url, "not a bucket name (letters, digits, '.', '-' and '_')");
+        if (bucket_.empty()) detail::bad_url(url, "no bucket (expected s3://bucket/key)");
+        if (!detail::is_bucket_text(bucket_)) detail::bad_url(url, "not a bucket name (letters, digits, '.', '-' and '_')");
         url_ = "s3://" + std::string(rest);
     } else {
         kind_ = location_kind::http;
-        const auto end = rest.find_first_of("/?#");
-        if (rest.substr(0, end).empty()) detail::bad_location(url, "a web URL needs a host (" + lower + "://host/path)");
+        tls_ = lower == "https";
+        auto r = boost::urls::parse_uri(url);
+        if (!r)
+            detail::bad_url(url, "not a well-formed URL (" + r.error().message() +
+                                     "): spaces, braces, non-ASCII text and a '%' not followed by two hex digits must be percent-encoded");
+        const boost::urls::url_view u = *r;
+        if (!u.has_authority() || u.host().empty()) detail::bad_url(url, "no host (expected " + lower + "://host/path)");
+        // Boost.URL 1.81 ends a port at its first non-digit and reads the rest as a path
+        // ("http://h:8o/x": port 8, path "o/x"): the authority must run to '/', '?' or '#'.
+        if (const auto authority = rest.substr(0, rest.find_first_of("/?#")); u.encoded_authority() != authority)
+            detail::bad_url(url, "not a well-formed URL: " + detail::url_part(url, "authority", authority) + " is not [user-info@]host[:port]");
+        host_ = u.host_type() == boost::urls::host_type::ipv6 ? std::string(u.host_ipv6_address().to_string()) : std::string(u.host());
+        if (u.has_port()) {
+            // Boost.URL's port_number() wraps ports above 65535 ("99999" reads as 34463).
+            const auto digits = u.port();
+            unsigned long p = 0;
+            const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), p);
+            if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || p == 0 || p > 65535)
+                detail::bad_url(url, detail::url_part(url, "port", digits) + " is not a port number (1 to 65535)");
+            port_ = static_cast<std::uint16_t>(p);
+        } else {
+            port_ = tls_ ? 443 : 80;
+        }
+        target_ = u.encoded_path().empty() ? std::string("/") : std::string(u.encoded_path());
+        if (u.has_query()) target_ += "?" + std::string(u.encoded_query());
         url_ = lower + "://" + std::string(rest);
     }
 }
@@ -83,13 +113,13 @@ CONVEYOR_DECL location::location(std::string_view url, location_kind want) : loc
     if (kind_ == want) return;
     switch (want) {
     case location_kind::s3:
-        detail::bad_location(url, "not an s3:// URL (expected s3://bucket/key)");
+        detail::bad_url(url, "not an s3:// URL (expected s3://bucket/key)");
     case location_kind::http:
-        detail::bad_location(url, "not an http:// or https:// URL");
+        detail::bad_url(url, "not an http:// or https:// URL");
     case location_kind::local:
         break;
     }
-    detail::bad_location(url, "not a local path");
+    detail::bad_url(url, "not a local path");
 }
 
 CONVEYOR_DECL bool location::is_prefix() const noexcept

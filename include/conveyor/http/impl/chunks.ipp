@@ -17,8 +17,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/verb.hpp>
-#include <boost/url/parse.hpp>
-#include <boost/url/url_view.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -182,18 +180,14 @@ CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(std::shared_ptr<client> 
     return std::make_unique<detail::url_chunk_reader>(std::move(c), std::move(target), o);
 }
 
+CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(runtime& rt, const location& where, chunk_options o, client_options co)
+{
+    return read_chunks(std::make_shared<client>(rt, endpoint_of(where), std::move(co)), where.target(), o);
+}
+
 CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(runtime& rt, std::string url, chunk_options o, client_options co)
 {
-    auto r = boost::urls::parse_uri(url);
-    if (!r)
-        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
-                              {.stage = "http", .where = conveyor::detail::redact_userinfo(url), .detail = "not a URL (" + r.error().message() + ")"});
-    const boost::urls::url_view u = *r;
-    // The endpoint (scheme and authority; parse_endpoint refuses what it must) and the target.
-    const endpoint ep = parse_endpoint(std::string(u.scheme()) + "://" + std::string(u.encoded_authority()));
-    std::string target(u.encoded_path());
-    if (u.has_query()) target += "?" + std::string(u.encoded_query());
-    return read_chunks(std::make_shared<client>(rt, ep, std::move(co)), std::move(target), o);
+    return read_chunks(rt, location(url), o, std::move(co));
 }
 
 } // namespace conveyor::http

@@ -1,17 +1,15 @@
-// conveyor/http/impl/endpoint.ipp — endpoints: their Host header and URL, and parsing one
-// from a URL (Boost.URL).
+// conveyor/http/impl/endpoint.ipp — endpoints: their Host header and URL, and an endpoint
+// from a location (the library's one URL parser).
 #ifndef CONVEYOR_HTTP_IMPL_ENDPOINT_IPP
 #define CONVEYOR_HTTP_IMPL_ENDPOINT_IPP
 
 #include <conveyor/http/endpoint.hpp>
 
+#include <conveyor/core/detail/ascii.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 
-#include <boost/url/parse.hpp>
-#include <boost/url/url_view.hpp>
-
-#include <charconv>
-#include <system_error>
+#include <string>
 #include <utility>
 
 namespace conveyor::http {
@@ -29,44 +27,41 @@ CONVEYOR_DECL std::string endpoint::url() const
     return (tls ? "https://" : "http://") + host_header() + base_path;
 }
 
+namespace detail {
+
+/// Refuses a URL with an '@' anywhere, not only in its user-info: "http://user:12/34@host"
+/// reads as host "user", port 12 and path "/34@host", and would send half a secret as the
+/// path.
+inline void refuse_credentials(std::string_view url)
+{
+    if (url.find('@') != std::string_view::npos)
+        conveyor::detail::bad_url(url, "credentials in the URL are not supported; use the credentials chain");
+}
+
+} // namespace detail
+
+CONVEYOR_DECL endpoint endpoint_of(const location& where)
+{
+    if (!where.is_http()) conveyor::detail::bad_url(where.url(), "not an http:// or https:// URL");
+    detail::refuse_credentials(where.url());
+    return endpoint{.tls = where.tls(), .host = where.host(), .port = where.port(), .base_path = {}};
+}
+
 CONVEYOR_DECL endpoint parse_endpoint(std::string_view url)
 {
-    std::string shown = conveyor::detail::redact_userinfo(url);
-    const bool quote_parts = shown == url;
-    auto fail = [&](std::string why) -> endpoint {
-        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
-                              {.stage = "http", .key = {}, .where = std::move(shown), .offset = -1, .detail = std::move(why)});
-    };
-    // "<what> 'part'" where the part may be shown, else just "the <what>".
-    auto named = [&](const char* what, std::string_view part) {
-        return quote_parts ? std::string(what) + " '" + std::string(part) + "'" : std::string("the ") + what;
-    };
-    auto r = boost::urls::parse_uri(url);
-    if (!r) return fail("not a URL (" + r.error().message() + "); expected http://host[:port] or https://host[:port]");
-    const boost::urls::url_view u = *r;
-    endpoint e;
-    const auto scheme = u.scheme_id();
-    if (scheme == boost::urls::scheme::https) e.tls = true;
-    else if (scheme != boost::urls::scheme::http) return fail(named("scheme", u.scheme()) + " is not http or https");
-    if (!u.has_authority() || u.host().empty()) return fail("no host");
-    // An '@' anywhere is refused with the user-info: "http://user:12/34@host" parses as host
-    // "user", port 12 and path "/34@host", and would send half a secret as the path.
-    if (u.has_userinfo() || url.find('@') != std::string_view::npos)
-        return fail("credentials in the URL are not supported; use the credentials chain");
-    if (u.has_query() || u.has_fragment()) return fail("an endpoint has no query or fragment");
-    e.host = u.host_type() == boost::urls::host_type::ipv6 ? std::string(u.host_ipv6_address().to_string()) : std::string(u.host());
-    if (u.has_port()) {
-        // Boost.URL's port_number() wraps ports above 65535 ("99999" reads as 34463).
-        const auto digits = u.port();
-        unsigned long p = 0;
-        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), p);
-        if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || p == 0 || p > 65535)
-            return fail(named("port", digits) + " is not a port number (1 to 65535)");
-        e.port = static_cast<std::uint16_t>(p);
-    } else {
-        e.port = e.tls ? 443 : 80;
-    }
-    std::string path(u.encoded_path());
+    // The scheme and the '@' first, in an endpoint's words; then the location's rules.
+    const std::string_view scheme = conveyor::detail::url_scheme(url);
+    if (scheme.empty()) conveyor::detail::bad_url(url, "not a URL; expected http://host[:port] or https://host[:port]");
+    if (!conveyor::detail::iequals(scheme, "http") && !conveyor::detail::iequals(scheme, "https"))
+        conveyor::detail::bad_url(url, conveyor::detail::url_part(url, "scheme", scheme) + " is not http or https");
+    detail::refuse_credentials(url);
+    const location where(url);
+    // The target is validated: a '?' in it, or a '#' in the URL, can only start a query or
+    // a fragment.
+    if (where.target().find('?') != std::string::npos || where.url().find('#') != std::string::npos)
+        conveyor::detail::bad_url(url, "an endpoint has no query or fragment");
+    endpoint e = endpoint_of(where);
+    std::string path = where.target();
     while (!path.empty() && path.back() == '/') path.pop_back();
     e.base_path = std::move(path);
     return e;

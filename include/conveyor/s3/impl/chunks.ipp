@@ -193,6 +193,11 @@ CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const client& c, std::st
     return std::make_unique<detail::object_chunk_reader>(detail::state_of(c), std::move(bucket), std::move(key), o);
 }
 
+CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const client& c, const location& object, chunk_options o)
+{
+    return read_chunks(c, detail::s3_bucket(object), object.key(), o);
+}
+
 } // namespace conveyor::s3
 
 #endif

@@ -46,6 +46,28 @@ CONVEYOR_DECL std::shared_ptr<send_limit> client_state::limit_for(const http::en
     return it->second;
 }
 
+[[noreturn]] CONVEYOR_DECL void not_s3(const location& where)
+{
+    throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                          {.stage = "s3", .where = where.printable(),
+                           .detail = std::string("a ") + to_string(where.kind()) + " location, not an s3:// one (expected s3://bucket/key)"});
+}
+
+CONVEYOR_DECL const std::string& s3_bucket(const location& where)
+{
+    if (!where.is_s3()) not_s3(where);
+    return where.bucket();
+}
+
+/// An operation on `where`, not an S3 location, that fails when awaited (as every
+/// operation's errors do), sending nothing.
+template <class T>
+asio::awaitable<T> refuse_not_s3(location where)
+{
+    not_s3(where);
+    co_return T{};
+}
+
 } // namespace detail
 
 CONVEYOR_DECL client::client(runtime& rt, config cfg, client_options o)
@@ -89,6 +111,37 @@ CONVEYOR_DECL asio::awaitable<put_result> client::async_put(std::string bucket, 
                                                            std::string content_type) const
 {
     return do_put(s_, std::move(bucket), std::move(key), data, std::move(content_type));
+}
+
+CONVEYOR_DECL asio::awaitable<buffer> client::async_get(const location& object, std::int64_t size_hint) const
+{
+    if (!object.is_s3()) return detail::refuse_not_s3<buffer>(object);
+    return async_get(object.bucket(), object.key(), size_hint);
+}
+
+CONVEYOR_DECL asio::awaitable<buffer> client::async_get_range(const location& object, std::uint64_t offset, std::uint64_t length) const
+{
+    if (!object.is_s3()) return detail::refuse_not_s3<buffer>(object);
+    return async_get_range(object.bucket(), object.key(), offset, length);
+}
+
+CONVEYOR_DECL asio::awaitable<object_info> client::async_head(const location& object) const
+{
+    if (!object.is_s3()) return detail::refuse_not_s3<object_info>(object);
+    return async_head(object.bucket(), object.key());
+}
+
+CONVEYOR_DECL asio::awaitable<std::vector<object_info>> client::async_list_all(const location& prefix) const
+{
+    if (!prefix.is_s3()) return detail::refuse_not_s3<std::vector<object_info>>(prefix);
+    return async_list_all(prefix.bucket(), prefix.key());
+}
+
+CONVEYOR_DECL asio::awaitable<put_result> client::async_put(const location& object, std::span<const std::byte> data,
+                                                           std::string content_type) const
+{
+    if (!object.is_s3()) return detail::refuse_not_s3<put_result>(object);
+    return async_put(object.bucket(), object.key(), data, std::move(content_type));
 }
 
 CONVEYOR_DECL client_stats client::stats() const noexcept

@@ -337,6 +337,11 @@ CONVEYOR_DECL multipart_upload::multipart_upload(client c, std::string bucket, s
                                                    std::move(content_type));
 }
 
+CONVEYOR_DECL multipart_upload::multipart_upload(client c, const location& object, std::string content_type)
+    : multipart_upload(std::move(c), detail::s3_bucket(object), object.key(), std::move(content_type))
+{
+}
+
 CONVEYOR_DECL multipart_upload::multipart_upload(multipart_upload&&) noexcept = default;
 
 CONVEYOR_DECL multipart_upload& multipart_upload::operator=(multipart_upload&& o) noexcept

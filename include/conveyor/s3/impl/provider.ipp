@@ -3,7 +3,9 @@
 #define CONVEYOR_S3_IMPL_PROVIDER_IPP
 
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/location.hpp>
 #include <conveyor/http/client.hpp>
+#include <conveyor/http/endpoint.hpp>
 #include <conveyor/core/detail/offload.hpp>
 #include <conveyor/core/detail/read_file.hpp>
 #include <conveyor/core/runtime.hpp>
@@ -239,12 +241,10 @@ class container_provider_impl final : public credentials_provider {
 public:
     explicit container_provider_impl(container_options o) : o_(std::move(o))
     {
-        // The endpoint and the path: the URL's path goes into the request target.
-        const std::string& url = o_.url;
-        const auto scheme = url.find("://");
-        const auto slash = scheme == std::string::npos ? std::string::npos : url.find('/', scheme + 3);
-        ep_ = http::parse_endpoint(slash == std::string::npos ? url : url.substr(0, slash));
-        target_ = slash == std::string::npos ? "/" : url.substr(slash);
+        // The endpoint and the path: the URL's path (and query) is the request target.
+        const location where(o_.url, location_kind::http);
+        ep_ = http::endpoint_of(where);
+        target_ = where.target();
         if (!ep_.tls && !container_host_allowed(ep_.host))
             throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
                                   {.stage = "credentials",

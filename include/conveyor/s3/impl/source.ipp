@@ -83,7 +83,7 @@ CONVEYOR_DECL void put_text(const client& c, std::string_view url, const std::st
     if (u.key().empty() || u.key().back() == '/')
         throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
                               {.stage = "s3", .where = u.printable(), .detail = "names no object to write (the key is empty or ends in '/')"});
-    c.run(c.async_put(u.bucket(), u.key(), std::as_bytes(std::span(text.data(), text.size())), "application/json"));
+    c.run(c.async_put(u, std::as_bytes(std::span(text.data(), text.size())), "application/json"));
 }
 
 /// One of `list_parallel`'s workers: lists the next "directory" not yet taken, until none
@@ -268,9 +268,9 @@ CONVEYOR_DECL object_list read_index(const client& c, std::string_view index_url
                               {.stage = "s3 listing", .where = std::string(index_url),
                                .detail = "the index: " + conveyor::detail::over_limit(size, max_bytes, "read_index's max_bytes")});
     };
-    const object_info info = c.run(c.async_head(u.bucket(), u.key()));
+    const object_info info = c.run(c.async_head(u));
     if (info.size >= 0 && static_cast<std::uint64_t>(info.size) > max_bytes) refuse(static_cast<std::uint64_t>(info.size));
-    buffer b = c.run(c.async_get(u.bucket(), u.key(), info.size));
+    buffer b = c.run(c.async_get(u, info.size));
     if (b.size() > max_bytes) refuse(b.size()); // replaced by a larger one since the HeadObject
     return detail::prefixed(u.bucket(), detail::parse_index_json(b.view(), index_url), prefix);
 }

@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_SHARD_IMPL_LIST_IPP
 #define CONVEYOR_SHARD_IMPL_LIST_IPP
 
+#include <conveyor/core/detail/ascii.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/location.hpp>
 #include <conveyor/s3/client.hpp>
@@ -202,7 +203,9 @@ CONVEYOR_DECL bool names_s3(const std::vector<std::string>& specs)
     for (const auto& whole : specs) {
         for (std::string_view rest = whole;;) {
             const auto sep = rest.find("::");
-            if (const auto part = rest.substr(0, sep); !part.empty() && location(part).is_s3()) return true;
+            // The scheme alone: a part may be a pattern ("https://h/s-{0..9}.tar") that is
+            // not a location before its braces are expanded.
+            if (conveyor::detail::iequals(conveyor::detail::url_scheme(rest.substr(0, sep)), "s3")) return true;
             if (sep == std::string_view::npos) break;
             rest.remove_prefix(sep + 2);
         }

@@ -43,18 +43,18 @@ inline asio::awaitable<slice> gather(runtime& rt, std::unique_ptr<chunk_reader> 
 /// A web resource named for ranged reads (each one a ranged GET on a client of its own).
 class http_object final : public ranged_object {
 public:
-    http_object(runtime& rt, std::string url, http::client_options o) : rt_(rt), url_(std::move(url)), o_(std::move(o)) {}
+    http_object(runtime& rt, location where, http::client_options o) : rt_(rt), where_(std::move(where)), o_(std::move(o)) {}
     asio::awaitable<slice> async_read(std::uint64_t offset, std::uint64_t length) const override
     {
         if (length == 0) co_return slice{};
         // One ranged GET, its body in one chunk.
         chunk_options co{.chunk_size = static_cast<std::size_t>(length), .chunks_in_flight = 1, .offset = offset, .length = length};
-        co_return co_await gather(rt_, http::read_chunks(rt_, url_, co, o_));
+        co_return co_await gather(rt_, http::read_chunks(rt_, where_, co, o_));
     }
 
 private:
     runtime& rt_;
-    std::string url_;
+    location where_;
     http::client_options o_;
 };
 
@@ -67,17 +67,17 @@ CONVEYOR_DECL runtime& http_store::rt() const
 
 CONVEYOR_DECL asio::awaitable<slice> http_store::async_read(location where) const
 {
-    co_return co_await detail::gather(rt(), http::read_chunks(rt(), where.url(), {}, o_));
+    co_return co_await detail::gather(rt(), http::read_chunks(rt(), where, {}, o_));
 }
 
 CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> http_store::async_open(location where) const
 {
-    co_return std::make_shared<detail::http_object>(rt(), where.url(), o_);
+    co_return std::make_shared<detail::http_object>(rt(), std::move(where), o_);
 }
 
 CONVEYOR_DECL std::unique_ptr<chunk_reader> http_store::read_chunks(const location& where, const chunk_options& o) const
 {
-    return http::read_chunks(rt(), where.url(), o, o_);
+    return http::read_chunks(rt(), where, o, o_);
 }
 
 CONVEYOR_DECL std::vector<listed_object> http_store::list(const location& where) const

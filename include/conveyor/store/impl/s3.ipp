@@ -20,9 +20,9 @@ namespace detail {
 class s3_writer final : public object_writer {
 public:
     s3_writer(const s3::client& c, const location& where, std::string content_type)
-        : c_(c), bucket_(where.bucket()), key_(where.key()), content_type_(std::move(content_type))
+        : c_(c), where_(where), content_type_(std::move(content_type))
     {
-        if (key_.empty() || key_.back() == '/')
+        if (where_.key().empty() || where_.key().back() == '/')
             throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
                                   {.stage = "store", .where = where.printable(), .detail = "names no object to write (the key is empty or ends in '/')"});
         part_size_ = std::max<std::uint64_t>(c_.options().upload_part_size, 5u << 20);
@@ -47,7 +47,7 @@ public:
     void commit() override
     {
         if (!upload_) {
-            c_.run(c_.async_put(bucket_, key_, part_.span(), content_type_));
+            c_.run(c_.async_put(where_, part_.span(), content_type_));
             part_ = buffer{};
             return;
         }
@@ -66,7 +66,7 @@ public:
 private:
     void send_part()
     {
-        if (!upload_) upload_.emplace(c_, bucket_, key_, content_type_);
+        if (!upload_) upload_.emplace(c_, where_, content_type_);
         buffer full = std::move(part_);
         part_ = c_.rt().buffers().acquire(static_cast<std::size_t>(part_size_));
         part_.resize(0);
@@ -74,7 +74,8 @@ private:
     }
 
     s3::client c_;
-    std::string bucket_, key_, content_type_;
+    location where_;
+    std::string content_type_;
     std::uint64_t part_size_ = 0;
     buffer part_;
     std::optional<s3::multipart_upload> upload_;
@@ -83,48 +84,48 @@ private:
 /// An S3 object named for ranged reads (each one a ranged GET).
 class s3_object final : public ranged_object {
 public:
-    s3_object(s3::client c, const location& where) : c_(std::move(c)), bucket_(where.bucket()), key_(where.key()) {}
+    s3_object(s3::client c, location where) : c_(std::move(c)), where_(std::move(where)) {}
     asio::awaitable<slice> async_read(std::uint64_t offset, std::uint64_t length) const override
     {
-        co_return slice(co_await c_.async_get_range(bucket_, key_, offset, length));
+        co_return slice(co_await c_.async_get_range(where_, offset, length));
     }
 
 private:
     s3::client c_;
-    std::string bucket_, key_;
+    location where_;
 };
 
 } // namespace detail
 
 CONVEYOR_DECL asio::awaitable<slice> s3_store::async_read(location where) const
 {
-    co_return slice(co_await c_.async_get(where.bucket(), where.key()));
+    co_return slice(co_await c_.async_get(where));
 }
 
 CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> s3_store::async_open(location where) const
 {
-    co_return std::make_shared<detail::s3_object>(c_, where);
+    co_return std::make_shared<detail::s3_object>(c_, std::move(where));
 }
 
 CONVEYOR_DECL asio::awaitable<object_version> s3_store::async_version(location where) const
 {
-    const auto info = co_await c_.async_head(where.bucket(), where.key());
+    const auto info = co_await c_.async_head(where);
     co_return object_version{info.etag, info.size};
 }
 
 CONVEYOR_DECL slice s3_store::read(const location& where) const
 {
-    return slice(c_.run(c_.async_get(where.bucket(), where.key())));
+    return slice(c_.run(c_.async_get(where)));
 }
 
 CONVEYOR_DECL std::unique_ptr<chunk_reader> s3_store::read_chunks(const location& where, const chunk_options& o) const
 {
-    return s3::read_chunks(c_, where.bucket(), where.key(), o);
+    return s3::read_chunks(c_, where, o);
 }
 
 CONVEYOR_DECL std::vector<listed_object> s3_store::list(const location& where) const
 {
-    auto objects = c_.run(c_.async_list_all(where.bucket(), where.key()));
+    auto objects = c_.run(c_.async_list_all(where));
     std::sort(objects.begin(), objects.end(), [](const s3::object_info& a, const s3::object_info& b) { return a.key < b.key; });
     std::vector<listed_object> out;
     out.reserve(objects.size());
