@@ -1,6 +1,8 @@
-// Tests of conveyor/store/*.hpp without a server: the map from locations to stores, the
-// file store (read whole, ranges, chunks, listing, writing beside the name and renaming),
-// the web store's refusals, and one shard list given as file:// URLs and as plain paths.
+// Tests of conveyor/store/*.hpp without a storage server: the map from locations to stores,
+// the store context (one store per kind; the web store's client per server, its
+// connections kept from read to read, against a loopback test server), the file store
+// (read whole, ranges, chunks, listing, writing beside the name and renaming), the web
+// store's refusals, and one shard list given as file:// URLs and as plain paths.
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/location.hpp>
 #include <conveyor/file/index.hpp>
@@ -10,12 +12,15 @@
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
 #include <conveyor/shard/writer.hpp>
+#include <conveyor/store/context.hpp>
 #include <conveyor/store/file.hpp>
+#include <conveyor/store/http.hpp>
 #include <conveyor/store/open.hpp>
 
 #include "support.hpp"
 
 #include "../support/common.hpp"
+#include "../support/http_server.hpp"
 
 #include <doctest/doctest.h>
 
@@ -67,10 +72,10 @@ TEST_CASE("each kind of location has its store, local ones near and the others r
     CHECK(dynamic_cast<const cv::store::file_store*>(cv::store::open_store(cv::location("file:///d/a")).get()) != nullptr);
     // S3 needs a client, and the message says where to give one.
     try {
-        (void)cv::store::open_store(cv::location("s3://b/a.tar"), {.s3_setting = "source_options::s3"});
+        (void)cv::store::open_store(cv::location("s3://b/a.tar"));
         FAIL("an s3:// store was opened without a client");
     } catch (const cv::error& e) {
-        CHECK(std::string(e.what()).find("needs an S3 client (source_options::s3)") != std::string::npos);
+        CHECK(std::string(e.what()).find("needs an S3 client: give one in the options of what reads it (their `s3`) or in its store context (`store_options::s3`)") != std::string::npos);
         CHECK(e.where() == "s3://b/a.tar");
     }
 }
@@ -217,4 +222,63 @@ TEST_CASE("a shard list gives the same samples as file:// URLs and as plain path
     CHECK(file_url == plain);
     CHECK(file_upper == plain);
     CHECK(listed == plain);
+}
+
+TEST_CASE("a store context makes one store per kind, and its web store one client per server whose connection serves every read")
+{
+    namespace bhttp = boost::beast::http;
+    const std::string data = "0123456789abcdefghij";
+    // Whole reads of /r<i> and ranged reads ("bytes=a-b") of /shard, on keep-alive connections.
+    conveyor_test::test_server server([&](conveyor_test::peer& p, const bhttp::request<bhttp::string_body>& req,
+                                          std::size_t) -> asio::awaitable<bool> {
+        std::string body = std::string(req.target()), status = "200 OK", extra;
+        if (req.target() == "/shard") {
+            const std::string range(req[bhttp::field::range]);
+            body = data;
+            if (range.starts_with("bytes=")) {
+                const auto dash = range.find('-');
+                const std::size_t a = std::stoull(range.substr(6, dash - 6));
+                const std::size_t b = dash + 1 < range.size() ? std::stoull(range.substr(dash + 1)) : data.size() - 1;
+                body = data.substr(a, b - a + 1);
+                status = "206 Partial Content";
+                extra = "Content-Range: bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" + std::to_string(data.size()) + "\r\n";
+            }
+        }
+        co_return co_await p.write("HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + extra + "\r\n" + body);
+    });
+    cv::runtime rt({.io_threads = 1, .compute_threads = 1});
+    const auto ctx = cv::store::make_context({.rt = &rt});
+    const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+    const auto st = ctx->store_for(cv::location(base + "/r0"));
+    CHECK(st == ctx->store_for(cv::location(base + "/r1"))); // one store per kind
+    CHECK(st != ctx->store_for(cv::location("/local/file")));
+    const auto* web = dynamic_cast<const cv::store::http_store*>(st.get());
+    REQUIRE(web != nullptr);
+    CHECK(web->client_for(cv::location(base + "/a")) == web->client_for(cv::location(base + "/b?x=1")));
+    CHECK(web->client_for(cv::location(base + "/a")) != web->client_for(cv::location("http://localhost:" + std::to_string(server.port()) + "/a")));
+    for (int i = 0; i < 5; ++i) {
+        const cv::slice got = st->read(cv::location(base + "/r" + std::to_string(i)));
+        CHECK(std::string(reinterpret_cast<const char*>(got.data()), got.size()) == "/r" + std::to_string(i));
+    }
+    // A dataset's many small reads of one shard: ranged reads on the same connection.
+    const auto object = asio::co_spawn(rt.io_executor(0), st->async_open(cv::location(base + "/shard")), asio::use_future).get();
+    for (std::uint64_t at : {0u, 7u, 15u}) {
+        const cv::slice got = asio::co_spawn(rt.io_executor(0), object->async_read(at, 3), asio::use_future).get();
+        CHECK(std::string(reinterpret_cast<const char*>(got.data()), got.size()) == data.substr(at, 3));
+    }
+    CHECK(server.requests() == 8);
+    CHECK(server.accepts() == 1);
+}
+
+TEST_CASE("https shards are read with the source's web client settings: a CA file that cannot be used fails the run, naming it")
+{
+    cv::runtime rt({.io_threads = 1, .compute_threads = 1});
+    auto p = cv::shard::shards(std::vector<cv::shard::shard_ref>{{"https://127.0.0.1:9/a.tar", -1, -1}},
+                               {.share = cv::split{}, .http = {.ca_file = "/nonexistent/ca.pem"}});
+    try {
+        for (const auto& s : p.on(rt)) (void)s;
+        FAIL("the run read a shard with TLS settings it cannot use");
+    } catch (const cv::error& e) {
+        CHECK(std::string(e.what()).find("/nonexistent/ca.pem") != std::string::npos);
+    }
 }

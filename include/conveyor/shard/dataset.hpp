@@ -6,6 +6,7 @@
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/s3/client.hpp>
+#include <conveyor/store/context.hpp>
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/sample.hpp>
 #include <conveyor/shard/tar_options.hpp>
@@ -29,6 +30,12 @@ struct dataset_state;
 struct dataset_options {
     /// The client for `s3://` shards and an `s3://` index.
     std::optional<s3::client> s3;
+    /// Settings of the web clients for `http(s)://` shards and indexes (TLS, timeouts).
+    http::client_options http{};
+    /** The store context every read goes through, shared with other readers. Null: the
+        dataset makes one of `s3` and `http` on its runtime. When given, `s3` and `http`
+        are not used. */
+    std::shared_ptr<const store::context> store;
     /// Tar rules and limits, as for the shard source.
     tar_options tar{};
     /// Shards kept open at once (each read opens its shard when it is not): a local one
@@ -42,8 +49,8 @@ struct dataset_options {
     writer wrote (`examples/make_shards --index`): `async_get(i)` (or the blocking `get(i)`)
     reads sample `i` — numbered across the shards in index order — with one ranged read of
     its shard: `pread` through the I/O lane's io_uring ring for a local shard, a ranged GET
-    for an `s3://` one or an `http(s)://` one (the latter on a connection of its own per
-    read: not pooled yet). Only that sample's bytes are read; its members are parsed as the
+    for an `s3://` one or an `http(s)://` one (on its server's pooled keep-alive
+    connections). Only that sample's bytes are read; its members are parsed as the
     shard reader parses them, so the sample is the one the stream would give, with its
     offsets. Calls may overlap freely (many in flight is the point).
     A sample whose bytes do not hold what the index says (the shard was rewritten since)

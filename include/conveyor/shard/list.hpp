@@ -8,6 +8,7 @@
 #include <conveyor/shard/index.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,10 @@
 namespace conveyor::s3 {
 class client;
 } // namespace conveyor::s3
+
+namespace conveyor::store {
+class context;
+} // namespace conveyor::store
 
 namespace conveyor::shard {
 
@@ -59,11 +64,18 @@ CONVEYOR_DECL bool compressed_by_name(std::string_view url) noexcept;
 CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3 = nullptr,
                                        std::uint64_t max_bytes = conveyor::detail::default_max_index_bytes);
 
+/// `load_index` read through the stores of `stores` (its S3 client, web client settings, cache).
+CONVEYOR_DECL dataset_index load_index(const std::string& url, const store::context& stores,
+                                       std::uint64_t max_bytes = conveyor::detail::default_max_index_bytes);
+
 /// Settings for resolving shard lists.
 struct list_options {
     /// The client for `s3://` prefix listings and `s3://` index files (null: such specs
     /// fail with a message saying a client is needed).
     const s3::client* s3 = nullptr;
+    /// The store context index reads and prefix listings go through (its S3 client and web
+    /// client settings); when given, `s3` is not used.
+    std::shared_ptr<const store::context> store;
     /// Names of a prefix listing (S3 keys, files under a folder) that count as shards.
     std::vector<std::string> suffixes{".tar", ".tar.gz", ".tgz"};
     /// The largest dataset index read (see `load_index`).

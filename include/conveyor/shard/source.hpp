@@ -13,7 +13,7 @@
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/sample.hpp>
 #include <conveyor/shard/tar_options.hpp>
-#include <conveyor/store/store.hpp>
+#include <conveyor/store/context.hpp>
 
 #include <memory>
 #include <optional>
@@ -53,9 +53,17 @@ struct source_options {
     std::size_t capacity = 256;
     /// The client for `s3://` shards (a `client` is a cheap handle; copies share it).
     std::optional<s3::client> s3;
+    /// Settings of the web clients for `http(s)://` shards and indexes: TLS (CA file or
+    /// folder, verification), timeouts, connections per server.
+    http::client_options http{};
     /// A node-local cache for remote shards (`store::cached_store`): the first epoch writes
     /// each shard to it as it is read, later epochs (and other processes) read it from there.
     std::optional<store::cache_options> cache;
+    /** The store context every read of the source goes through, shared with other sources
+        (its S3 client, web clients and cache; its runtime serves local and web reads).
+        Null: each run makes one of `s3`, `http` and `cache` on the run's runtime. When
+        given, `s3`, `http` and `cache` are not used (set them in the context). */
+    std::shared_ptr<const store::context> store;
     /** Where the run records how far it got, and where a restart resumes from. At the start
         of a run: when it holds a state for the run's epoch (restored with
         `progress::from_json`, or merged from all ranks with `progress::merge`), the run

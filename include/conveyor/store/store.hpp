@@ -1,6 +1,6 @@
 // conveyor/store/store.hpp — the one interface to where data lives: read whole, read a
 // range, stream chunks, list, write. A location (core/location.hpp) says which store
-// serves it; store/open.hpp maps one to the other.
+// serves it; a store context (store/context.hpp) maps one to the other.
 #ifndef CONVEYOR_STORE_STORE_HPP
 #define CONVEYOR_STORE_STORE_HPP
 
@@ -9,8 +9,6 @@
 #include <conveyor/core/runtime.hpp>
 #include <conveyor/core/slice.hpp>
 #include <conveyor/detail/config.hpp>
-#include <conveyor/http/options.hpp>
-#include <conveyor/s3/client.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -45,24 +43,6 @@ struct cache_options {
 struct object_version {
     std::string etag;       ///< the ETag as the store sent it (quotes included); empty: unknown
     std::int64_t size = -1; ///< bytes, or -1 when unknown
-};
-
-/// What the stores need besides a location: the clients and settings of each kind.
-struct store_options {
-    /// The runtime whose I/O threads serve local and web reads (S3 reads are served by the
-    /// client's). Null: `runtime::shared()`, made when a read first needs it.
-    runtime* rt = nullptr;
-    /// The client for `s3://` locations (a cheap handle; copies share it). None: opening
-    /// the store of an `s3://` location fails, saying where to give one.
-    std::optional<s3::client> s3;
-    /// Where the caller's users set `s3`, named in that message (e.g.
-    /// "source_options::s3").
-    std::string s3_setting = "store_options::s3";
-    /// Settings of the web client made for each `http(s)://` read.
-    http::client_options http{};
-    /** A node-local cache for remote locations: with it, `open_store` wraps the store of an
-        `s3://` or `http(s)://` location in a `cached_store` (`store/cache.hpp`). */
-    std::optional<cache_options> cache;
 };
 
 /// One object found by `store::list`.

@@ -9,7 +9,7 @@
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/error.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/store/open.hpp>
+#include <conveyor/store/context.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_future.hpp>
@@ -105,20 +105,15 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
     s_->rt = &rt;
     s_->o = std::move(o);
     s_->first.push_back(0);
-    store::store_options so;
-    so.rt = &rt;
-    so.s3 = s_->o.s3;
-    so.s3_setting = "dataset_options::s3";
     // One store per kind of location, shared by the shards of that kind.
-    std::map<location_kind, std::shared_ptr<const store::store>> by_kind;
+    const std::shared_ptr<const store::context> stores =
+        s_->o.store ? s_->o.store : store::make_context({.rt = &rt, .s3 = s_->o.s3, .http = s_->o.http});
     for (const auto& sh : index.shards) {
         location where(detail::beside(base, sh.url));
         if (detail::compressed_by_name(where.url()))
             throw error(make_error_code(conveyor::errc::invalid_argument),
                         {.stage = "shard dataset", .where = where.printable(), .detail = "a compressed shard cannot be read at an offset: random access needs uncompressed shards"});
-        auto& st = by_kind[where.kind()];
-        if (!st) st = store::open_store(where, so);
-        s_->stores.push_back(st);
+        s_->stores.push_back(stores->store_for(where));
         s_->urls.push_back(where.url());
         s_->where.push_back(std::move(where));
         s_->first.push_back(s_->first.back() + sh.entries.size());
@@ -129,7 +124,9 @@ CONVEYOR_DECL dataset::dataset(dataset_index index, std::string base, runtime& r
 CONVEYOR_DECL dataset dataset::open(const std::string& index_url, runtime& rt, dataset_options o)
 {
     const std::string url = location(index_url).url();
-    auto index = load_index(url, o.s3 ? &*o.s3 : nullptr, o.max_index_bytes);
+    const std::shared_ptr<const store::context> stores = o.store ? o.store : store::make_context({.rt = &rt, .s3 = o.s3, .http = o.http});
+    auto index = load_index(url, *stores, o.max_index_bytes);
+    if (!o.store) o.store = stores; // the dataset's reads share the index's web clients
     return dataset(std::move(index), detail::folder_of(url), rt, std::move(o));
 }
 

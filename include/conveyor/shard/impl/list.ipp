@@ -8,7 +8,7 @@
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/index.hpp>
 #include <conveyor/shard/list.hpp>
-#include <conveyor/store/open.hpp>
+#include <conveyor/store/context.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -185,11 +185,15 @@ CONVEYOR_DECL bool detail::compressed_by_name(std::string_view url) noexcept
 
 CONVEYOR_DECL dataset_index load_index(const std::string& url, const s3::client* s3, std::uint64_t max_bytes)
 {
-    const location where(url);
     store::store_options so;
     if (s3) so.s3 = *s3;
-    so.s3_setting = "list_options::s3, dataset_options::s3";
-    const slice text = store::open_store(where, so)->read_small(where, max_bytes, "list_options::max_index_bytes, dataset_options::max_index_bytes");
+    return load_index(url, store::context(std::move(so)), max_bytes);
+}
+
+CONVEYOR_DECL dataset_index load_index(const std::string& url, const store::context& stores, std::uint64_t max_bytes)
+{
+    const location where(url);
+    const slice text = stores.store_for(where)->read_small(where, max_bytes, "list_options::max_index_bytes, dataset_options::max_index_bytes");
     return parse_index(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), url);
 }
 
@@ -215,6 +219,12 @@ CONVEYOR_DECL bool names_s3(const std::vector<std::string>& specs)
 
 CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& specs, const list_options& o)
 {
+    std::shared_ptr<const store::context> stores = o.store;
+    if (!stores) {
+        store::store_options so;
+        if (o.s3) so.s3 = *o.s3;
+        stores = store::make_context(std::move(so));
+    }
     std::vector<shard_ref> out;
     for (const auto& whole : specs) {
         std::string_view rest = whole;
@@ -224,7 +234,7 @@ CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& spe
             if (spec.empty()) detail::bad_spec(whole, "an empty shard list");
             if (spec.ends_with(".json")) {
                 const std::string url = location(spec).url();
-                const auto index = load_index(url, o.s3, o.max_index_bytes);
+                const auto index = load_index(url, *stores, o.max_index_bytes);
                 const std::string base = detail::folder_of(url);
                 for (const auto& s : index.shards) {
                     shard_ref r;
@@ -235,10 +245,7 @@ CONVEYOR_DECL std::vector<shard_ref> resolve(const std::vector<std::string>& spe
                 }
             } else if (spec.ends_with('/')) {
                 const location prefix(spec);
-                store::store_options so;
-                if (o.s3) so.s3 = *o.s3;
-                so.s3_setting = "list_options::s3";
-                const auto objects = store::open_store(prefix, so)->list(prefix);
+                const auto objects = stores->store_for(prefix)->list(prefix);
                 std::size_t found = 0;
                 for (const auto& obj : objects) {
                     if (!detail::ends_with_any(obj.url, o.suffixes)) continue;

@@ -9,7 +9,7 @@
 #include <conveyor/core/location.hpp>
 #include <conveyor/shard/detail/sample_reader.hpp>
 #include <conveyor/shard/source.hpp>
-#include <conveyor/store/open.hpp>
+#include <conveyor/store/context.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -26,6 +26,7 @@ struct shards_run {
     source_options o;
     split share;
     std::uint64_t epoch = 0;
+    std::shared_ptr<const store::context> stores; // what every shard of the run is read through
     std::vector<work_piece> pieces; // this slot's share, in order (not used when resampled)
 };
 
@@ -55,7 +56,8 @@ struct shard_reader {
         const bool from_start = compressed_by_name(ref.url) || piece.offset == 0;
         chunk_options co = lane.chunks(st->o.chunks);
         co.offset = from_start ? 0 : piece.offset;
-        return sample_reader(store::open_chunks(*rt, location(ref.url), co, {.s3 = st->o.s3, .s3_setting = "source_options::s3", .cache = st->o.cache}),
+        const location where(ref.url);
+        return sample_reader(st->stores->store_for(where)->read_chunks(where, co),
                              {.tar = st->o.tar,
                               .shard = piece.shard,
                               .first_index = from_start ? 0 : piece.first,
@@ -115,6 +117,7 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
         st->o = o;
         st->share = share;
         st->epoch = ctx->epoch();
+        st->stores = o.store ? o.store : store::make_context({.rt = &ctx->rt(), .s3 = o.s3, .http = o.http, .cache = o.cache});
         std::size_t lanes = o.shards_in_flight;
         try {
             if (!o.resampled) {
@@ -150,7 +153,7 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
 CONVEYOR_DECL pipeline<sample> shards(std::string_view spec, source_options o)
 {
     list_options lo;
-    if (o.s3) lo.s3 = &*o.s3;
+    lo.store = o.store ? o.store : store::make_context({.s3 = o.s3, .http = o.http});
     return shards(resolve(spec, lo), std::move(o));
 }
 

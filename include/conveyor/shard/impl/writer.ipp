@@ -164,7 +164,6 @@ CONVEYOR_DECL void writer::start_shard()
     const location where(format_shard_name(opts_.pattern, next_shard_));
     store::store_options so;
     if (s3_) so.s3 = *s3_;
-    so.s3_setting = "the writer's s3::client";
     sink_ = store::open_store(where, so)->open_writer(
         where, {.content_type = opts_.content_type, .fsync = opts_.fsync, .write_buffer = opts_.write_buffer});
     ++next_shard_;

@@ -4,6 +4,8 @@
 
 #include <conveyor/core/error.hpp>
 #include <conveyor/http/chunks.hpp>
+#include <conveyor/http/client.hpp>
+#include <conveyor/http/endpoint.hpp>
 #include <conveyor/store/http.hpp>
 
 #include <algorithm>
@@ -40,22 +42,25 @@ inline asio::awaitable<slice> gather(runtime& rt, std::unique_ptr<chunk_reader> 
     co_return slice(std::move(all));
 }
 
-/// A web resource named for ranged reads (each one a ranged GET on a client of its own).
+/// A web resource named for ranged reads (each one a ranged GET on its server's client).
 class http_object final : public ranged_object {
 public:
-    http_object(runtime& rt, location where, http::client_options o) : rt_(rt), where_(std::move(where)), o_(std::move(o)) {}
+    http_object(runtime& rt, std::shared_ptr<http::client> c, std::string target)
+        : rt_(rt), c_(std::move(c)), target_(std::move(target))
+    {
+    }
     asio::awaitable<slice> async_read(std::uint64_t offset, std::uint64_t length) const override
     {
         if (length == 0) co_return slice{};
         // One ranged GET, its body in one chunk.
         chunk_options co{.chunk_size = static_cast<std::size_t>(length), .chunks_in_flight = 1, .offset = offset, .length = length};
-        co_return co_await gather(rt_, http::read_chunks(rt_, where_, co, o_));
+        co_return co_await gather(rt_, http::read_chunks(c_, target_, co));
     }
 
 private:
     runtime& rt_;
-    location where_;
-    http::client_options o_;
+    std::shared_ptr<http::client> c_;
+    std::string target_;
 };
 
 } // namespace detail
@@ -65,19 +70,29 @@ CONVEYOR_DECL runtime& http_store::rt() const
     return rt_ ? *rt_ : runtime::shared();
 }
 
+CONVEYOR_DECL std::shared_ptr<http::client> http_store::client_for(const location& where) const
+{
+    const http::endpoint ep = http::endpoint_of(where); // refuses what cannot connect (user-info)
+    const std::string key = (ep.tls ? "https://" : "http://") + ep.host + ":" + std::to_string(ep.port);
+    std::lock_guard lk(mu_);
+    auto& c = clients_[key];
+    if (!c) c = std::make_shared<http::client>(rt(), ep, o_);
+    return c;
+}
+
 CONVEYOR_DECL asio::awaitable<slice> http_store::async_read(location where) const
 {
-    co_return co_await detail::gather(rt(), http::read_chunks(rt(), where, {}, o_));
+    co_return co_await detail::gather(rt(), read_chunks(where, {}));
 }
 
 CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> http_store::async_open(location where) const
 {
-    co_return std::make_shared<detail::http_object>(rt(), std::move(where), o_);
+    co_return std::make_shared<detail::http_object>(rt(), client_for(where), where.target());
 }
 
 CONVEYOR_DECL std::unique_ptr<chunk_reader> http_store::read_chunks(const location& where, const chunk_options& o) const
 {
-    return http::read_chunks(rt(), where, o, o_);
+    return http::read_chunks(client_for(where), where.target(), o);
 }
 
 CONVEYOR_DECL std::vector<listed_object> http_store::list(const location& where) const

@@ -1,72 +1,16 @@
-// conveyor/store/impl/open.ipp — the one place that maps a location to its store. Adding a
-// store: its file beside file.hpp, and one line in `kinds` below.
+// conveyor/store/impl/open.ipp — one-off stores: a context of their own (context.ipp maps
+// locations to stores).
 #ifndef CONVEYOR_STORE_IMPL_OPEN_IPP
 #define CONVEYOR_STORE_IMPL_OPEN_IPP
 
-#include <conveyor/core/error.hpp>
-#include <conveyor/store/cache.hpp>
-#include <conveyor/store/file.hpp>
-#include <conveyor/store/http.hpp>
+#include <conveyor/store/context.hpp>
 #include <conveyor/store/open.hpp>
-#include <conveyor/store/s3.hpp>
-
-#include <system_error>
 
 namespace conveyor::store {
-namespace detail {
-
-/// How one kind of location is served.
-struct kind_entry {
-    location_kind kind;
-    bool remote;
-    std::shared_ptr<const store> (*make)(const location& where, const store_options& o);
-};
-
-inline std::shared_ptr<const store> make_file(const location&, const store_options& o)
-{
-    return std::make_shared<file_store>(o.rt);
-}
-
-inline std::shared_ptr<const store> make_s3(const location& where, const store_options& o)
-{
-    if (!o.s3)
-        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
-                              {.stage = "store", .where = where.printable(),
-                               .detail = "reading or writing s3:// locations needs an S3 client (" + o.s3_setting + ")"});
-    return std::make_shared<s3_store>(*o.s3);
-}
-
-inline std::shared_ptr<const store> make_http(const location&, const store_options& o)
-{
-    return std::make_shared<http_store>(o.rt, o.http);
-}
-
-inline constexpr kind_entry kinds[] = {
-    {location_kind::local, false, &make_file},
-    {location_kind::s3, true, &make_s3},
-    {location_kind::http, true, &make_http},
-};
-
-inline const kind_entry& entry_of(location_kind k) noexcept
-{
-    for (const auto& e : kinds)
-        if (e.kind == k) return e;
-    return kinds[0]; // unreachable: every kind has its entry
-}
-
-} // namespace detail
 
 CONVEYOR_DECL std::shared_ptr<const store> open_store(const location& where, const store_options& o)
 {
-    const auto& e = detail::entry_of(where.kind());
-    auto st = e.make(where, o);
-    if (o.cache && e.remote) return std::make_shared<cached_store>(std::move(st), *o.cache);
-    return st;
-}
-
-CONVEYOR_DECL bool is_remote(const location& where) noexcept
-{
-    return detail::entry_of(where.kind()).remote;
+    return context(o).store_for(where);
 }
 
 CONVEYOR_DECL std::unique_ptr<chunk_reader> open_chunks(runtime& rt, const location& where, const chunk_options& co, store_options o)

@@ -8,6 +8,7 @@
 #endif
 
 #include <conveyor/store/impl/cache.ipp>
+#include <conveyor/store/impl/context.ipp>
 #include <conveyor/store/impl/file.ipp>
 #include <conveyor/store/impl/http.ipp>
 #include <conveyor/store/impl/open.ipp>
