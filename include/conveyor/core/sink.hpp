@@ -17,6 +17,8 @@
 
 namespace conveyor {
 
+namespace asio = boost::asio;
+
 namespace detail {
 /// Builds the public handles (`sink`, `stream`, `range`) on a channel, and hands the
 /// library's own stages the channel behind one (room, closing, failing).
