@@ -260,7 +260,7 @@ cv::pipeline<cv::blob> memory_source(std::shared_ptr<const jpeg_set> set, std::s
         [set, passes](const std::shared_ptr<cv::run_context>& ctx) {
             return cv::make_stream<cv::blob>(
                 ctx, "memory", cv::default_stream_capacity,
-                [set, passes, ctx = ctx.get()](cv::detail::channel<cv::blob>& out) -> asio::awaitable<void> {
+                [set, passes, ctx = ctx.get()](cv::sink<cv::blob>& out) -> asio::awaitable<void> {
                     std::uint64_t i = 0;
                     for (std::size_t p = 0; p < passes; ++p)
                         for (const auto& j : *set) {

@@ -76,7 +76,7 @@ std::int64_t drain_on_lane(Pipeline& p)
     auto ctx = std::make_shared<cv::run_context>(p.rt(), 0);
     p.rt().attach(ctx);
     cv::stream<T> s = p.build(ctx);
-    ctx->set_sink(s.channel());
+    cv::detail::set_sink(*ctx, cv::detail::channel_of(s));
     std::promise<std::int64_t> done;
     auto result = done.get_future();
     auto consumer = [](cv::stream<T> s) -> asio::awaitable<std::int64_t> {

@@ -13,10 +13,14 @@
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
+#include <conveyor/core/range.hpp>
+#include <conveyor/core/run_context.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/sink.hpp>
 #include <conveyor/core/slice.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/core/stages.hpp>
+#include <conveyor/core/stream.hpp>
 #if CONVEYOR_WITH_CUDA
 #include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/decode.hpp>

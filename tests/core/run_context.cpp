@@ -29,9 +29,9 @@ TEST_CASE("a run records its first failure with context, hands it to the sink an
     rt.attach(ctx);
     CHECK(ctx->epoch() == 3);
     CHECK(&ctx->rt() == &rt);
-    auto sink = ctx->make_channel<int>(4);
-    auto inner = ctx->make_channel<int>(4);
-    ctx->set_sink(sink);
+    auto sink = cv::detail::make_channel<int>(*ctx, 4);
+    auto inner = cv::detail::make_channel<int>(*ctx, 4);
+    cv::detail::set_sink(*ctx, sink);
     CHECK_FALSE(ctx->stopping());
     CHECK_FALSE(ctx->failure());
     ctx->fail(std::make_exception_ptr(std::runtime_error("first")), "stage-a", "key-a");
@@ -43,7 +43,7 @@ TEST_CASE("a run records its first failure with context, hands it to the sink an
     CHECK(sink->receiver_gone());  // failed: senders stop; its receiver still gets the error
     std::vector<int> v;
     CHECK_THROWS_WITH(sink->receive_some_blocking(v, 1), "conveyor: stage 'stage-a': item 'key-a': first");
-    CHECK(ctx->make_channel<int>(2)->receiver_gone()); // channels made after the stop start cancelled
+    CHECK(cv::detail::make_channel<int>(*ctx, 2)->receiver_gone()); // channels made after the stop start cancelled
 }
 
 TEST_CASE("a task's exception fails the run, naming its stage")
@@ -66,7 +66,7 @@ TEST_CASE("wait_idle waits until every task of the run has finished")
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
     auto ctx = std::make_shared<cv::run_context>(rt, 0);
     rt.attach(ctx);
-    auto ch = ctx->make_channel<int>(1);
+    auto ch = cv::detail::make_channel<int>(*ctx, 1);
     ctx->spawn([](std::shared_ptr<cv::detail::channel<int>> ch) -> asio::awaitable<void> { (void)co_await ch->receive(); }(ch),
                "waiter");
     std::atomic<bool> idle{false};
@@ -96,7 +96,7 @@ TEST_CASE("once wait_idle returns, no finished task holds the run any more")
     for (int round = 0; round < 300; ++round) {
         auto ctx = std::make_shared<cv::run_context>(rt, 0);
         rt.attach(ctx);
-        auto ch = ctx->make_channel<int>(1);
+        auto ch = cv::detail::make_channel<int>(*ctx, 1);
         for (std::size_t lane = 0; lane < 2; ++lane)
             ctx->spawn(rt.io_executor(lane),
                        [](std::shared_ptr<cv::detail::channel<int>> ch) -> asio::awaitable<void> { (void)co_await ch->receive(); }(ch),
@@ -190,7 +190,7 @@ TEST_CASE("the first failure of a run wins, even when a second comes while the f
     cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 1});
     auto ctx = std::make_shared<cv::run_context>(rt, 0);
     auto sink = std::make_shared<gated_sink>();
-    ctx->set_sink(sink);
+    cv::detail::set_sink(*ctx, sink);
     std::thread first([&] { ctx->fail(std::make_exception_ptr(std::runtime_error("first")), "one"); });
     sink->wait_first_inside(); // the first failure is recorded and being handed to the sink
     ctx->fail(std::make_exception_ptr(std::runtime_error("second")), "two");
@@ -248,7 +248,7 @@ TEST_CASE("a stage's on_cancel hook interrupts its pending operation when the ra
     auto p = cv::pipeline<int>([waiting, interrupted](const std::shared_ptr<cv::run_context>& ctx) {
                  return cv::make_stream<int>(
                      ctx, "waiter", 4,
-                     [ctx = ctx.get(), waiting, interrupted](cv::detail::channel<int>& out) -> asio::awaitable<void> {
+                     [ctx = ctx.get(), waiting, interrupted](cv::sink<int>& out) -> asio::awaitable<void> {
                          auto ex = co_await asio::this_coro::executor;
                          auto t = std::make_shared<asio::steady_timer>(ex, 1h);
                          const auto id = ctx->on_cancel(ex, [t] { t->cancel(); });

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -74,6 +75,39 @@ std::size_t example_keyed_source(conveyor::runtime& rt)
         });
     std::size_t n = 0;
     for (auto& r : rows.on(rt)) n += !r.key.empty();
+    return n;
+}
+
+/// Lines of a text blob (core/sink.hpp's example).
+std::vector<std::string> split_lines(const conveyor::blob& b)
+{
+    std::vector<std::string> lines;
+    std::string line;
+    for (const std::byte c : b.data.span()) {
+        if (c == std::byte{'\n'}) lines.push_back(std::exchange(line, {}));
+        else line.push_back(static_cast<char>(c));
+    }
+    if (!line.empty()) lines.push_back(std::move(line));
+    return lines;
+}
+
+// core/sink.hpp: a stage of one's own, sending to its sink
+std::size_t example_sink(conveyor::runtime& rt, const std::filesystem::path& root)
+{
+    // A stage that sends each line of each text blob as an item of its own.
+    auto lines = [](const std::shared_ptr<conveyor::run_context>& ctx, conveyor::stream<conveyor::blob> in) {
+        return conveyor::make_stream<std::string>(ctx, "lines", conveyor::default_stream_capacity,
+            [in](conveyor::sink<std::string>& out) mutable -> asio::awaitable<void> {
+                while (auto b = co_await in.async_next())
+                    for (auto& line : split_lines(*b))
+                        if (!co_await out.send(std::move(line))) {
+                            in.close(); // upstream stops too
+                            co_return;
+                        }
+            });
+    };
+    std::size_t n = 0;
+    for (auto& line : (conveyor::file::files(conveyor::file::walk(root)) | lines).on(rt)) n += !line.empty();
     return n;
 }
 
@@ -297,6 +331,10 @@ TEST_CASE("the headers' examples compile, and those on local files run")
     SUBCASE("keyed_source over a stub store delivers every key")
     {
         CHECK(example_keyed_source(rt) == 3);
+    }
+    SUBCASE("a stage of one's own sends to its sink")
+    {
+        CHECK(example_sink(rt, s.dir) > 0); // the images' bytes, cut at newline bytes
     }
     SUBCASE("files | map reads every file of a walk")
     {

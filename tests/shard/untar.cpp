@@ -59,7 +59,7 @@ std::vector<shard::sample> stream_samples(conveyor::runtime* rt, const std::stri
 conveyor::pipeline<conveyor::blob> blobs(std::vector<std::pair<std::string, std::string>> shards)
 {
     return conveyor::pipeline<conveyor::blob>([shards](const std::shared_ptr<conveyor::run_context>& ctx) {
-        return conveyor::make_stream<conveyor::blob>(ctx, "blobs", 4, [shards](conveyor::detail::channel<conveyor::blob>& out) -> asio::awaitable<void> {
+        return conveyor::make_stream<conveyor::blob>(ctx, "blobs", 4, [shards](conveyor::sink<conveyor::blob>& out) -> asio::awaitable<void> {
             std::uint64_t i = 0;
             for (const auto& [name, bytes] : shards) {
                 conveyor::blob b{.key = name, .data = conveyor::buffer::copy_of(bytes), .origin = "/data/" + name, .index = i++};

@@ -144,7 +144,7 @@ public:
     {
         std::lock_guard lk(s_->mu);
         s_->ctx = ctx;
-        s_->out = in.channel();
+        s_->out = conveyor::detail::channel_of(in);
         return in;
     }
     std::shared_ptr<conveyor::run_context> run() const

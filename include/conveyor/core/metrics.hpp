@@ -231,7 +231,7 @@ private:
 
 /** What a source reports beyond what every stage counts: requests in flight, retries and
     the latency of each request. `keyed_source` (and so the file and S3 sources) keeps one
-    for itself; a source of another kind gets one from `run_context::source_metrics_of`.
+    for itself; a source of another kind gets one from `run_context::source_metrics_of(sink)`.
 
     @par Thread Safety
     Safe.

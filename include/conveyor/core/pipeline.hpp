@@ -113,10 +113,10 @@ public:
         pipeline<U> r(
             [b = std::move(p.build_), s = std::move(s)](const std::shared_ptr<run_context>& ctx) {
                 stream<T> in = b(ctx);
-                std::shared_ptr<detail::channel_base> in_ch = in.channel();
-                ctx->link_stage(nullptr, in_ch); // a source that registered nothing itself
+                std::shared_ptr<detail::channel_base> in_ch = detail::channel_of(in);
+                detail::link_stage(*ctx, nullptr, in_ch); // a source that registered nothing itself
                 stream<U> out = s(ctx, std::move(in));
-                ctx->link_stage(in_ch, out.channel());
+                detail::link_stage(*ctx, in_ch, detail::channel_of(out));
                 return out;
             },
             p.rt_);
@@ -161,11 +161,12 @@ range<T> pipeline<T>::run(std::uint64_t epoch)
     auto ctx = std::make_shared<run_context>(r, epoch);
     r.attach(ctx);
     stream<T> out = build_(ctx);
-    ctx->link_stage(nullptr, out.channel()); // a source alone that registered nothing itself
-    ctx->set_sink(out.channel());
-    if (auto e = ctx->failure()) out.channel()->fail(e); // failed while starting
+    const auto& ch = detail::channel_of(out);
+    detail::link_stage(*ctx, nullptr, ch); // a source alone that registered nothing itself
+    detail::set_sink(*ctx, ch);
+    if (auto e = ctx->failure()) ch->fail(e); // failed while starting
     if (on_stats_ && *on_stats_) ctx->start_stats(stats_every_, *on_stats_);
-    return range<T>(ctx, out.channel());
+    return detail::range_of(ctx, ch);
 }
 
 /// The iterator of a pipeline-owned run (see `pipeline::begin`).
@@ -232,7 +233,7 @@ auto from_range(R&& items)
     auto data = std::make_shared<const std::vector<T>>(std::ranges::begin(items), std::ranges::end(items));
     return pipeline<T>([data](const std::shared_ptr<run_context>& ctx) {
         return make_stream<T>(ctx, "from_range", default_stream_capacity,
-                              [data](detail::channel<T>& out) -> asio::awaitable<void> {
+                              [data](sink<T>& out) -> asio::awaitable<void> {
                                   std::vector<T> chunk;
                                   for (std::size_t i = 0; i < data->size();) {
                                       const std::size_t n = std::min<std::size_t>(64, data->size() - i);
@@ -251,7 +252,7 @@ auto generate(std::uint64_t count, F f)
     using T = std::invoke_result_t<F&, std::uint64_t>;
     return pipeline<T>([count, f](const std::shared_ptr<run_context>& ctx) {
         return make_stream<T>(ctx, "generate", default_stream_capacity,
-                              [count, f](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                              [count, f](sink<T>& out) mutable -> asio::awaitable<void> {
                                   std::vector<T> chunk;
                                   for (std::uint64_t i = 0; i < count;) {
                                       for (std::size_t k = 0; k < 64 && i < count; ++k) chunk.push_back(f(i++));

@@ -6,6 +6,7 @@
 #include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/core/run_context.hpp>
+#include <conveyor/core/sink.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -62,10 +63,6 @@ public:
         range* r_ = nullptr;
     };
 
-    range(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> sink)
-        : ctx_(std::move(ctx)), sink_(std::move(sink)), stats_ctx_(ctx_)
-    {
-    }
     range(range&& o) noexcept
         : ctx_(std::move(o.ctx_)), sink_(std::move(o.sink_)), buffered_(std::move(o.buffered_)),
           current_(std::move(o.current_)), started_(o.started_), moved_from_(std::exchange(o.moved_from_, true)),
@@ -183,6 +180,12 @@ public:
     }
 
 private:
+    friend struct detail::access; // pipeline::run makes ranges (detail::range_of)
+    range(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> ch)
+        : ctx_(std::move(ctx)), sink_(std::move(ch)), stats_ctx_(ctx_)
+    {
+    }
+
     // How many items the consumer takes from the channel per lock at most: enough that a
     // fast pipeline is not slowed by per-item locking and wake-ups; taken items leave the
     // channel, so at most this many more than its capacity are held.
@@ -259,6 +262,17 @@ private:
     std::unique_ptr<std::mutex> final_mu_ = std::make_unique<std::mutex>();
     std::optional<stats_snapshot> final_;
 };
+
+namespace detail {
+
+/// The range a consumer holds on run `ctx`, reading `ch` (the channel the last stage feeds).
+template <class T>
+range<T> range_of(std::shared_ptr<run_context> ctx, std::shared_ptr<channel<T>> ch)
+{
+    return access::make<range<T>>(std::move(ctx), std::move(ch));
+}
+
+} // namespace detail
 
 } // namespace conveyor
 

@@ -6,6 +6,7 @@
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/sink.hpp>
 #include <conveyor/detail/config.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -35,7 +36,11 @@
 
 namespace conveyor {
 
+class run_context;
+
 namespace detail {
+
+struct run_access;
 
 /// The key of an item, for error messages: `x.key` if it has one, else empty.
 template <class T>
@@ -98,21 +103,14 @@ public:
 
     // ---- metrics (see conveyor/core/metrics.hpp) ------------------------------------------
 
-    /** Registers `out` as the output of a stage called `name` with `workers` tasks
-        producing into it; stages are listed in the order they register, which is pipeline
-        order (a stage is built after its input). A channel registers once; later calls
-        are no-ops. `make_stream`, `keyed_source` and `map` register their outputs; `|`
-        registers any other stage's output under the name its last task was spawned with. */
-    CONVEYOR_DECL void register_stage(std::string name, std::shared_ptr<detail::channel_base> out, std::size_t workers = 1);
-
-    /** Registers `out` (if it is not yet) under the name of the last task spawned, and
-        notes that its stage reads `in` (null for a source): the time `in`'s receivers
-        wait is that stage's starved time. Called by `|` and `pipeline::run`. */
-    CONVEYOR_DECL void link_stage(const std::shared_ptr<detail::channel_base>& in, const std::shared_ptr<detail::channel_base>& out);
-
-    /** The source metrics of the stage writing `out` (created on first call): requests in
-        flight, retries, latency. For sources not built on `keyed_source`. */
-    CONVEYOR_DECL std::shared_ptr<source_metrics> source_metrics_of(const std::shared_ptr<detail::channel_base>& out);
+    /** The source metrics of the stage sending to `out` (created on first call): requests
+        in flight, retries, latency. For sources not built on `keyed_source` (which keeps
+        its own): a `make_stream` body asks with its sink. */
+    template <class T>
+    std::shared_ptr<source_metrics> source_metrics_of(const sink<T>& out)
+    {
+        return source_metrics_of(detail::channel_of(out));
+    }
 
     /** A snapshot of every registered stage and of the consumer.
         @par Thread Safety
@@ -128,20 +126,6 @@ public:
     /** Stops the periodic snapshots (after delivering the final one); no call of the
         callback starts after it returns, and one in progress has finished. Idempotent. */
     CONVEYOR_DECL void stop_stats();
-
-    /// A new channel that this run cancels when it stops.
-    template <class T>
-    std::shared_ptr<detail::channel<T>> make_channel(std::size_t capacity, std::size_t max_room = 0)
-    {
-        auto ch = std::make_shared<detail::channel<T>>(capacity, max_room);
-        std::lock_guard lk(mu_);
-        channels_.push_back(ch);
-        if (stopping_) ch->cancel();
-        return ch;
-    }
-
-    /// Marks `ch` as the channel the consumer reads: errors go there.
-    CONVEYOR_DECL void set_sink(std::shared_ptr<detail::channel_base> ch);
 
     /// Runs `task` on `ex`, tracked: its exception fails the run (naming `stage`),
     /// `wait_idle()` waits for it, and `cancel()` delivers a terminal Asio cancellation to
@@ -226,6 +210,40 @@ public:
     void orphan() noexcept { rt_.store(nullptr); }
 
 private:
+    // The plumbing between stages, for the library's own stages: reached through
+    // detail::make_channel, register_stage, link_stage, source_metrics_of and set_sink
+    // (after this class).
+    friend struct detail::run_access;
+
+    /** Registers `out` as the output of a stage called `name` with `workers` tasks
+        producing into it; stages are listed in the order they register, which is pipeline
+        order (a stage is built after its input). A channel registers once; later calls
+        are no-ops. `make_stream`, `keyed_source` and `map` register their outputs; `|`
+        registers any other stage's output under the name its last task was spawned with. */
+    CONVEYOR_DECL void register_stage(std::string name, std::shared_ptr<detail::channel_base> out, std::size_t workers = 1);
+
+    /** Registers `out` (if it is not yet) under the name of the last task spawned, and
+        notes that its stage reads `in` (null for a source): the time `in`'s receivers
+        wait is that stage's starved time. Called by `|` and `pipeline::run`. */
+    CONVEYOR_DECL void link_stage(const std::shared_ptr<detail::channel_base>& in, const std::shared_ptr<detail::channel_base>& out);
+
+    /// The source metrics of the stage writing `out` (see the public overload).
+    CONVEYOR_DECL std::shared_ptr<source_metrics> source_metrics_of(const std::shared_ptr<detail::channel_base>& out);
+
+    /// A new channel that this run cancels when it stops.
+    template <class T>
+    std::shared_ptr<detail::channel<T>> make_channel(std::size_t capacity, std::size_t max_room = 0)
+    {
+        auto ch = std::make_shared<detail::channel<T>>(capacity, max_room);
+        std::lock_guard lk(mu_);
+        channels_.push_back(ch);
+        if (stopping_) ch->cancel();
+        return ch;
+    }
+
+    /// Marks `ch` as the channel the consumer reads: errors go there.
+    CONVEYOR_DECL void set_sink(std::shared_ptr<detail::channel_base> ch);
+
     static constexpr std::uint64_t max_logged_skips = 10;
 
     CONVEYOR_DECL void log(std::string_view line);
@@ -308,6 +326,64 @@ private:
     std::vector<stage_entry> stages_; // in registration order
     std::shared_ptr<stats_ticker> ticker_;
 };
+
+namespace detail {
+
+/// Reaches the members of `run_context` that name channels (see the functions below).
+struct run_access {
+    template <class T>
+    static std::shared_ptr<channel<T>> make_channel(run_context& ctx, std::size_t capacity, std::size_t max_room)
+    {
+        return ctx.make_channel<T>(capacity, max_room);
+    }
+    static void register_stage(run_context& ctx, std::string name, std::shared_ptr<channel_base> out, std::size_t workers)
+    {
+        ctx.register_stage(std::move(name), std::move(out), workers);
+    }
+    static void link_stage(run_context& ctx, const std::shared_ptr<channel_base>& in, const std::shared_ptr<channel_base>& out)
+    {
+        ctx.link_stage(in, out);
+    }
+    static std::shared_ptr<source_metrics> source_metrics_of(run_context& ctx, const std::shared_ptr<channel_base>& out)
+    {
+        return ctx.source_metrics_of(out);
+    }
+    static void set_sink(run_context& ctx, std::shared_ptr<channel_base> ch) { ctx.set_sink(std::move(ch)); }
+};
+
+/// A new channel of run `ctx`, cancelled when the run stops; `max_room` as for `channel`.
+template <class T>
+std::shared_ptr<channel<T>> make_channel(run_context& ctx, std::size_t capacity, std::size_t max_room = 0)
+{
+    return run_access::make_channel<T>(ctx, capacity, max_room);
+}
+
+/// Registers `out` as the output of a stage called `name` with `workers` tasks (see
+/// `run_context::register_stage`).
+inline void register_stage(run_context& ctx, std::string name, std::shared_ptr<channel_base> out, std::size_t workers = 1)
+{
+    run_access::register_stage(ctx, std::move(name), std::move(out), workers);
+}
+
+/// Notes that the stage writing `out` reads `in` (see `run_context::link_stage`).
+inline void link_stage(run_context& ctx, const std::shared_ptr<channel_base>& in, const std::shared_ptr<channel_base>& out)
+{
+    run_access::link_stage(ctx, in, out);
+}
+
+/// The source metrics of the stage writing `out`.
+inline std::shared_ptr<source_metrics> source_metrics_of(run_context& ctx, const std::shared_ptr<channel_base>& out)
+{
+    return run_access::source_metrics_of(ctx, out);
+}
+
+/// Marks `ch` as the channel the consumer of run `ctx` reads: errors go there.
+inline void set_sink(run_context& ctx, std::shared_ptr<channel_base> ch)
+{
+    run_access::set_sink(ctx, std::move(ch));
+}
+
+} // namespace detail
 
 
 } // namespace conveyor

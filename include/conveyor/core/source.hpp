@@ -11,6 +11,8 @@
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/run_context.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/sink.hpp>
+#include <conveyor/core/stream.hpp>
 #include <conveyor/detail/config.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -235,7 +237,7 @@ pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings
         static_assert(keyed_reader<reader_type, T>,
                       "keyed_source: the reader must be callable with a std::uint64_t key index and return "
                       "asio::awaitable<T> or asio::awaitable<read_outcome<T>>");
-        auto out = ctx->make_channel<T>(std::max(settings.capacity, settings.concurrency));
+        auto out = detail::make_channel<T>(*ctx, std::max(settings.capacity, settings.concurrency));
         std::shared_ptr<detail::keyed_run<T, reader_type>> st;
         try {
             auto plan = plan_run(count, ctx->epoch(), settings.epochs, stage);
@@ -243,13 +245,13 @@ pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings
         } catch (...) {
             ctx->fail(std::current_exception(), stage);
             out->close();
-            return stream<T>(ctx, out);
+            return detail::stream_of(ctx, out);
         }
         runtime& lanes = io ? *io : ctx->rt();
         const std::uint64_t workers = std::max<std::uint64_t>(1, std::min<std::uint64_t>(settings.concurrency, st->count));
         st->workers_left = static_cast<std::size_t>(workers);
-        ctx->register_stage(stage, out, static_cast<std::size_t>(workers));
-        auto metrics = ctx->source_metrics_of(out);
+        detail::register_stage(*ctx, stage, out, static_cast<std::size_t>(workers));
+        auto metrics = detail::source_metrics_of(*ctx, out);
         st->metrics = metrics;
         if constexpr (requires(const reader_type& r) { { r.retries() } -> std::convertible_to<std::uint64_t>; }) {
             // The reader counts its retries (an HTTP client's): read with each snapshot.
@@ -261,7 +263,7 @@ pipeline<T> keyed_source(std::string stage, std::uint64_t count, source_settings
         for (std::uint64_t w = 0; w < workers; ++w)
             ctx->spawn(lanes.io_executor(static_cast<std::size_t>(w % lanes.io_lanes())),
                        detail::keyed_worker<T>(ctx, st, out, metrics), stage);
-        return stream<T>(ctx, out);
+        return detail::stream_of(ctx, out);
     });
 }
 
@@ -392,7 +394,7 @@ asio::awaitable<void> sequence_lane_task(std::shared_ptr<run_context> ctx, std::
     turn comes, and the lane waited on must not wait for that memory. */
 template <class T, class Reader>
 asio::awaitable<void> merge_sequences(std::shared_ptr<run_context> ctx, std::shared_ptr<sequence_run<Reader>> st, runtime* io,
-                                      channel<T>& out)
+                                      sink<T>& out)
 {
     runtime& rt = io ? *io : ctx->rt();
     // The run's share of the runtime's budget, taken in one piece before any read: its
@@ -416,7 +418,7 @@ asio::awaitable<void> merge_sequences(std::shared_ptr<run_context> ctx, std::sha
         }
     } closer{lanes};
     for (std::size_t j = 0; j < st->lanes; ++j) {
-        lanes.push_back(ctx->make_channel<T>(std::max<std::size_t>(st->settings.lane_capacity, 1)));
+        lanes.push_back(make_channel<T>(*ctx, std::max<std::size_t>(st->settings.lane_capacity, 1)));
         ctx->spawn(rt.io_executor(j % rt.io_lanes()), sequence_lane_task<T>(ctx, st, j, lanes.back()), st->stage);
     }
     std::vector<bool> ended(lanes.size(), false);
@@ -479,16 +481,16 @@ pipeline<T> sequence_source(std::string stage, std::uint64_t count, sequence_set
         try {
             st = std::make_shared<detail::sequence_run<reader_type>>(open(*ctx), count, settings, stage);
         } catch (...) {
-            auto ch = ctx->make_channel<T>(1);
+            auto ch = detail::make_channel<T>(*ctx, 1);
             ctx->fail(std::current_exception(), stage);
             ch->close();
-            return stream<T>(ctx, ch);
+            return detail::stream_of(ctx, ch);
         }
         st->lanes = static_cast<std::size_t>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(settings.sequences_in_flight, count)));
         std::shared_ptr<memory_budget> share;
         if (settings.memory_per_sequence > 0) share = std::make_shared<memory_budget>(st->lanes * settings.memory_per_sequence);
         for (std::size_t j = 0; j < st->lanes; ++j) st->lane.push_back({j, std::make_shared<read_priority>(), share});
-        return make_stream<T>(ctx, stage, settings.capacity, [ctx, st, io](detail::channel<T>& out) {
+        return make_stream<T>(ctx, stage, settings.capacity, [ctx, st, io](sink<T>& out) {
             return detail::merge_sequences<T>(ctx, st, io, out);
         });
     });

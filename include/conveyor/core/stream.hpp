@@ -1,11 +1,12 @@
 // conveyor/core/stream.hpp — the asynchronous stream between stages, and how a stage's
-// producer task is started on one.
+// producer task is started on one (its sending end is in sink.hpp).
 #ifndef CONVEYOR_CORE_STREAM_HPP
 #define CONVEYOR_CORE_STREAM_HPP
 
 #include <conveyor/core/detail/channel.hpp>
 #include <conveyor/core/run_context.hpp>
 #include <conveyor/core/runtime.hpp>
+#include <conveyor/core/sink.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -34,11 +35,6 @@ class stream {
 public:
     using value_type = T;
 
-    stream(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> ch)
-        : ctx_(std::move(ctx)), ch_(std::move(ch))
-    {
-    }
-
     /** The next item, or nullopt at the end.
         @par Completion Signature
         `std::optional<T>`; throws the pipeline's error. */
@@ -56,18 +52,43 @@ public:
 
     run_context& context() const noexcept { return *ctx_; }
     const std::shared_ptr<run_context>& context_ptr() const noexcept { return ctx_; }
-    const std::shared_ptr<detail::channel<T>>& channel() const noexcept { return ch_; }
 
 private:
+    friend struct detail::access;
+    stream(std::shared_ptr<run_context> ctx, std::shared_ptr<detail::channel<T>> ch)
+        : ctx_(std::move(ctx)), ch_(std::move(ch))
+    {
+    }
+
     std::shared_ptr<run_context> ctx_;
     std::shared_ptr<detail::channel<T>> ch_;
 };
 
-/** Starts a producer task and returns the stream it feeds.
+namespace detail {
 
-    `body(channel&)` is a coroutine that sends items; when it returns the stream ends (after
-    the highest sequence number sent, for ordered senders). If it throws, the run fails
-    with `stage` named in the error.
+/// The stream that the tasks of run `ctx` feed through `ch`.
+template <class T>
+stream<T> stream_of(std::shared_ptr<run_context> ctx, std::shared_ptr<channel<T>> ch)
+{
+    return access::make<stream<T>>(std::move(ctx), std::move(ch));
+}
+
+/// The channel behind `s`: for the library's own stages (room, blocking reads).
+template <class T>
+const std::shared_ptr<channel<T>>& channel_of(const stream<T>& s) noexcept
+{
+    return access::channel(s);
+}
+
+} // namespace detail
+
+/** Starts a producer task and returns the stream it feeds: the way to write a stage.
+
+    `body(sink<T>&)` is a coroutine that sends items to the sink; when it returns the stream
+    ends (after the highest sequence number sent, for ordered senders). If it throws, the
+    run fails with `stage` named in the error. A body that reads a stream (the stage's
+    input) closes it (`stream::close()`) when a send completes with false, so that upstream
+    stops too. See docs/core.md, "Writing a stage".
 
     The stream's channel is registered as the output of a one-task stage called `stage`:
     the run's metrics (`range::snapshot()`) count the items it sends and the time the task
@@ -75,14 +96,16 @@ private:
 template <class T, class Body>
 stream<T> make_stream(const std::shared_ptr<run_context>& ctx, std::string stage, std::size_t capacity, Body body)
 {
-    auto ch = ctx->make_channel<T>(capacity);
-    ctx->register_stage(stage, ch, 1);
-    auto task = [](std::shared_ptr<detail::channel<T>> ch, Body body) -> asio::awaitable<void> {
-        co_await body(*ch);
-        ch->close();
+    static_assert(std::is_invocable_r_v<asio::awaitable<void>, Body&, sink<T>&>,
+                  "make_stream: the body must be callable with a conveyor::sink<T>& and return asio::awaitable<void>");
+    auto ch = detail::make_channel<T>(*ctx, capacity);
+    detail::register_stage(*ctx, stage, ch, 1);
+    auto task = [](sink<T> out, Body body) -> asio::awaitable<void> {
+        co_await body(out);
+        detail::channel_of(out)->close();
     };
-    ctx->spawn(task(ch, std::move(body)), std::move(stage));
-    return stream<T>(ctx, std::move(ch));
+    ctx->spawn(task(detail::sink_to(ch), std::move(body)), std::move(stage));
+    return detail::stream_of(ctx, std::move(ch));
 }
 
 /// A stage usable on a stream of `T`: callable with the run and the input stream.

@@ -1,17 +1,12 @@
 // conveyor/s3/multipart.hpp — a multipart upload fed part by part, for objects whose bytes
 // are made while they upload (shards as they grow) and for large PUTs.
-//
-// conveyor/s3/client.hpp is included before this file's guard: in header-only mode that
-// header includes impl/multipart.ipp, which includes this one, so whichever of the two
-// comes first, multipart_upload is declared before the .ipp defines its members.
-#include <conveyor/s3/client.hpp>
-
 #ifndef CONVEYOR_S3_MULTIPART_HPP
 #define CONVEYOR_S3_MULTIPART_HPP
 
 #include <conveyor/detail/config.hpp>
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/s3/client.hpp>
 
 #include <boost/asio/awaitable.hpp>
 

@@ -218,6 +218,17 @@ struct upload_one {
 };
 } // namespace detail
 
+/// The `upload` stage; see `s3::upload`.
+class upload_stage {
+public:
+    CONVEYOR_DECL upload_stage(client c, std::string bucket, upload_options o);
+
+    CONVEYOR_DECL stream<put_result> operator()(const std::shared_ptr<run_context>& ctx, stream<blob> in) const;
+
+private:
+    map_stage<detail::upload_one> map_;
+};
+
 /** The upload sink as a stage: each blob becomes the object `prefix + blob.key` in `bucket`
     (multipart when large), and the stage yields what was stored, in input order.
     Iterate the pipeline (or call `upload_all`) to drive it.
@@ -227,7 +238,7 @@ struct upload_one {
     for (const auto& r : stored.on(rt)) std::printf("%s %s\n", r.key.c_str(), r.etag.c_str());
     @endcode
 */
-CONVEYOR_DECL map_stage<detail::upload_one> upload(client c, std::string bucket, upload_options o = {});
+CONVEYOR_DECL upload_stage upload(client c, std::string bucket, upload_options o = {});
 
 /// Drives `p | upload(...)` to the end and returns how many objects and bytes were stored.
 template <class Pipeline>

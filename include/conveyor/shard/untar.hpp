@@ -106,7 +106,7 @@ public:
 
 private:
     CONVEYOR_DECL static asio::awaitable<void> run(std::shared_ptr<run_context> ctx, stream<blob> in,
-                                     std::shared_ptr<conveyor::detail::channel<sample>> out, untar_options o);
+                                     sink<sample> out, untar_options o);
 
     untar_options o_;
 };

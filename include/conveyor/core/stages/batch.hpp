@@ -33,7 +33,7 @@ public:
     {
         return make_stream<std::vector<T>>(
             ctx, "batch", o_.capacity,
-            [in, n = n_, o = o_](detail::channel<std::vector<T>>& out) mutable -> asio::awaitable<void> {
+            [in, n = n_, o = o_](sink<std::vector<T>>& out) mutable -> asio::awaitable<void> {
                 std::vector<T> cur;
                 cur.reserve(n);
                 std::vector<T> got;

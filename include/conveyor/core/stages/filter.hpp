@@ -20,7 +20,7 @@ public:
     stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
         return make_stream<T>(ctx, "filter", default_stream_capacity,
-                              [in, p = p_](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                              [in, p = p_](sink<T>& out) mutable -> asio::awaitable<void> {
                                   std::vector<T> got, put;
                                   while (co_await in.async_next_batch(got, 256)) {
                                       for (auto& x : got)

@@ -142,7 +142,7 @@ private:
     stream<U> inline_map(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
         return make_stream<U>(ctx, o_.name, o_.capacity,
-                              [in, f = f_, o = o_, ctx = ctx.get()](detail::channel<U>& out) mutable -> asio::awaitable<void> {
+                              [in, f = f_, o = o_, ctx = ctx.get()](sink<U>& out) mutable -> asio::awaitable<void> {
                                   std::vector<T> got;
                                   std::vector<U> put;
                                   while (co_await in.async_next_batch(got, 256)) {
@@ -188,13 +188,13 @@ private:
         // batches far smaller than `batch_sizer` wants.
         const std::size_t base = std::max(o_.capacity, o_.concurrency);
         const std::size_t extra = std::min(o_.concurrency * detail::batch_sizer::max_items, max_extra_room);
-        auto out = ctx->make_channel<U>(base, IsCoro ? 0 : base + extra);
-        if constexpr (!IsCoro) in.channel()->add_slots(extra);
-        ctx->register_stage(o_.name, out, o_.concurrency);
+        auto out = detail::make_channel<U>(*ctx, base, IsCoro ? 0 : base + extra);
+        if constexpr (!IsCoro) detail::channel_of(in)->add_slots(extra);
+        detail::register_stage(*ctx, o_.name, out, o_.concurrency);
         auto remaining = std::make_shared<std::atomic<std::size_t>>(o_.concurrency);
         for (std::size_t w = 0; w < o_.concurrency; ++w)
             ctx->spawn(worker<T, U, IsCoro>(ctx, in, out, f_, o_, remaining), o_.name);
-        return stream<U>(ctx, out);
+        return detail::stream_of(ctx, out);
     }
 
     // What went wrong with the item at `at` of a batch.
@@ -244,13 +244,13 @@ private:
             if (batch == room_for) return;
             const auto by = static_cast<std::ptrdiff_t>(batch) - static_cast<std::ptrdiff_t>(room_for);
             out->add_room(by);
-            in.channel()->add_room(by);
+            detail::channel_of(in)->add_room(by);
             room_for = batch;
         };
         std::uint64_t index = 0;
         // A coroutine function awaits I/O: its calls overlap only across workers, so each
         // worker takes one item at a time.
-        while (co_await in.channel()->receive_some(got, IsCoro ? 1 : sizer.want(), &index)) {
+        while (co_await detail::channel_of(in)->receive_some(got, IsCoro ? 1 : sizer.want(), &index)) {
             results.clear();
             keys.clear();
             faults.clear();

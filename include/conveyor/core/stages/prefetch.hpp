@@ -18,7 +18,7 @@ public:
     template <class T>
     stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
-        return make_stream<T>(ctx, "prefetch", n_, [in](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+        return make_stream<T>(ctx, "prefetch", n_, [in](sink<T>& out) mutable -> asio::awaitable<void> {
             std::vector<T> got;
             while (co_await in.async_next_batch(got, 256))
                 if (!co_await out.send_all(got)) {

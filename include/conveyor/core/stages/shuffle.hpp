@@ -53,7 +53,7 @@ public:
     {
         const std::uint64_t seed = detail::epoch_seed(o_.seed, ctx->epoch());
         return make_stream<T>(ctx, "shuffle", default_stream_capacity,
-                              [in, o = o_, seed](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                              [in, o = o_, seed](sink<T>& out) mutable -> asio::awaitable<void> {
                                   detail::splitmix64 rng(seed);
                                   std::vector<T> pool;
                                   pool.reserve(o.buffer + 1);

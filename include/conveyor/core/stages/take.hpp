@@ -20,7 +20,7 @@ public:
     stream<T> operator()(const std::shared_ptr<run_context>& ctx, stream<T> in) const
     {
         return make_stream<T>(ctx, "take", default_stream_capacity,
-                              [in, n = n_](detail::channel<T>& out) mutable -> asio::awaitable<void> {
+                              [in, n = n_](sink<T>& out) mutable -> asio::awaitable<void> {
                                   std::uint64_t left = n;
                                   std::vector<T> got;
                                   // No co_await inside `&&`: GCC 12 evaluates it even when the

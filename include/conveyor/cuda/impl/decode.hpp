@@ -32,7 +32,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
 {
     // Items, a batch's worth at a time, taken ahead while the batch before decodes.
     // The time spent waiting for them is measured: the split's input rate.
-    auto ahead = ctx->make_channel<std::vector<T>>(2);
+    auto ahead = conveyor::detail::make_channel<std::vector<T>>(*ctx, 2);
     auto input = std::make_shared<detail::input_meter>();
     const std::size_t n = b_->size;
     ctx->spawn(
@@ -60,7 +60,7 @@ stream<device_batch<image::image_batch>> decode_batches_stage::operator()(const 
     return make_stream<device_batch<image::image_batch>>(
         ctx, "gpu_decode_batches", g_->capacity,
         [ctx = ctx.get(), ahead, d = d_, b = b_, g = g_, plan = plan_, counters = counters_, cache = cache_,
-         pool = pool_, input](conveyor::detail::channel<device_batch<image::image_batch>>& out) mutable -> asio::awaitable<void> {
+         pool = pool_, input](sink<device_batch<image::image_batch>>& out) mutable -> asio::awaitable<void> {
             struct closer {
                 conveyor::detail::channel<std::vector<T>>& ahead;
                 ~closer() { ahead.close_receiver(); }

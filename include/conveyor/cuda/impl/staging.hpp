@@ -58,7 +58,7 @@ stream<device_batch<T>> to_cuda_stage::operator()(const std::shared_ptr<run_cont
 {
     return make_stream<device_batch<T>>(
         ctx, "to_cuda", o_.capacity,
-        [in, o = o_](conveyor::detail::channel<device_batch<T>>& out) mutable -> asio::awaitable<void> {
+        [in, o = o_](sink<device_batch<T>>& out) mutable -> asio::awaitable<void> {
             // Made here, on the run's thread: a machine without a device fails the run now.
             auto ring = std::make_shared<detail::staging_ring>(o);
             const asio::any_io_executor ex = co_await asio::this_coro::executor;

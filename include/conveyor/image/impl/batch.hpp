@@ -236,14 +236,14 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
     const std::size_t n = b_->size;
 
     auto run = std::make_shared<detail::batch_run>();
-    run->drained = ctx->make_channel<int>(1);
-    auto jobs = ctx->make_channel<detail::batch_job<T>>(workers);
-    auto results = ctx->make_channel<detail::batch_result>(2 * workers + n);
+    run->drained = conveyor::detail::make_channel<int>(*ctx, 1);
+    auto jobs = conveyor::detail::make_channel<detail::batch_job<T>>(*ctx, workers);
+    auto results = conveyor::detail::make_channel<detail::batch_result>(*ctx, 2 * workers + n);
     auto remaining = std::make_shared<std::atomic<std::size_t>>(workers);
 
     auto out = make_stream<image_batch>(
         ctx, "decode_batches", b_->capacity,
-        [ctx = ctx.get(), run, results, jobs, b = b_, d = d_, plan = plan_, n](conveyor::detail::channel<image_batch>& out) -> asio::awaitable<void> {
+        [ctx = ctx.get(), run, results, jobs, b = b_, d = d_, plan = plan_, n](sink<image_batch>& out) -> asio::awaitable<void> {
             std::vector<detail::batch_result> got;
             for (;;) {
                 const bool more = co_await results->receive_some(got, 64);
@@ -289,7 +289,7 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
             }
             run->open.clear(); // slabs taken ahead of need go back
         });
-    run->gone = detail::receiver_watch::watch(*out.channel(), ctx->executor()); // before the dispatcher starts: it reads this
+    run->gone = detail::receiver_watch::watch(*conveyor::detail::channel_of(out), ctx->executor()); // before the dispatcher starts: it reads this
     ctx->spawn(detail::dispatch_batches<T>(std::move(in), run, pool_, plan_, n, jobs), "decode_batches");
     for (std::size_t w = 0; w < workers; ++w)
         ctx->spawn(detail::decode_batch_items<T>(ctx, d_, b_, plan_, jobs, results, remaining), "decode_batches");

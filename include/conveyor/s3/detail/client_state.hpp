@@ -1,13 +1,9 @@
 // conveyor/s3/detail/client_state.hpp — what an S3 client shares between its copies: the
 // configuration, the signer, the connection pools and the counters, and the request
 // executor, transfers and listings built on them. Only impl/*.ipp files include it: it
-// brings in the HTTP client (Beast) and the signer.
-//
-// conveyor/s3/client.hpp is included before this file's guard: in header-only mode that
-// header includes the .ipp files, which include this one, so whichever of the two comes
-// first, client_state is defined before the .ipp files use it.
-#include <conveyor/s3/client.hpp>
-
+// brings in the HTTP client (Beast) and the signer. It uses the client's plain values
+// (s3/types.hpp), never the client's header: in header-only mode that header includes
+// the .ipp files, which include this one.
 #ifndef CONVEYOR_S3_DETAIL_CLIENT_STATE_HPP
 #define CONVEYOR_S3_DETAIL_CLIENT_STATE_HPP
 
@@ -23,6 +19,7 @@
 #include <conveyor/s3/detail/throttle.hpp>
 #include <conveyor/s3/error.hpp>
 #include <conveyor/s3/sigv4.hpp>
+#include <conveyor/s3/types.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/field.hpp>

@@ -35,7 +35,7 @@ CONVEYOR_DECL std::string xml_escaped(std::string_view s);
 CONVEYOR_DECL reply_error parse_error_reply(unsigned status, std::string_view body, std::string_view request_id_header = {});
 
 /// Reads a ListObjectsV2 reply (`<ListBucketResult>`); throws `errc::bad_reply`.
-/// (`list_page` is defined in conveyor/s3/client.hpp.)
+/// (`list_page` is defined in conveyor/s3/types.hpp.)
 CONVEYOR_DECL list_page parse_list_page(std::string_view body);
 
 /// Reads the upload id from a CreateMultipartUpload reply (`<InitiateMultipartUploadResult>`).

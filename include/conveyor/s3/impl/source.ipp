@@ -346,10 +346,20 @@ CONVEYOR_DECL asio::awaitable<put_result> detail::upload_one::operator()(blob b)
     co_return r;
 }
 
-CONVEYOR_DECL map_stage<detail::upload_one> upload(client c, std::string bucket, upload_options o)
+CONVEYOR_DECL upload_stage::upload_stage(client c, std::string bucket, upload_options o)
+    : map_(detail::upload_one{std::move(c), std::move(bucket), o.prefix, o.content_type},
+           {.concurrency = std::max<std::size_t>(1, o.concurrency), .ordered = true, .where = run_on::io, .name = "s3 upload"})
 {
-    return map(detail::upload_one{std::move(c), std::move(bucket), o.prefix, o.content_type},
-               {.concurrency = std::max<std::size_t>(1, o.concurrency), .ordered = true, .where = run_on::io, .name = "s3 upload"});
+}
+
+CONVEYOR_DECL stream<put_result> upload_stage::operator()(const std::shared_ptr<run_context>& ctx, stream<blob> in) const
+{
+    return map_(ctx, std::move(in));
+}
+
+CONVEYOR_DECL upload_stage upload(client c, std::string bucket, upload_options o)
+{
+    return upload_stage(std::move(c), std::move(bucket), std::move(o));
 }
 
 } // namespace conveyor::s3

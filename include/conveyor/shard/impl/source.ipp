@@ -128,10 +128,10 @@ CONVEYOR_DECL pipeline<sample> shards(std::vector<shard_ref> list, source_option
                 lanes = std::min<std::size_t>(lanes, std::max<std::size_t>(1, st->pieces.size()));
             }
         } catch (...) {
-            auto ch = ctx->make_channel<sample>(1);
+            auto ch = conveyor::detail::make_channel<sample>(*ctx, 1);
             ctx->fail(std::current_exception(), "shards");
             ch->close();
-            return stream<sample>(ctx, ch);
+            return conveyor::detail::stream_of(ctx, ch);
         }
         st->urls = urls;
         const std::uint64_t count = o.resampled ? endless : static_cast<std::uint64_t>(st->pieces.size());

@@ -14,13 +14,13 @@ namespace conveyor::shard {
 
 CONVEYOR_DECL stream<sample> untar_stage::operator()(const std::shared_ptr<run_context>& ctx, stream<blob> in) const
 {
-    auto out = ctx->make_channel<sample>(o_.capacity);
-    ctx->spawn(run(ctx, std::move(in), out, o_), o_.name);
-    return stream<sample>(ctx, std::move(out));
+    auto out = conveyor::detail::make_channel<sample>(*ctx, o_.capacity);
+    ctx->spawn(run(ctx, std::move(in), conveyor::detail::sink_to(out), o_), o_.name);
+    return conveyor::detail::stream_of(ctx, std::move(out));
 }
 
 CONVEYOR_DECL asio::awaitable<void> untar_stage::run(std::shared_ptr<run_context> ctx, stream<blob> in,
-                                                    std::shared_ptr<conveyor::detail::channel<sample>> out, untar_options o)
+                                                    sink<sample> out, untar_options o)
 {
     constexpr std::size_t batch = 64;
     std::vector<blob> got;
@@ -36,7 +36,7 @@ CONVEYOR_DECL asio::awaitable<void> untar_stage::run(std::shared_ptr<run_context
             try {
                 while (auto s = co_await reader.async_next()) {
                     put.push_back(std::move(*s));
-                    if (put.size() >= batch && !co_await out->send_all(put)) {
+                    if (put.size() >= batch && !co_await out.send_all(put)) {
                         in.close();
                         co_return;
                     }
@@ -57,13 +57,13 @@ CONVEYOR_DECL asio::awaitable<void> untar_stage::run(std::shared_ptr<run_context
             }
         }
         got.clear();
-        if (!put.empty() && !co_await out->send_all(put)) {
+        if (!put.empty() && !co_await out.send_all(put)) {
             in.close();
             co_return;
         }
     }
-    if (!put.empty()) co_await out->send_all(put);
-    out->close();
+    if (!put.empty()) co_await out.send_all(put);
+    conveyor::detail::channel_of(out)->close();
 }
 
 } // namespace conveyor::shard

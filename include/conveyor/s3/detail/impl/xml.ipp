@@ -5,7 +5,7 @@
 #include <conveyor/s3/detail/xml.hpp>
 
 #include <conveyor/core/error.hpp>
-#include <conveyor/s3/client.hpp>
+#include <conveyor/s3/types.hpp>
 
 #include <boost/property_tree/ptree.hpp>
 #include <boost/property_tree/xml_parser.hpp>
