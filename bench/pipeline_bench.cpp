@@ -188,7 +188,7 @@ int cmd_pipeline(const pipeline_args& a)
     std::uint64_t bytes = 0;
     std::string engine;
     std::optional<cv::pipeline<ci::image_batch>> pipe;
-    ci::batch_options batching{.size = a.batch};
+    ci::collate_options batching{.size = a.batch};
 #if CONVEYOR_WITH_CUDA
     // Batches bound for the GPU are made in page-locked slabs: their copies run at the
     // link's rate and overlap the decoding of the next batches.

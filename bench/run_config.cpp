@@ -17,6 +17,8 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <type_traits>
 
 namespace conveyor::bench::run {
 
@@ -25,43 +27,61 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// clang-format off
-const std::vector<field_spec> fields = {
-    {"storage.type", field_kind::string, R"("")", "where the data is: \"fs\" (local directories), \"s3\" (a bucket) or \"synthetic\" (a fake source of known latency)"},
-    {"storage.dirs", field_kind::string_list, "[]", "fs: data directories (their first-level subdirectories are the classes)", "fs"},
-    {"storage.bucket", field_kind::string, R"("")", "s3: the bucket", "s3"},
-    {"storage.prefixes", field_kind::string_list, "[]", "s3: key prefixes to read (their first-level \"subdirectories\" are the classes); empty: the whole bucket", "s3"},
-    {"storage.endpoint", field_kind::string, R"("")", "s3: endpoint URL, e.g. http://127.0.0.1:9000 (empty: AWS_ENDPOINT_URL, the profile, or AWS)", "s3"},
-    {"storage.region", field_kind::string, R"("")", "s3: region (empty: AWS_REGION, the profile, or us-east-1)", "s3"},
-    {"storage.anonymous", field_kind::boolean, "false", "s3: unsigned requests (public buckets)", "s3"},
-    {"storage.credentials.access_key_id", field_kind::string, R"("")", "s3: explicit credentials (all empty: the S3 module's default chain: environment, ~/.aws files)", "s3"},
-    {"storage.credentials.secret_access_key", field_kind::string, R"("")", "s3: explicit credentials", "s3"},
-    {"storage.credentials.session_token", field_kind::string, R"("")", "s3: explicit credentials (optional)", "s3"},
-    {"storage.items", field_kind::integer, "10000", "synthetic: number of keys", "synthetic"},
-    {"storage.size", field_kind::integer, "4096", "synthetic: bytes per item", "synthetic"},
-    {"storage.latency_ms", field_kind::number, "10", "synthetic: how long each read waits (a timer, no CPU)", "synthetic"},
-    {"dataset.labels", field_kind::boolean, "true", "labels from the first-level subdirectories (fs) or key prefixes (s3)"},
-    {"dataset.classes", field_kind::string, R"("")", "a classes file {\"n01440764\": {\"id\": 0, \"name\": \"tench\"}, ...} (ids instead of sorted order)"},
-    {"dataset.index", field_kind::string, R"("")", "an index file (JSON array of relative paths or keys): a local path or an s3:// URL; instead of listing"},
-    {"dataset.extensions", field_kind::string_list, "[]", "keep only files / keys with these endings, e.g. [\".jpg\", \".JPEG\"] (empty: all)"},
-    {"dataset.shards", field_kind::string_list, "[]", "access \"shards\": shard specs (brace patterns, an index .json, s3://bucket/prefix/); empty: the .tar files of the dirs or prefixes"},
-    {"listing_workers", field_kind::integer, "16", "listings in parallel (S3 prefixes' top-level \"directories\")"},
-    {"access", field_kind::string, R"("sequential")", "\"sequential\" (the source streams every item), \"random\" (dataset get(i) in a random order, in_flight at once) or \"shards\" (tar shards through the shard source)"},
-    {"work.kind", field_kind::string, R"("read")", "what to do per sample: \"read\" (bytes only), \"decode\" (decode to work.size), \"batch\" (decode into batches of work.batch)"},
-    {"work.size", field_kind::integer, "224", "decode and batch: output side in pixels"},
-    {"work.crop", field_kind::string, R"("center")", "decode and batch: \"none\", \"center\" or \"random_resized\""},
-    {"work.batch", field_kind::integer, "64", "batch: images per batch"},
-    {"work.threads", field_kind::integer, "0", "decode and batch: compute threads (0: one per core)"},
-    {"in_flight", field_kind::integer, "64", "reads in flight (the source's concurrency)"},
-    {"epochs", field_kind::integer, "1", "passes over the data"},
-    {"samples", field_kind::integer, "0", "items per epoch at most (0: all)"},
-    {"seconds", field_kind::number, "0", "stop each epoch after this many seconds (0: no limit)"},
-    {"output", field_kind::string, R"("conveyor-bench-out")", "folder for report.html and results.jsonl (empty: write neither)"},
-    {"stats_interval_ms", field_kind::integer, "100", "how often metrics are sampled for the time series"},
-    {"io_threads", field_kind::integer, "0", "the runtime's I/O threads (0: its default)"},
-    {"seed", field_kind::integer, "1", "seed of the random order and the augmentations"},
+// Which storage type each of storage_config's fields is for; checked against its
+// description when the schema is made.
+const std::vector<std::pair<std::string_view, std::string_view>> storage_types = {
+    {"dirs", "fs"},     {"bucket", "s3"},      {"prefixes", "s3"}, {"endpoint", "s3"},        {"region", "s3"},
+    {"anonymous", "s3"}, {"credentials", "s3"}, {"items", "synthetic"}, {"size", "synthetic"}, {"latency_ms", "synthetic"},
 };
-// clang-format on
+
+template <class T>
+constexpr field_kind kind_of()
+{
+    if constexpr (std::is_same_v<T, bool>) return field_kind::boolean;
+    else if constexpr (std::is_integral_v<T>) {
+        static_assert(std::is_unsigned_v<T>, "the bench's integers are non-negative");
+        return field_kind::integer;
+    } else if constexpr (std::is_floating_point_v<T>) return field_kind::number;
+    else if constexpr (std::is_same_v<T, std::string>) return field_kind::string;
+    else {
+        static_assert(std::is_same_v<T, std::vector<std::string>>, "a bench field is a string, a number, a boolean or a list of strings");
+        return field_kind::string_list;
+    }
+}
+
+/// The leaves of described struct `x`, below `prefix`, with their kinds and values.
+template <class T>
+void add_fields(std::vector<field_spec>& out, const T& x, const std::string& prefix, std::string_view storage_type)
+{
+    using members = boost::describe::describe_members<T, boost::describe::mod_public>;
+    boost::mp11::mp_for_each<members>([&](auto m) {
+        using M = std::remove_cvref_t<decltype(x.*m.pointer)>;
+        const std::string path = prefix.empty() ? std::string(m.name) : prefix + "." + m.name;
+        std::string_view type = storage_type;
+        if (prefix == "storage")
+            for (const auto& [name, t] : storage_types)
+                if (name == m.name) type = t;
+        if constexpr (conveyor::detail::described_struct<M>) add_fields(out, x.*m.pointer, path, type);
+        else {
+            json::value v = conveyor::detail::option_to_json(x.*m.pointer);
+            // A whole number's default reads as one (10, not 1E1) in reports and --help.
+            if (v.is_double() && v.as_double() == std::floor(v.as_double()) && std::abs(v.as_double()) < 1e15)
+                v = static_cast<std::int64_t>(v.as_double());
+            out.push_back({path, kind_of<M>(), std::move(v), type});
+        }
+    });
+}
+
+const std::vector<field_spec> fields = [] {
+    std::vector<field_spec> out;
+    add_fields(out, run_config{}, "", "");
+    for (const auto& [name, type] : storage_types) {
+        const auto names = conveyor::detail::option_names<storage_config>();
+        if (std::find(names.begin(), names.end(), name) == names.end())
+            throw std::logic_error("run_config.cpp: storage_types names \"" + std::string(name) + "\", no field of storage_config");
+    }
+    return out;
+}();
 
 std::vector<std::string> split_path(std::string_view p)
 {
@@ -91,7 +111,7 @@ std::vector<std::string> keys_below(std::string_view prefix)
         std::string_view rest = f.path;
         if (!prefix.empty()) {
             if (!(f.path.size() > prefix.size() && f.path.starts_with(prefix) && f.path[prefix.size()] == '.')) continue;
-            rest = f.path.substr(prefix.size() + 1);
+            rest = std::string_view(f.path).substr(prefix.size() + 1);
         }
         std::string key(rest.substr(0, rest.find('.')));
         if (std::find(out.begin(), out.end(), key) == out.end()) out.push_back(std::move(key));
@@ -168,20 +188,6 @@ std::string where(const std::map<std::string, std::string>& given, const std::st
     return it != given.end() ? " (set in " + it->second + ")" : std::string();
 }
 
-std::vector<std::string> strings_of(const json::value& v)
-{
-    std::vector<std::string> out;
-    for (const auto& e : v.as_array()) out.emplace_back(e.as_string());
-    return out;
-}
-
-std::uint64_t uint_of(const json::value& v)
-{
-    if (v.is_uint64()) return v.as_uint64();
-    if (v.is_int64()) return static_cast<std::uint64_t>(v.as_int64());
-    return static_cast<std::uint64_t>(v.as_double());
-}
-
 double number_of(const json::value& v)
 {
     if (v.is_double()) return v.as_double();
@@ -190,6 +196,13 @@ double number_of(const json::value& v)
 }
 
 } // namespace
+
+std::string_view storage_type_of(std::string_view field)
+{
+    for (const auto& [name, type] : storage_types)
+        if (name == field) return type;
+    return {};
+}
 
 const std::vector<field_spec>& schema()
 {
@@ -257,13 +270,13 @@ const json::value* lookup(const json::object& o, std::string_view path)
 
 config_builder::config_builder()
 {
-    for (const auto& f : fields) put(doc_, f.path, json::parse(f.default_json));
+    for (const auto& f : fields) put(doc_, f.path, f.default_value);
 }
 
 json::value config_builder::checked(const field_spec& f, const json::value& v, std::string_view origin) const
 {
     auto wrong = [&](std::string_view extra = {}) -> config_error {
-        return config_error(std::string(origin) + ": " + std::string(f.path) + ": expected " + std::string(kind_name(f.kind)) +
+        return config_error(std::string(origin) + ": " + f.path + ": expected " + std::string(kind_name(f.kind)) +
                             ", got " + std::string(json_kind_name(v)) + " (" + show(v) + ")" + std::string(extra));
     };
     switch (f.kind) {
@@ -293,7 +306,7 @@ json::value config_builder::checked(const field_spec& f, const json::value& v, s
         if (!v.is_array()) throw wrong();
         for (std::size_t i = 0; i < v.as_array().size(); ++i)
             if (!v.as_array()[i].is_string())
-                throw config_error(std::string(origin) + ": " + std::string(f.path) + "[" + std::to_string(i) +
+                throw config_error(std::string(origin) + ": " + f.path + "[" + std::to_string(i) +
                                    "]: expected a string, got " + std::string(json_kind_name(v.as_array()[i])) + " (" +
                                    show(v.as_array()[i]) + ")");
         return v;
@@ -305,7 +318,7 @@ void config_builder::reset_other_storage(std::string_view type)
 {
     for (const auto& f : fields) {
         if (f.storage_type.empty() || f.storage_type == type) continue;
-        put(doc_, f.path, json::parse(f.default_json));
+        put(doc_, f.path, f.default_value);
         given_.erase(std::string(f.path));
     }
 }
@@ -413,61 +426,33 @@ run_config config_builder::finish() const
     run_config c;
     const auto& d = doc_;
     auto str = [&](std::string_view p) { return std::string(lookup(d, p)->as_string()); };
-    auto list = [&](std::string_view p) { return strings_of(*lookup(d, p)); };
-    auto uint = [&](std::string_view p) { return uint_of(*lookup(d, p)); };
-    auto num = [&](std::string_view p) { return number_of(*lookup(d, p)); };
-    auto flag = [&](std::string_view p) { return lookup(d, p)->as_bool(); };
     std::string origins;
     for (const auto& [p, o] : given_)
         if (origins.find(o) == std::string::npos && !o.starts_with("--set")) origins += (origins.empty() ? "" : ", ") + o;
     c.origin = origins.empty() ? "defaults and --set" : origins;
 
-    c.storage.type = str("storage.type");
-    if (c.storage.type.empty())
+    if (str("storage.type").empty())
         throw config_error("no storage: give --config FILE, or for example --set storage.type=fs --set 'storage.dirs=[\"/data/train\"]' "
                            "(or storage.type=s3 with storage.bucket, or storage.type=synthetic)");
     check_choice(d, given_, "storage.type", {"fs", "s3", "synthetic"});
     for (const auto& [p, o] : given_)
-        if (const field_spec* f = find_field(p); f && !f->storage_type.empty() && f->storage_type != c.storage.type)
+        if (const field_spec* f = find_field(p); f && !f->storage_type.empty() && f->storage_type != str("storage.type"))
             throw config_error(o + ": " + p + " is for storage.type \"" + std::string(f->storage_type) + "\", but storage.type is \"" +
-                               c.storage.type + "\"");
+                               str("storage.type") + "\"");
     check_choice(d, given_, "access", {"sequential", "random", "shards"});
     check_choice(d, given_, "work.kind", {"read", "decode", "batch"});
     check_choice(d, given_, "work.crop", {"none", "center", "random_resized"});
 
-    c.storage.dirs = list("storage.dirs");
-    c.storage.bucket = str("storage.bucket");
-    c.storage.prefixes = list("storage.prefixes");
-    c.storage.endpoint = str("storage.endpoint");
-    c.storage.region = str("storage.region");
-    c.storage.anonymous = flag("storage.anonymous");
-    c.storage.credentials = {str("storage.credentials.access_key_id"), str("storage.credentials.secret_access_key"),
-                             str("storage.credentials.session_token")};
-    c.storage.items = uint("storage.items");
-    c.storage.size = uint("storage.size");
-    c.storage.latency_ms = num("storage.latency_ms");
-    c.dataset.labels = flag("dataset.labels");
-    c.dataset.classes = str("dataset.classes");
-    c.dataset.index = str("dataset.index");
-    c.dataset.extensions = list("dataset.extensions");
+    // The checked document into the typed configuration: its keys are run_config's fields.
+    try {
+        conveyor::detail::read_options(json::value(d), c);
+    } catch (const conveyor::detail::option_error& e) {
+        const auto it = given_.find(e.path());
+        throw config_error((it != given_.end() ? it->second + ": " : std::string()) + e.what());
+    }
     for (auto& e : c.dataset.extensions)
         if (!e.empty() && e.front() != '.') e.insert(e.begin(), '.');
-    c.dataset.shards = list("dataset.shards");
-    c.listing_workers = static_cast<std::size_t>(std::max<std::uint64_t>(1, uint("listing_workers")));
-    c.access = str("access");
-    c.work.kind = str("work.kind");
-    c.work.size = static_cast<std::uint32_t>(uint("work.size"));
-    c.work.crop = str("work.crop");
-    c.work.batch = static_cast<std::size_t>(uint("work.batch"));
-    c.work.threads = static_cast<std::size_t>(uint("work.threads"));
-    c.in_flight = static_cast<std::size_t>(uint("in_flight"));
-    c.epochs = static_cast<std::size_t>(uint("epochs"));
-    c.samples = uint("samples");
-    c.seconds = num("seconds");
-    c.output = str("output");
-    c.stats_interval_ms = uint("stats_interval_ms");
-    c.io_threads = static_cast<std::size_t>(uint("io_threads"));
-    c.seed = uint("seed");
+    c.listing_workers = std::max<std::size_t>(1, c.listing_workers);
 
     auto at_least_one = [&](std::string_view p, std::uint64_t v) {
         if (v == 0) throw config_error(std::string(p) + ": must be at least 1" + where(given_, std::string(p)));

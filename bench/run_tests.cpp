@@ -130,6 +130,54 @@ TEST_CASE("a valid configuration file gives the typed configuration")
     CHECK_FALSE(storage.contains("latency_ms"));
 }
 
+TEST_CASE("the schema is run_config's described fields, and bench/README.md's table lists each with its type and default")
+{
+    // Every described field is a key, by its name, with the struct's initial value.
+    const auto& schema = cr::schema();
+    REQUIRE(schema.size() == 33);
+    CHECK(schema.front().path == "storage.type");
+    CHECK(cr::find_field("storage.credentials.session_token") != nullptr);
+    CHECK(cr::find_field("storage.credentials.session_token")->storage_type == "s3");
+    CHECK(cr::find_field("work.crop")->default_value == json::value("center"));
+    CHECK(cr::find_field("storage.latency_ms")->default_value == json::value(10));
+    CHECK(cr::find_field("work.size")->kind == cr::field_kind::integer);
+    CHECK(cr::find_field("effective") == nullptr);
+    CHECK(cr::find_field("origin") == nullptr);
+
+    // The README's rows, in order: | `path` | type | `default` | meaning |
+    const std::string readme = read_file(fs::path(CONVEYOR_SOURCE_DIR) / "bench" / "README.md");
+    std::istringstream lines(readme.substr(readme.find("### Fields")));
+    std::vector<std::vector<std::string>> rows;
+    for (std::string line; std::getline(lines, line);) {
+        if (!line.starts_with("| `")) {
+            if (!rows.empty()) break;
+            continue;
+        }
+        std::vector<std::string> cells;
+        std::size_t start = 1;
+        for (int i = 0; i < 3; ++i) {
+            const auto bar = line.find(" | ", start);
+            std::string cell = line.substr(start, bar - start);
+            while (!cell.empty() && cell.front() == ' ') cell.erase(cell.begin());
+            if (cell.size() >= 2 && cell.front() == '`' && cell.back() == '`') cell = cell.substr(1, cell.size() - 2);
+            cells.push_back(cell);
+            start = bar + 3;
+        }
+        rows.push_back(cells);
+    }
+    REQUIRE(rows.size() == schema.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        INFO("README row ", i, ": ", rows[i][0]);
+        CHECK(rows[i][0] == schema[i].path);
+        std::string kind(cr::kind_name(schema[i].kind));
+        kind = kind.substr(kind.find(' ') + 1);                                   // "a string" -> "string"
+        if (kind.starts_with("non-negative ")) kind = kind.substr(13);            // "integer", "number"
+        if (kind.find(" (") != std::string::npos) kind = kind.substr(0, kind.find(" (")); // "boolean"
+        CHECK(rows[i][1] == kind);
+        CHECK(json::parse(rows[i][2]) == schema[i].default_value);
+    }
+}
+
 TEST_CASE("an unknown key names the file, the key path and the closest valid key")
 {
     temp_dir t("unknown");

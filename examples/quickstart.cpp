@@ -239,7 +239,7 @@ int main(int argc, char** argv)
         cv::runtime rt;
         const ci::decode_image_options decode{
             .decode = {.size = {size, size}, .crop = ci::crop_mode::random_resized, .flip = 0.5, .seed = seed}};
-        ci::batch_options batching{.size = batch_size};
+        ci::collate_options batching{.size = batch_size};
 #if CONVEYOR_WITH_CUDA
         // With a GPU, batches are made in page-locked memory, so their copies run at the
         // link's rate while the next ones are decoded.

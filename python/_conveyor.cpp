@@ -4,6 +4,8 @@
 // decode_batches, to_cuda), runs it, and exports each batch through the DLPack protocol
 // (`__dlpack__`, `__dlpack_device__`), so that `torch.from_dlpack` takes the batch's own
 // memory without a copy. The GIL is released whenever C++ works or waits.
+#include <conveyor/core/describe.hpp>
+#include <conveyor/core/detail/describe_json.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/runtime.hpp>
@@ -11,14 +13,18 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/describe.hpp>
 #include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/labels.hpp>
 #include <conveyor/s3/client.hpp>
+#include <conveyor/s3/describe.hpp>
 #include <conveyor/s3/source.hpp>
+#include <conveyor/shard/describe.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
 #if CONVEYOR_WITH_CUDA
 #include <conveyor/cuda/batch.hpp>
+#include <conveyor/cuda/describe.hpp>
 #include <conveyor/cuda/device.hpp>
 #include <conveyor/cuda/staging.hpp>
 #endif
@@ -26,9 +32,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,44 +56,100 @@ using namespace std::chrono_literals;
 namespace {
 
 // ---- reading the description --------------------------------------------------------------
+//
+// The description's sections are the library's option structs, described once
+// (conveyor/<module>/describe.hpp): each section's keys are the fields' names, read by
+// `detail::read_options`, which refuses a key that is no field. The conveyor package's
+// keywords are these names, but for the few it spells otherwise (its `_ALIASES` table).
 
-template <class T>
-T get(const py::dict& d, const char* name, T fallback)
-{
-    if (!d.contains(name)) return fallback;
-    const py::object v = d[name];
-    if (v.is_none()) return fallback;
-    return v.cast<T>();
-}
+namespace json = boost::json;
 
-py::dict sub(const py::dict& d, const char* name)
+/// A Python value of the description as JSON (None, bool, int, float, str, list, tuple, dict).
+json::value to_json(const py::handle& v)
 {
-    if (!d.contains(name) || d[name].is_none()) return {};
-    return d[name].cast<py::dict>();
+    if (v.is_none()) return nullptr;
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+    if (py::isinstance<py::int_>(v)) {
+        if (v.cast<py::int_>() < py::int_(0)) return v.cast<std::int64_t>();
+        return v.cast<std::uint64_t>();
+    }
+    if (py::isinstance<py::float_>(v)) return v.cast<double>();
+    if (py::isinstance<py::str>(v)) return json::string(v.cast<std::string>());
+    if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+        json::array a;
+        for (const auto& e : v) a.push_back(to_json(e));
+        return a;
+    }
+    if (py::isinstance<py::dict>(v)) {
+        json::object o;
+        for (const auto& [k, e] : v.cast<py::dict>()) o[py::str(k).cast<std::string>()] = to_json(e);
+        return o;
+    }
+    throw py::type_error("a pipeline's description holds None, bool, int, float, str, lists and dicts, not " +
+                         py::str(py::type::handle_of(v)).cast<std::string>());
 }
 
 bool has(const py::dict& d, const char* name) { return d.contains(name) && !d[name].is_none(); }
 
-conveyor::uneven uneven_of(const std::string& s)
+template <class T>
+T get(const py::dict& d, const char* name, T fallback)
 {
-    if (s == "drop") return conveyor::uneven::drop;
-    if (s == "pad") return conveyor::uneven::pad;
-    throw py::value_error("uneven must be 'drop' or 'pad', not '" + s + "'");
+    return has(d, name) ? d[name].cast<T>() : fallback;
 }
 
-image::crop_mode crop_of(const std::string& s)
+/// Section `name` of the description read into `out` (absent or None: `out` as it is).
+template <class T>
+void read_section(const py::dict& spec, const char* name, T& out)
 {
-    if (s == "center") return image::crop_mode::center;
-    if (s == "none") return image::crop_mode::none;
-    if (s == "random_resized") return image::crop_mode::random_resized;
-    throw py::value_error("crop must be 'center', 'none' or 'random_resized', not '" + s + "'");
+    if (has(spec, name)) conveyor::detail::read_options(to_json(py::object(spec[name])), out, name);
 }
 
-std::array<float, 3> three(const py::dict& d, const char* name, float fill)
+/// The files and S3 sources' own settings: what to list or read (the binding's, since the
+/// library takes these as a listing, not as options).
+struct source_spec {
+    std::string root, index, classes, url, bucket, prefix;
+    bool labels = true;
+    std::vector<std::string> extensions;
+    std::optional<std::vector<std::string>> paths, keys;
+};
+BOOST_DESCRIBE_STRUCT(source_spec, (), (root, index, classes, url, bucket, prefix, labels, extensions, paths, keys))
+
+/// The description's sections by role: each one's field names, and a check of a section.
+struct role {
+    std::function<std::vector<std::string>()> fields;
+    std::function<void(const json::value&)> check;
+};
+
+template <class T>
+role role_of()
 {
-    const auto v = get<std::vector<float>>(d, name, {fill, fill, fill});
-    if (v.size() != 3) throw py::value_error(std::string(name) + " takes 3 values");
-    return {v[0], v[1], v[2]};
+    return {[] { return conveyor::detail::option_names<T>(); }, [](const json::value& v) { (void)conveyor::detail::options_from_json<T>(v); }};
+}
+
+const std::map<std::string, role>& roles()
+{
+    static const std::map<std::string, role> r{
+        {"order", role_of<cv::order_options>()},
+        {"source", role_of<source_spec>()},
+        {"s3", role_of<cv::s3::config_options>()},
+        {"shard", role_of<shard::source_options>()},
+        {"cache", role_of<cv::store::cache_options>()},
+        {"shuffle", role_of<cv::shuffle_options>()},
+        {"decode", role_of<image::decode_image_options>()},
+        {"decode_options", role_of<image::decode_options>()},
+        {"collate", role_of<image::collate_options>()},
+#if CONVEYOR_WITH_CUDA
+        {"to_cuda", role_of<cv::cuda::staging_options>()},
+#endif
+    };
+    return r;
+}
+
+const role& role_named(const std::string& name)
+{
+    const auto it = roles().find(name);
+    if (it == roles().end()) throw py::value_error("no option struct for role '" + name + "'");
+    return it->second;
 }
 
 // ---- tensors and batches ---------------------------------------------------------------------
@@ -338,9 +405,7 @@ public:
         if (world == 0 || rank >= world) throw py::value_error("rank must be below world_size");
         if (workers == 0 || worker >= workers) throw py::value_error("worker must be below workers");
         kind_ = get<std::string>(spec, "kind", "");
-        errors_ = get<std::string>(spec, "on_error", "fail") == "skip" ? cv::on_error::skip : cv::on_error::fail;
-        order_ = {.seed = get<std::uint64_t>(spec, "seed", 0), .shuffle = get<bool>(spec, "shuffle_order", true),
-                  .policy = uneven_of(get<std::string>(spec, "uneven", "drop"))};
+        read_section(spec, "order", order_);
         read_stages(spec);
         py::gil_scoped_release unlocked; // listings and index reads may take a while
         if (kind_ == "files") open_files(spec);
@@ -353,7 +418,7 @@ public:
     std::optional<std::uint64_t> items(std::uint64_t epoch) const
     {
         if (kind_ == "files" || kind_ == "s3") return cv::epoch_share(list_size(), split_, epoch, order_).size();
-        if (resampled_) return std::nullopt;
+        if (shard_.resampled) return std::nullopt;
         std::uint64_t n = 0;
         for (const auto& piece : cv::epoch_share(shards_.size(), split_, epoch, order_)) {
             const auto s = shards_[piece.item].samples;
@@ -368,15 +433,19 @@ public:
     {
         py::gil_scoped_release unlocked;
         std::shared_ptr<cv::progress> progress;
-        if (kind_ != "shards" || !resampled_) {
+        if (kind_ != "shards" || !shard_.resampled) {
             progress = std::make_shared<cv::progress>();
             if (state && !state->empty()) *progress = cv::progress::from_json(*state);
         }
         std::optional<cv::pipeline<image::image_batch>> p;
         if (kind_ == "shards") {
-            shard::source_options so{.order = order_, .share = split_, .resampled = resampled_, .shards_in_flight = shards_in_flight_,
-                                     .errors = errors_, .s3 = s3_, .resume = progress};
-            if (!cache_dir_.empty()) so.cache = cv::store::cache_options{.dir = cache_dir_, .max_bytes = cache_bytes_};
+            shard::source_options so = shard_;
+            so.order = order_;
+            so.share = split_;
+            so.errors = errors_;
+            so.s3 = s3_;
+            so.resume = progress;
+            if (cache_ && !cache_->dir.empty()) so.cache = *cache_;
             auto samples = shard::shards(shards_, so).on(*rt_);
             if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
             p = std::move(samples) | image::decode_batches(decode_, batch_);
@@ -389,8 +458,7 @@ public:
             p = std::move(blobs) | image::decode_batches(decode_, batch_);
         }
 #if CONVEYOR_WITH_CUDA
-        if (cuda_device_)
-            return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda({.device = *cuda_device_, .ring = cuda_buffers_})).run(epoch), progress);
+        if (cuda_) return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
 #endif
         return std::make_unique<py_run>(rt_, p->run(epoch), progress);
     }
@@ -414,42 +482,15 @@ public:
 private:
     void read_stages(const py::dict& spec)
     {
-        if (has(spec, "shuffle")) {
-            const auto s = sub(spec, "shuffle");
-            shuffle_ = cv::shuffle_options{.buffer = get<std::size_t>(s, "buffer", 1000), .seed = get<std::uint64_t>(s, "seed", 0)};
-        }
-        const auto d = sub(spec, "decode");
-        decode_.decode.size = {get<std::uint32_t>(d, "width", 224), get<std::uint32_t>(d, "height", 224)};
-        decode_.decode.crop = crop_of(get<std::string>(d, "crop", "random_resized"));
-        decode_.decode.flip = get<double>(d, "flip", 0.0);
-        const auto scale = get<std::vector<double>>(d, "scale", {0.08, 1.0});
-        const auto ratio = get<std::vector<double>>(d, "ratio", {3.0 / 4.0, 4.0 / 3.0});
-        if (scale.size() != 2 || ratio.size() != 2) throw py::value_error("scale and ratio take 2 values");
-        decode_.decode.scale = {scale[0], scale[1]};
-        decode_.decode.ratio = {ratio[0], ratio[1]};
-        decode_.decode.center_fraction = get<double>(d, "center_fraction", 0.875);
-        decode_.decode.dct_scaling = get<bool>(d, "dct_scaling", true);
-        decode_.decode.seed = get<std::uint64_t>(d, "seed", 0);
-        decode_.fields = get<std::vector<std::string>>(d, "fields", {"jpg", "jpeg", "png"});
-        decode_.label_field = get<std::string>(d, "label_field", "cls");
-        decode_.errors = errors_;
-        if (const auto map = get<std::string>(d, "label_map", ""); !map.empty()) {
-            decode_.label_map.map = image::load_label_map(map);
-            decode_.label_map.first_number = get<std::optional<std::uint64_t>>(d, "first_number", std::nullopt);
-        }
-        const auto b = sub(spec, "batch");
-        batch_.size = get<std::size_t>(b, "size", 64);
-        batch_.layout = get<std::string>(b, "layout", "nhwc") == "nchw" ? image::tensor_layout::nchw : image::tensor_layout::nhwc;
-        const auto type = image::dtype_named(get<std::string>(b, "dtype", "uint8"));
-        if (!type || *type == image::dtype::int64) throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
-        batch_.type = *type;
-        batch_.mean = three(b, "mean", 0.0f);
-        batch_.std = three(b, "std", 1.0f);
-        batch_.partial = get<bool>(b, "partial", true);
-        if (has(spec, "cuda")) {
+        if (has(spec, "shuffle")) read_section(spec, "shuffle", shuffle_.emplace());
+        read_section(spec, "decode", decode_);
+        errors_ = decode_.errors; // one setting: a bad item, unreadable or undecodable
+        if (const auto map = get<std::string>(spec, "label_map_file", ""); !map.empty()) decode_.label_map.map = image::load_label_map(map);
+        read_section(spec, "collate", batch_);
+        if (batch_.type == image::dtype::int64) throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
+        if (has(spec, "to_cuda")) {
 #if CONVEYOR_WITH_CUDA
-            cuda_device_ = get<int>(sub(spec, "cuda"), "device", 0);
-            cuda_buffers_ = get<std::size_t>(sub(spec, "cuda"), "buffers", 3);
+            read_section(spec, "to_cuda", cuda_.emplace());
             if (cv::cuda::devices().devices == 0)
                 throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
                                 {.stage = "to_cuda", .detail = "no usable GPU here: " + cv::cuda::devices().reason});
@@ -459,28 +500,10 @@ private:
                             {.stage = "to_cuda", .detail = "this build of conveyor has no CUDA (CONVEYOR_WITH_CUDA)"});
 #endif
         }
-        shards_in_flight_ = get<unsigned>(spec, "shards_in_flight", 0);
-        resampled_ = get<bool>(spec, "resampled", false);
-        cache_dir_ = get<std::string>(spec, "cache", "");
-        cache_bytes_ = get<std::uint64_t>(spec, "cache_bytes", 0);
-        if (has(spec, "s3")) {
-            const auto s = sub(spec, "s3");
-            s3_config_.credentials_file = get<std::string>(s, "config", "");
-            s3_config_.endpoint_url = get<std::string>(s, "endpoint", "");
-            s3_config_.region = get<std::string>(s, "region", "");
-            s3_config_.profile = get<std::string>(s, "profile", "");
-            s3_config_.anonymous = get<bool>(s, "anonymous", false);
-        }
-        file_spec_ = {.root = get<std::string>(spec, "root", ""),
-                      .index = get<std::string>(spec, "index", ""),
-                      .classes = get<std::string>(spec, "classes", ""),
-                      .url = get<std::string>(spec, "url", ""),
-                      .bucket = get<std::string>(spec, "bucket", ""),
-                      .prefix = get<std::string>(spec, "prefix", ""),
-                      .labels = get<bool>(spec, "labels", true),
-                      .extensions = get<std::vector<std::string>>(spec, "extensions", {})};
-        if (has(spec, "paths")) file_spec_.paths = spec["paths"].cast<std::vector<std::string>>();
-        if (has(spec, "keys")) file_spec_.keys = spec["keys"].cast<std::vector<std::string>>();
+        read_section(spec, "shard", shard_);
+        if (has(spec, "cache")) read_section(spec, "cache", cache_.emplace());
+        read_section(spec, "s3", s3_config_);
+        read_section(spec, "source", file_spec_);
         if (has(spec, "urls")) urls_ = spec["urls"].cast<std::vector<std::string>>();
     }
 
@@ -573,13 +596,6 @@ private:
 
     std::uint64_t list_size() const { return kind_ == "files" ? listing_->size() : objects_->size(); }
 
-    struct file_source_spec {
-        std::string root, index, classes, url, bucket, prefix;
-        bool labels = true;
-        std::vector<std::string> extensions;
-        std::optional<std::vector<std::string>> paths, keys;
-    };
-
     std::shared_ptr<cv::runtime> rt_;
     conveyor::split split_;
     std::string kind_;
@@ -587,16 +603,15 @@ private:
     conveyor::order_options order_;
     std::optional<cv::shuffle_options> shuffle_;
     image::decode_image_options decode_;
-    image::batch_options batch_;
-    std::optional<int> cuda_device_;
-    std::size_t cuda_buffers_ = 3;
-    unsigned shards_in_flight_ = 0;
-    bool resampled_ = false;
-    std::string cache_dir_;
-    std::uint64_t cache_bytes_ = 0;
+    image::collate_options batch_;
+#if CONVEYOR_WITH_CUDA
+    std::optional<cv::cuda::staging_options> cuda_;
+#endif
+    shard::source_options shard_;
+    std::optional<cv::store::cache_options> cache_;
     cv::s3::config_options s3_config_;
     std::optional<cv::s3::client> s3_;
-    file_source_spec file_spec_;
+    source_spec file_spec_;
     std::vector<std::string> urls_;
     std::shared_ptr<const file::listing> listing_;
     std::shared_ptr<const cv::s3::object_list> objects_;
@@ -617,6 +632,16 @@ PYBIND11_MODULE(_conveyor, m)
             if (p) std::rethrow_exception(p);
         } catch (const cv::error& e) {
             error_type(e.what());
+        }
+    });
+    // A section's unknown key is a wrong keyword (TypeError, as Python's own), a bad value
+    // a ValueError; both name the key and what it takes.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const cv::detail::option_error& e) {
+            if (e.unknown_key()) PyErr_SetString(PyExc_TypeError, e.what());
+            else PyErr_SetString(PyExc_ValueError, e.what());
         }
     });
     error_type.doc() = "A conveyor failure: the message names the stage, the item's key and where it was read from.";
@@ -668,6 +693,12 @@ PYBIND11_MODULE(_conveyor, m)
              "Starts epoch `epoch`, resuming from `state` (progress JSON; None or \"\": from the start).")
         .def_property_readonly("split", &py_dataset::split, "(rank, world_size, worker, workers)")
         .def_property_readonly("shards", &py_dataset::shards, "Shards: the resolved list ({url, size, samples}; -1: unknown).");
+
+    m.def("option_fields", [](const std::string& r) { return role_named(r).fields(); }, py::arg("role"),
+          "The keys of a description's section: the fields of the option struct that plays `role`, by their C++ names.");
+    m.def("check_options", [](const std::string& r, const py::object& section) { role_named(r).check(to_json(section)); },
+          py::arg("role"), py::arg("section"),
+          "Raises TypeError for a key that is no field of `role`'s struct (naming the valid ones), ValueError for a bad value.");
 
     m.def("environment_split", [] {
         const auto s = conveyor::split_from_environment();

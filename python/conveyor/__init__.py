@@ -84,14 +84,49 @@ def _worker_split() -> Tuple[int, int]:
     return info.id, info.num_workers
 
 
-def _s3_spec(config, endpoint, region, profile, anonymous) -> Optional[Dict[str, Any]]:
-    return {
-        "config": _os.fspath(config) if config is not None else "",
-        "endpoint": endpoint or "",
-        "region": region or "",
-        "profile": profile or "",
-        "anonymous": bool(anonymous),
-    }
+#: The keywords spelled otherwise than the C++ fields they set, by section: every other
+#: keyword of a builder, and every key of the description handed to C++, is the field's own
+#: name in the option struct that plays the section's role (``_conveyor.option_fields(role)``
+#: lists them; C++ refuses any other key). tests/python/test_options.py checks this table
+#: and the builders' signatures against the C++ structs.
+_ALIASES: Dict[str, Dict[str, str]] = {
+    "order": {"uneven": "policy"},  # conveyor::order_options
+    "s3": {"config": "credentials_file", "endpoint": "endpoint_url"},  # conveyor::s3::config_options
+    "cache": {"cache": "dir", "cache_bytes": "max_bytes"},  # conveyor::store::cache_options
+    "decode": {"first_number": "label_map.first_number", "on_error": "errors"},  # conveyor::image::decode_image_options
+    "collate": {"dtype": "type"},  # conveyor::image::collate_options
+    "to_cuda": {"buffers": "ring"},  # conveyor::cuda::staging_options
+}
+
+
+def _section(role: str, fields: Dict[str, Any], options: Dict[str, Any]) -> Dict[str, Any]:
+    """A section of the description: ``fields`` with ``options`` (further fields of the
+    role's C++ struct, by their names) added, checked by C++ now: an unknown key raises
+    TypeError naming the valid ones, a bad value ValueError."""
+    section = dict(fields)
+    section.update(options)
+    _conveyor.check_options(role, section)
+    return section
+
+
+def _order(seed, shuffle, uneven) -> Dict[str, Any]:
+    if uneven not in ("drop", "pad"):
+        raise ValueError(f"uneven must be 'drop' or 'pad', not {uneven!r}")
+    return _section("order", {"seed": int(seed), "shuffle": bool(shuffle), "policy": uneven}, {})
+
+
+def _s3_spec(config, endpoint, region, profile, anonymous) -> Dict[str, Any]:
+    return _section(
+        "s3",
+        {
+            "credentials_file": _os.fspath(config) if config is not None else "",
+            "endpoint_url": endpoint or "",
+            "region": region or "",
+            "profile": profile or "",
+            "anonymous": bool(anonymous),
+        },
+        {},
+    )
 
 
 def _common(on_error: str, threads: int, rank, world_size) -> Dict[str, Any]:
@@ -141,15 +176,19 @@ def files(
         raise ValueError("classes= goes with index= (a folder's classes are its directories)")
     spec = {
         "kind": "files",
-        "root": _os.fspath(root) if root is not None else "",
-        "paths": [_os.fspath(p) for p in paths] if paths is not None else None,
-        "index": _os.fspath(index) if index is not None else "",
-        "classes": _os.fspath(classes) if classes is not None else "",
-        "labels": bool(labels),
-        "extensions": list(extensions),
-        "seed": int(seed),
-        "shuffle_order": bool(shuffle),
-        "uneven": uneven,
+        "source": _section(
+            "source",
+            {
+                "root": _os.fspath(root) if root is not None else "",
+                "paths": [_os.fspath(p) for p in paths] if paths is not None else None,
+                "index": _os.fspath(index) if index is not None else "",
+                "classes": _os.fspath(classes) if classes is not None else "",
+                "labels": bool(labels),
+                "extensions": list(extensions),
+            },
+            {},
+        ),
+        "order": _order(seed, shuffle, uneven),
         **_common(on_error, threads, rank, world_size),
     }
     return Pipeline(spec)
@@ -202,18 +241,22 @@ def s3(
         raise ValueError("keys= needs bucket=")
     spec = {
         "kind": "s3",
-        "url": url or "",
-        "keys": list(keys) if keys is not None else None,
-        "bucket": bucket or "",
-        "prefix": prefix,
-        "index": _os.fspath(index) if index is not None else "",
-        "classes": _os.fspath(classes) if classes is not None else "",
-        "labels": bool(labels),
-        "extensions": list(extensions),
+        "source": _section(
+            "source",
+            {
+                "url": url or "",
+                "keys": list(keys) if keys is not None else None,
+                "bucket": bucket or "",
+                "prefix": prefix,
+                "index": _os.fspath(index) if index is not None else "",
+                "classes": _os.fspath(classes) if classes is not None else "",
+                "labels": bool(labels),
+                "extensions": list(extensions),
+            },
+            {},
+        ),
         "s3": _s3_spec(config, endpoint, region, profile, anonymous),
-        "seed": int(seed),
-        "shuffle_order": bool(shuffle),
-        "uneven": uneven,
+        "order": _order(seed, shuffle, uneven),
         **_common(on_error, threads, rank, world_size),
     }
     return Pipeline(spec)
@@ -263,13 +306,9 @@ def shards(
     spec = {
         "kind": "shards",
         "urls": urls,
-        "seed": int(seed),
-        "shuffle_order": bool(shuffle),
-        "uneven": uneven,
-        "resampled": bool(resampled),
-        "shards_in_flight": int(shards_in_flight),
-        "cache": _os.fspath(cache) if cache is not None else "",
-        "cache_bytes": int(cache_bytes),
+        "order": _order(seed, shuffle, uneven),
+        "shard": _section("shard", {"resampled": bool(resampled), "shards_in_flight": int(shards_in_flight)}, {}),
+        "cache": _section("cache", {"dir": _os.fspath(cache), "max_bytes": int(cache_bytes)}, {}) if cache is not None else None,
         "s3": _s3_spec(config, endpoint, region, profile, anonymous),
         **_common(on_error, threads, rank, world_size),
     }
@@ -328,8 +367,9 @@ class Pipeline:
         self._spec = spec
         self._spec.setdefault("shuffle", None)
         self._spec.setdefault("decode", None)
-        self._spec.setdefault("batch", None)
-        self._spec.setdefault("cuda", None)
+        self._spec.setdefault("label_map_file", "")
+        self._spec.setdefault("collate", None)
+        self._spec.setdefault("to_cuda", None)
         self._spec.setdefault("with_keys", False)
         self._spec.setdefault("output", "torch")
         self._dataset = None  # the resolved source (listing, shard list, clients): made once
@@ -347,13 +387,15 @@ class Pipeline:
         spec.update(changes)
         return Pipeline(spec)
 
-    def shuffle(self, buffer: int, *, seed: Optional[int] = None) -> "Pipeline":
+    def shuffle(self, buffer: int, *, seed: Optional[int] = None, **options: Any) -> "Pipeline":
         """Mixes items through a buffer of ``buffer`` items (webdataset's ``shuffle(n)``):
         each item out is drawn at random from the buffer. The draws are a pure function of
-        (``seed``, epoch); ``seed`` defaults to the source's."""
+        (``seed``, epoch); ``seed`` defaults to the source's. ``options``: further fields of
+        ``conveyor::shuffle_options`` by name (``initial``)."""
         if buffer < 1:
             raise ValueError("shuffle buffer must be at least 1")
-        return self._with(shuffle={"buffer": int(buffer), "seed": int(seed if seed is not None else self._spec["seed"])})
+        seed = int(seed if seed is not None else self._spec["order"]["seed"])
+        return self._with(shuffle=_section("shuffle", {"buffer": int(buffer), "seed": seed}, options))
 
     def decode(
         self,
@@ -370,6 +412,7 @@ class Pipeline:
         label_field: str = "cls",
         label_map: Union[str, "os.PathLike[str]", None] = None,
         first_number: Optional[int] = None,
+        **options: Any,
     ) -> "Pipeline":
         """Decodes each JPEG or PNG (libjpeg-turbo, libspng) on the compute threads, cropped
         and resized to ``size`` (an int: square; or (height, width)), RGB.
@@ -385,7 +428,9 @@ class Pipeline:
         instead: by key (``{"ILSVRC2012_val_00000001": 65, ...}``) or by position
         (``{"0": 490, "1": 361, ...}``: a file's position in the listing, a shard sample's key
         number); ``first_number``: the key number of entry "0" when shard samples are found
-        by number (1 for ImageNet's ILSVRC2012_val_00000001)."""
+        by number (1 for ImageNet's ILSVRC2012_val_00000001). ``options``: further fields of
+        ``conveyor::image::decode_options`` (``strict``, ``max_pixels``, ``jpeg_crop``,
+        ``format``) or of ``decode_image_options`` (``concurrency``, ``label_json``) by name."""
         if isinstance(size, int):
             size = (size, size)
         if crop not in ("random_resized", "center", "none"):
@@ -393,23 +438,30 @@ class Pipeline:
         flip_p = 0.5 if flip is True else float(flip)
         if not 0.0 <= flip_p <= 1.0:
             raise ValueError("flip must be a bool or a probability in [0, 1]")
-        return self._with(
-            decode={
-                "height": int(size[0]),
-                "width": int(size[1]),
-                "crop": crop,
-                "flip": flip_p,
-                "scale": [float(scale[0]), float(scale[1])],
-                "ratio": [float(ratio[0]), float(ratio[1])],
-                "center_fraction": float(center_fraction),
-                "dct_scaling": bool(dct_scaling),
-                "seed": int(seed if seed is not None else self._spec["seed"]),
+        pixels = set(_conveyor.option_fields("decode_options"))
+        how = {
+            "size": {"width": int(size[1]), "height": int(size[0])},
+            "crop": crop,
+            "flip": flip_p,
+            "scale": [float(scale[0]), float(scale[1])],
+            "ratio": [float(ratio[0]), float(ratio[1])],
+            "center_fraction": float(center_fraction),
+            "dct_scaling": bool(dct_scaling),
+            "seed": int(seed if seed is not None else self._spec["order"]["seed"]),
+        }
+        how.update({k: v for k, v in options.items() if k in pixels})
+        section = _section(
+            "decode",
+            {
+                "decode": how,
                 "fields": list(fields),
                 "label_field": label_field,
-                "label_map": _os.fspath(label_map) if label_map is not None else "",
-                "first_number": first_number,
-            }
+                "label_map": {"first_number": first_number},
+                "errors": self._spec["on_error"],
+            },
+            {k: v for k, v in options.items() if k not in pixels},
         )
+        return self._with(decode=section, label_map_file=_os.fspath(label_map) if label_map is not None else "")
 
     def batch(
         self,
@@ -420,11 +472,13 @@ class Pipeline:
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,
         partial: bool = True,
+        **options: Any,
     ) -> "Pipeline":
         """Collates ``size`` decoded images into one tensor, each decoded straight into its
         place: ``uint8`` pixels as decoded, or ``float32``/``float16`` normalized as
         torchvision's ``ToTensor()`` + ``Normalize(mean, std)`` (defaults: 0 and 1);
-        ``layout`` ``"nhwc"`` or ``"nchw"``. ``partial=False`` drops a last, smaller batch."""
+        ``layout`` ``"nhwc"`` or ``"nchw"``. ``partial=False`` drops a last, smaller batch. ``options``: further fields of
+        ``conveyor::image::collate_options`` by name (``capacity``, ``slabs``)."""
         if self._spec["decode"] is None:
             raise ValueError("batch() comes after decode()")
         if size < 1:
@@ -445,29 +499,35 @@ class Pipeline:
             return v
 
         return self._with(
-            batch={
-                "size": int(size),
-                "dtype": dtype,
-                "layout": layout,
-                "mean": three(mean, 0.0),
-                "std": three(std, 1.0),
-                "partial": bool(partial),
-            }
+            collate=_section(
+                "collate",
+                {
+                    "size": int(size),
+                    "type": dtype,
+                    "layout": layout,
+                    "mean": three(mean, 0.0),
+                    "std": three(std, 1.0),
+                    "partial": bool(partial),
+                },
+                options,
+            )
         )
 
-    def to_cuda(self, device: int = 0, *, buffers: int = 3) -> "Pipeline":
+    def to_cuda(self, device: int = 0, *, buffers: int = 3, **options: Any) -> "Pipeline":
         """Copies each batch to GPU ``device`` from page-locked memory, overlapped with the
         decoding of the next ones; the tensors are CUDA tensors, ready when they arrive.
         Needs a build with CUDA. The device memory is a ring of ``buffers`` batches: those
         being copied and those the loop still holds (tensors taken from them included).
         A loop that keeps more than ``buffers - 1`` batches' tensors alive makes the run wait
         for one to be dropped: keep fewer, ``.clone()`` what you keep, or raise ``buffers``.
-        (CPU batches have no such limit: a batch handed to the loop is its own memory.)"""
-        if self._spec["batch"] is None:
+        (CPU batches have no such limit: a batch handed to the loop is its own memory.)
+        ``options``: further fields of ``conveyor::cuda::staging_options`` by name (``capacity``)."""
+        if self._spec["collate"] is None:
             raise ValueError("to_cuda() comes after batch()")
         if buffers < 2:
             raise ValueError("to_cuda needs at least 2 buffers (one being copied, one held)")
-        return self._with(cuda={"device": int(device), "buffers": int(buffers)})
+        # Checked when the pipeline is resolved: a build without CUDA has no staging_options.
+        return self._with(to_cuda={"device": int(device), "ring": int(buffers), **options})
 
     def keys(self, on: bool = True) -> "Pipeline":
         """Also yield each batch's keys (sample keys, or file and object keys):
@@ -500,7 +560,7 @@ class Pipeline:
     def _resolved(self):
         self._forget_if_forked()
         if self._dataset is None:
-            if self._spec["batch"] is None:
+            if self._spec["collate"] is None:
                 raise ValueError("a pipeline must end in batch() (and optionally to_cuda()) to be iterated")
             threads = self._spec["threads"]
             self._runtime = _conveyor.Runtime(threads=threads)
@@ -544,8 +604,8 @@ class Pipeline:
         items = self._resolved().items(self._epoch)
         if items is None:
             raise TypeError("len() of this pipeline is unknown: its shards were not listed by a dataset index (.json)")
-        n = self._spec["batch"]["size"]
-        return _math.ceil(items / n) if self._spec["batch"]["partial"] else items // n
+        n = self._spec["collate"]["size"]
+        return _math.ceil(items / n) if self._spec["collate"]["partial"] else items // n
 
     def __iter__(self) -> "Epoch":
         self._stop_active()

@@ -236,7 +236,7 @@ TEST_SUITE("gpu")
             .decode = {.size = {224, 224}, .crop = image::crop_mode::random_resized, .flip = 0.5, .seed = 11}};
         const std::uint64_t count = 96;
         for (auto layout : {image::tensor_layout::nhwc, image::tensor_layout::nchw}) {
-            const image::batch_options b{.size = 32, .layout = layout};
+            const image::collate_options b{.size = 32, .layout = layout};
             const collected cpu = from_cpu(blobs_of(photos(count)).on(rt) | image::decode_batches(d, b));
             auto stage = cc::decode_batches(d, b, {.cpu_share = 0});
             const collected gpu = from_gpu(blobs_of(photos(count)).on(rt) | stage);
@@ -260,7 +260,7 @@ TEST_SUITE("gpu")
         cv::runtime rt;
         const image::decode_image_options d{
             .decode = {.size = {64, 64}, .crop = image::crop_mode::random_resized, .flip = 0.5, .seed = 23}};
-        const image::batch_options b{.size = 8};
+        const image::collate_options b{.size = 8};
         const std::uint64_t count = 80; // 10 batches
         const collected cpu = from_cpu(blobs_of(photos(count, 320, 240)).on(rt) | image::decode_batches(d, b));
         auto stage = cc::decode_batches(d, b, {.ring = 10, .cpu_share = 0});
@@ -293,7 +293,7 @@ TEST_SUITE("gpu")
     {
         cv::runtime rt;
         const image::decode_image_options d{.decode = {.size = {160, 128}, .crop = image::crop_mode::center, .seed = 3}};
-        const image::batch_options b{.size = 16,
+        const image::collate_options b{.size = 16,
                                      .layout = image::tensor_layout::nchw,
                                      .type = image::dtype::float16,
                                      .mean = image::imagenet_mean,
@@ -320,7 +320,7 @@ TEST_SUITE("gpu")
     {
         cv::runtime rt;
         const image::decode_image_options d{.decode = {.size = {96, 96}, .crop = image::crop_mode::random_resized, .seed = 5}};
-        const image::batch_options b{.size = 24};
+        const image::collate_options b{.size = 24};
         const collected cpu = from_cpu(blobs_of(photos(120)).on(rt) | image::decode_batches(d, b));
         auto stage = cc::decode_batches(d, b); // measured split
         const collected gpu = from_gpu(blobs_of(photos(120)).on(rt) | stage);
@@ -344,7 +344,7 @@ TEST_SUITE("gpu")
         // CMYK is refused by both paths (skipped); the rest decode.
         const image::decode_image_options d{.decode = {.size = {64, 48}, .crop = image::crop_mode::random_resized, .seed = 2},
                                             .errors = cv::on_error::skip};
-        const image::batch_options b{.size = 4};
+        const image::collate_options b{.size = 4};
         const collected cpu = from_cpu(blobs_of(files).on(rt) | image::decode_batches(d, b));
         auto stage = cc::decode_batches(d, b, {.cpu_share = 0});
         const collected gpu = from_gpu(blobs_of(files).on(rt) | stage);

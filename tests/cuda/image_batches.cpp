@@ -82,7 +82,7 @@ TEST_SUITE("gpu")
     {
         cv::runtime rt;
         const image::decode_image_options d{.decode = {.size = {32, 24}, .crop = image::crop_mode::center}};
-        const image::batch_options bo{.size = 4,
+        const image::collate_options bo{.size = 4,
                                       .layout = image::tensor_layout::nchw,
                                       .type = image::dtype::float32,
                                       .mean = {0.485f, 0.456f, 0.406f},
@@ -137,7 +137,7 @@ TEST_SUITE("gpu")
     {
         cv::runtime rt;
         const image::decode_image_options d{.decode = {.size = {32, 24}, .crop = image::crop_mode::center}};
-        image::batch_options bo{.size = 2, .allocator = conveyor::cuda::pinned_slab_allocator()};
+        image::collate_options bo{.size = 2, .allocator = conveyor::cuda::pinned_slab_allocator()};
         bo.pool = std::make_shared<image::slab_pool>(image::batch_slab_bytes(d.decode, bo), 4, bo.allocator);
         const auto pool = bo.pool;
         for (const bool wait : {false, true}) {

@@ -69,9 +69,9 @@ image::decode_options decode_of(const batch_spec& s)
     return d;
 }
 
-image::batch_options options_of(const batch_spec& s)
+image::collate_options options_of(const batch_spec& s)
 {
-    image::batch_options b;
+    image::collate_options b;
     b.size = s.slots;
     b.layout = s.layout;
     b.type = s.type;

@@ -125,9 +125,9 @@ TEST_CASE("decode_batches drops the partial last batch when told to")
 
 TEST_CASE("decode_batches normalizes float32 and float16 nchw batches as torchvision's ToTensor and Normalize do")
 {
-    const image::batch_options f32{.size = 3, .layout = image::tensor_layout::nchw, .type = image::dtype::float32,
+    const image::collate_options f32{.size = 3, .layout = image::tensor_layout::nchw, .type = image::dtype::float32,
                                    .mean = image::imagenet_mean, .std = image::imagenet_std};
-    image::batch_options f16 = f32;
+    image::collate_options f16 = f32;
     f16.type = image::dtype::float16;
     auto b32 = collect(blobs(5) | image::decode_batches({.decode = small}, f32));
     auto b16 = collect(blobs(5) | image::decode_batches({.decode = small}, f16));

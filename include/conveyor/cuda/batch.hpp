@@ -35,7 +35,7 @@ inline std::vector<cuda::host_tensor> staging_view(const image_batch& b)
 namespace conveyor::cuda {
 
 /** Slabs in page-locked memory (`allocate_pinned`), for image batches bound for the GPU:
-    `image::batch_options{.allocator = cuda::pinned_slab_allocator()}`; their copies run at
+    `image::collate_options{.allocator = cuda::pinned_slab_allocator()}`; their copies run at
     the link's full rate and overlap the CPU's work. Allocation throws without a usable
     device. */
 inline image::slab_allocator pinned_slab_allocator()

@@ -103,7 +103,7 @@ class gpu_decoder_cache;
 /// Makes the run's shared state on the run's thread: fails with `errc::no_device` where
 /// there is no usable device; says once, through `ctx.log`, when the GPU cannot decode.
 CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d,
-                                                                std::shared_ptr<const image::batch_options> b,
+                                                                std::shared_ptr<const image::collate_options> b,
                                                                 std::shared_ptr<const gpu_decode_options> g,
                                                                 std::shared_ptr<const image::detail::batch_plan> plan,
                                                                 std::shared_ptr<gpu_decode_counters> counters,
@@ -146,7 +146,7 @@ CONVEYOR_DECL gpu_decode_stats snapshot(const gpu_decode_counters& c);
 */
 class decode_batches_stage {
 public:
-    CONVEYOR_DECL decode_batches_stage(image::decode_image_options d, image::batch_options b, gpu_decode_options g);
+    CONVEYOR_DECL decode_batches_stage(image::decode_image_options d, image::collate_options b, gpu_decode_options g);
 
     template <class T>
         requires(std::is_same_v<T, shard::sample> || std::is_same_v<T, blob>)
@@ -159,7 +159,7 @@ public:
 
 private:
     std::shared_ptr<const image::decode_image_options> d_;
-    std::shared_ptr<const image::batch_options> b_;
+    std::shared_ptr<const image::collate_options> b_;
     std::shared_ptr<const gpu_decode_options> g_;
     std::shared_ptr<const image::detail::batch_plan> plan_;
     std::shared_ptr<detail::gpu_decode_counters> counters_;
@@ -204,7 +204,7 @@ private:
         b.done_on(my_stream);
     }
     @endcode */
-inline decode_batches_stage decode_batches(image::decode_image_options d, image::batch_options b, gpu_decode_options g = {})
+inline decode_batches_stage decode_batches(image::decode_image_options d, image::collate_options b, gpu_decode_options g = {})
 {
     return decode_batches_stage(std::move(d), std::move(b), g);
 }

@@ -1,6 +1,6 @@
 // conveyor/cuda/normalize.cuh — uint8 NHWC batches to normalized float NCHW, on the GPU.
 // For programs compiled with nvcc: include this in a .cu file. (The C++-only path
-// normalizes on the CPU while it collates: image::batch_options.)
+// normalizes on the CPU while it collates: image::collate_options.)
 #ifndef CONVEYOR_CUDA_NORMALIZE_CUH
 #define CONVEYOR_CUDA_NORMALIZE_CUH
 

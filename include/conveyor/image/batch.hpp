@@ -195,7 +195,7 @@ struct image_batch {
     /// The position of this batch in the run (0, 1, 2, ...).
     std::uint64_t index = 0;
 
-    /// Images in the batch (`batch_options::size`, or fewer in a last, partial batch).
+    /// Images in the batch (`collate_options::size`, or fewer in a last, partial batch).
     std::size_t size() const noexcept { return keys.size(); }
 };
 
@@ -204,8 +204,10 @@ struct image_batch {
 inline constexpr std::array<float, 3> imagenet_mean{0.485f, 0.456f, 0.406f};
 inline constexpr std::array<float, 3> imagenet_std{0.229f, 0.224f, 0.225f};
 
-/// How `decode_batches` collates.
-struct batch_options {
+/** How `decode_batches` collates decoded images into batch tensors (the CUDA module's
+    `cuda::decode_batches` too). Not `conveyor::batch_options`, the core `batch(n)` stage's,
+    which groups any items into vectors: these batches are tensors in pooled slabs. */
+struct collate_options {
     /// Images per batch.
     std::size_t size = 64;
     /// nhwc (as decoded) or nchw (planes).
@@ -220,7 +222,9 @@ struct batch_options {
     std::array<float, 3> std{1.0f, 1.0f, 1.0f};
     /// Deliver a last batch of fewer than `size` images (true) or drop it (false).
     bool partial = true;
-    /// Batches waiting between this stage and the next.
+    /** Batches waiting between this stage and the next. Fewer than the core `batch`
+        stage's 4: each waiting batch holds a slab (a whole batch tensor, megabytes), and
+        the slabs bound the stage's memory (see `slabs`). */
     std::size_t capacity = 2;
     /** At most this many slabs exist at once (batches being filled, waiting, held by the
         consumer): when all are out the stage waits for one to come back. 0: `capacity`
@@ -235,7 +239,7 @@ struct batch_options {
 
 /// The bytes one slab needs for batches made with `d` and `b`: the images, then the labels
 /// (at a 256-byte boundary).
-CONVEYOR_DECL std::size_t batch_slab_bytes(const decode_options& d, const batch_options& b);
+CONVEYOR_DECL std::size_t batch_slab_bytes(const decode_options& d, const collate_options& b);
 
 namespace detail {
 
@@ -249,22 +253,22 @@ struct batch_plan {
     std::array<std::array<std::uint16_t, 256>, 3> to_half{};   // float16: the same, rounded to half
 };
 
-CONVEYOR_DECL batch_plan make_batch_plan(const decode_options& d, const batch_options& b);
+CONVEYOR_DECL batch_plan make_batch_plan(const decode_options& d, const collate_options& b);
 
 /** The batch of the first `count` images of `slab` (laid out as `plan` says: images, then
     labels at `plan.labels_offset`), with their `keys` (resized to `count`) and its
     position `index`: the tensors' shapes, strides and types as `o` asks. */
 CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::string> keys, std::size_t count, std::uint64_t index,
-                                          const batch_options& o, const batch_plan& plan);
+                                          const collate_options& o, const batch_plan& plan);
 
 /** Decodes `e` into `slot` (one image of the batch tensor): straight there with
     `decode_into` for uint8 nhwc, else into a per-thread scratch and converted from it. */
-CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d, const batch_options& b,
+CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d, const collate_options& b,
                                     const batch_plan& plan, const encoded_image& e, std::uint64_t epoch,
                                     decode_stats* stats, std::byte* slot);
 
 /// Converts one HWC uint8 image into `slot` as `b` asks (layout and type).
-CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const batch_options& b, const batch_plan& plan, std::byte* slot);
+CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const collate_options& b, const batch_plan& plan, std::byte* slot);
 
 } // namespace detail
 
@@ -276,7 +280,7 @@ CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const batch_options& b
 */
 class decode_batches_stage {
 public:
-    CONVEYOR_DECL decode_batches_stage(decode_image_options d, batch_options b);
+    CONVEYOR_DECL decode_batches_stage(decode_image_options d, collate_options b);
 
     template <class T>
         requires(std::is_same_v<T, shard::sample> || std::is_same_v<T, blob>)
@@ -287,11 +291,11 @@ public:
     /// The decode counters (images decoded, warnings tolerated).
     const std::shared_ptr<decode_stats>& stats() const noexcept { return d_->stats; }
     const decode_image_options& decode() const noexcept { return *d_; }
-    const batch_options& batch() const noexcept { return *b_; }
+    const collate_options& batch() const noexcept { return *b_; }
 
 private:
     std::shared_ptr<const decode_image_options> d_;
-    std::shared_ptr<const batch_options> b_;
+    std::shared_ptr<const collate_options> b_;
     std::shared_ptr<const detail::batch_plan> plan_;
     std::shared_ptr<slab_pool> pool_;
 };
@@ -313,7 +317,8 @@ private:
     A bad image fails the run (`d.errors = on_error::fail`: the error names its key and
     path or shard), or is skipped (`on_error::skip`): counted in the run's stats, logged,
     and its place taken by the next good image, so batches stay full and the images keep
-    their input order. `d.ordered` and `d.capacity` are not used (`b.capacity` is).
+    their input order. Batches come out in input order; `b.capacity` of them wait for the
+    consumer.
 
     @code
     auto pipe = conveyor::file::files(conveyor::file::walk("/data/train", {.labels = true}))
@@ -324,7 +329,7 @@ private:
     for (auto& b : pipe) train_step(b.images, b.labels);
     @endcode
 */
-inline decode_batches_stage decode_batches(decode_image_options d, batch_options b = {})
+inline decode_batches_stage decode_batches(decode_image_options d, collate_options b = {})
 {
     return decode_batches_stage(std::move(d), std::move(b));
 }

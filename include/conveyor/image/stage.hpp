@@ -31,7 +31,9 @@ struct decoded {
     std::uint64_t index = 0;   ///< the sample's position in its shard, or the file's in its listing
 };
 
-/// Settings of `decode_image`.
+/** How each item's image is picked, labelled and decoded: the settings of `decode_image`
+    and of the batch stages (`decode_batches`, `cuda::decode_batches`), each of which uses
+    every field. How `decode_image` hands its images on is `decoded_queue_options`. */
 struct decode_image_options {
     /// How each image is decoded and augmented.
     decode_options decode;
@@ -56,15 +58,19 @@ struct decode_image_options {
     label_map_options label_map;
     /// Images decoded at once on the compute pool. 0: twice its threads.
     std::size_t concurrency = 0;
-    /// Keep input order (true) or hand images on as they are done (false).
-    bool ordered = true;
     /// A bad image fails the pipeline, or is skipped, counted and logged.
     on_error errors = on_error::fail;
-    /// Images waiting between this stage and the next.
-    std::size_t capacity = default_stream_capacity;
     /// Counters to add to (images decoded, warnings tolerated); null: the stage's own,
     /// readable through `decode_image_stage::stats()`.
     std::shared_ptr<decode_stats> stats;
+};
+
+/// How `decode_image` hands its decoded images on (the batch stages have `collate_options`).
+struct decoded_queue_options {
+    /// Keep input order (true) or hand images on as they are done (false).
+    bool ordered = true;
+    /// Images waiting between this stage and the next.
+    std::size_t capacity = default_stream_capacity;
 };
 
 /** The encoded image of one item, and what goes with it: for stages that decode into
@@ -115,7 +121,7 @@ CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options
 */
 class decode_image_stage {
 public:
-    CONVEYOR_DECL explicit decode_image_stage(decode_image_options o);
+    CONVEYOR_DECL explicit decode_image_stage(decode_image_options o, decoded_queue_options q = {});
 
     template <class T>
         requires(std::is_same_v<T, shard::sample> || std::is_same_v<T, blob>)
@@ -127,10 +133,10 @@ public:
             return detail::decode_item(dec, *o, encoded_image_of(item, *o), epoch);
         };
         return conveyor::map(std::move(f), {.concurrency = o_->concurrency ? o_->concurrency : 2 * threads,
-                                            .ordered = o_->ordered,
+                                            .ordered = q_.ordered,
                                             .where = run_on::compute,
                                             .errors = o_->errors,
-                                            .capacity = o_->capacity,
+                                            .capacity = q_.capacity,
                                             .name = "decode_image"})(ctx, std::move(in));
     }
 
@@ -140,6 +146,7 @@ public:
 
 private:
     std::shared_ptr<const decode_image_options> o_;
+    decoded_queue_options q_;
 };
 
 /** Decodes JPEG and PNG images on the runtime's compute pool: a stage on shard samples
@@ -159,9 +166,9 @@ private:
     for (auto& d : pipe) train_on(d.image, d.label);
     @endcode
 */
-inline decode_image_stage decode_image(decode_image_options o = {})
+inline decode_image_stage decode_image(decode_image_options o = {}, decoded_queue_options q = {})
 {
-    return decode_image_stage(std::move(o));
+    return decode_image_stage(std::move(o), q);
 }
 
 } // namespace conveyor::image

@@ -66,7 +66,7 @@ public:
 
 class gpu_batch_run {
 public:
-    gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d, std::shared_ptr<const image::batch_options> b,
+    gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d, std::shared_ptr<const image::collate_options> b,
                   std::shared_ptr<const gpu_decode_options> g, std::shared_ptr<const image::detail::batch_plan> plan,
                   std::shared_ptr<gpu_decode_counters> counters, std::shared_ptr<gpu_decoder_cache> cache,
                   std::shared_ptr<const input_meter> input)
@@ -365,7 +365,7 @@ private:
 #endif
 
     std::shared_ptr<const image::decode_image_options> d_;
-    std::shared_ptr<const image::batch_options> b_;
+    std::shared_ptr<const image::collate_options> b_;
     std::shared_ptr<const gpu_decode_options> g_;
     std::shared_ptr<const image::detail::batch_plan> plan_;
     std::shared_ptr<gpu_decode_counters> counters_;
@@ -388,7 +388,7 @@ private:
 };
 
 CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d,
-                                                                std::shared_ptr<const image::batch_options> b,
+                                                                std::shared_ptr<const image::collate_options> b,
                                                                 std::shared_ptr<const gpu_decode_options> g,
                                                                 std::shared_ptr<const image::detail::batch_plan> plan,
                                                                 std::shared_ptr<gpu_decode_counters> counters,
@@ -450,7 +450,7 @@ CONVEYOR_DECL gpu_decode_stats snapshot(const gpu_decode_counters& c)
 
 } // namespace detail
 
-CONVEYOR_DECL decode_batches_stage::decode_batches_stage(image::decode_image_options d, image::batch_options b, gpu_decode_options g)
+CONVEYOR_DECL decode_batches_stage::decode_batches_stage(image::decode_image_options d, image::collate_options b, gpu_decode_options g)
 {
     auto bad = [](std::string detail) {
         return conveyor::error(make_error_code(errc::bad_options), {.stage = "gpu_decode_batches", .detail = std::move(detail)});
@@ -460,7 +460,7 @@ CONVEYOR_DECL decode_batches_stage::decode_batches_stage(image::decode_image_opt
     if (g.ring == 0) throw bad("ring must be at least 1");
     if (!(g.cpu_share <= 1)) throw bad("cpu_share must be at most 1 (negative: measured)");
     d_ = std::make_shared<const image::decode_image_options>(cpu.decode());
-    b_ = std::make_shared<const image::batch_options>(cpu.batch());
+    b_ = std::make_shared<const image::collate_options>(cpu.batch());
     g_ = std::make_shared<const gpu_decode_options>(g);
     plan_ = std::make_shared<const image::detail::batch_plan>(image::detail::make_batch_plan(d_->decode, *b_));
     counters_ = std::make_shared<detail::gpu_decode_counters>();

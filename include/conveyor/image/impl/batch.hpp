@@ -182,7 +182,7 @@ asio::awaitable<void> dispatch_batches(stream<T> in, std::shared_ptr<batch_run> 
 
 template <class T>
 asio::awaitable<void> decode_batch_items(std::shared_ptr<run_context> ctx, std::shared_ptr<const decode_image_options> d,
-                                         std::shared_ptr<const batch_options> b, std::shared_ptr<const batch_plan> plan,
+                                         std::shared_ptr<const collate_options> b, std::shared_ptr<const batch_plan> plan,
                                          std::shared_ptr<conveyor::detail::channel<batch_job<T>>> jobs,
                                          std::shared_ptr<conveyor::detail::channel<batch_result>> results,
                                          std::shared_ptr<std::atomic<std::size_t>> remaining)
@@ -218,7 +218,7 @@ asio::awaitable<void> decode_batch_items(std::shared_ptr<run_context> ctx, std::
 }
 
 /// Moves the finished batch `b` of `run` into an `image_batch` of its first `count` images.
-CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const batch_options& o,
+CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const collate_options& o,
                                        const batch_plan& plan);
 
 /// Places result `r` (good) at the next final position: moves its pixels if it was decoded

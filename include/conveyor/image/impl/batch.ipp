@@ -238,7 +238,7 @@ inline std::size_t round_up(std::size_t n, std::size_t to) noexcept
     return (n + to - 1) / to * to;
 }
 
-CONVEYOR_DECL batch_plan make_batch_plan(const decode_options& d, const batch_options& b)
+CONVEYOR_DECL batch_plan make_batch_plan(const decode_options& d, const collate_options& b)
 {
     batch_plan p;
     p.height = d.size.height;
@@ -259,7 +259,7 @@ CONVEYOR_DECL batch_plan make_batch_plan(const decode_options& d, const batch_op
     return p;
 }
 
-CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const batch_options& b, const batch_plan& plan, std::byte* slot)
+CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const collate_options& b, const batch_plan& plan, std::byte* slot)
 {
     const std::size_t c_n = plan.channels, hw = std::size_t{plan.height} * plan.width;
     auto convert = [&](auto* out, auto value) {
@@ -288,7 +288,7 @@ CONVEYOR_DECL void convert_image(const std::uint8_t* hwc, const batch_options& b
     }
 }
 
-CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d, const batch_options& b, const batch_plan& plan,
+CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d, const collate_options& b, const batch_plan& plan,
                                     const encoded_image& e, std::uint64_t epoch, decode_stats* stats, std::byte* slot)
 {
     const decode_context ctx{.key = e.key, .origin = e.origin, .epoch = epoch, .stats = stats};
@@ -320,7 +320,7 @@ CONVEYOR_DECL std::uint64_t place_result(batch_run& run, batch_result& r, std::s
 }
 
 CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::string> keys, std::size_t count, std::uint64_t index,
-                                          const batch_options& o, const batch_plan& plan)
+                                          const collate_options& o, const batch_plan& plan)
 {
     image_batch out;
     out.slab = std::move(slab);
@@ -346,7 +346,7 @@ CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::str
     return out;
 }
 
-CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const batch_options& o,
+CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const collate_options& o,
                                        const batch_plan& plan)
 {
     auto it = run.open.find(b);
@@ -362,12 +362,12 @@ CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::siz
 
 } // namespace detail
 
-CONVEYOR_DECL std::size_t batch_slab_bytes(const decode_options& d, const batch_options& b)
+CONVEYOR_DECL std::size_t batch_slab_bytes(const decode_options& d, const collate_options& b)
 {
     return detail::make_batch_plan(d, b).slab_bytes;
 }
 
-CONVEYOR_DECL decode_batches_stage::decode_batches_stage(decode_image_options d, batch_options b)
+CONVEYOR_DECL decode_batches_stage::decode_batches_stage(decode_image_options d, collate_options b)
 {
     auto bad = [](std::string detail) {
         return conveyor::error(make_error_code(errc::bad_options), {.stage = "decode_batches", .detail = std::move(detail)});
@@ -392,7 +392,7 @@ CONVEYOR_DECL decode_batches_stage::decode_batches_stage(decode_image_options d,
     }
     plan_ = std::move(plan);
     d_ = std::make_shared<const decode_image_options>(std::move(d));
-    b_ = std::make_shared<const batch_options>(std::move(b));
+    b_ = std::make_shared<const collate_options>(std::move(b));
 }
 
 } // namespace conveyor::image

@@ -75,7 +75,7 @@ CONVEYOR_DECL encoded_image encoded_image_of(const blob& b, const decode_image_o
     return e;
 }
 
-CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o)
+CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o, decoded_queue_options q) : q_(q)
 {
     if (!o.stats) o.stats = std::make_shared<decode_stats>();
     if (o.fields.empty())
