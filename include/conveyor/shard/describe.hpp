@@ -2,7 +2,7 @@
 // for `detail::read_options`: the Python module's `shards()` settings are these fields.
 // The order (`order_options`), the errors (`on_error`) and the cache (`store::cache_options`)
 // are described on their own; members that hold objects or per-run state (`share`,
-// `chunks`, `tar`, `s3`, `cache`, `resume`) are given in C++ only and not described.
+// `chunks`, `tar`, `s3`, `http`, `cache`, `store`, `resume`) are given in C++ only and not described.
 #ifndef CONVEYOR_SHARD_DESCRIBE_HPP
 #define CONVEYOR_SHARD_DESCRIBE_HPP
 
