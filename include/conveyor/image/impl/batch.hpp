@@ -5,13 +5,6 @@
 #include <conveyor/core/detail/offload.hpp>
 #include <conveyor/image/batch.hpp>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <cstring>
 #include <exception>
@@ -35,46 +28,16 @@ namespace detail {
    assembled; the dispatcher then carries on from the final position, so only the images in
    flight at the time of an error are ever moved, and two images never share a slot. */
 /* Whether the consumer of a stage's output has gone, for a task of the stage that waits on
-   something else (a free slab): `watch` has the output channel call it; the waiter checks
-   `gone` and waits on `timer`, which the watcher cancels. Lives on the waiter's executor
-   (one thread): the watcher posts there. */
-struct receiver_watch {
-    explicit receiver_watch(asio::any_io_executor ex) : timer(ex, asio::steady_timer::time_point::max()) {}
-    asio::steady_timer timer;
-    bool gone = false;
+   something else (a free slab): made by `watch_receiver`, told by the output channel. */
+struct receiver_watch;
 
-    template <class Channel>
-    static std::shared_ptr<receiver_watch> watch(Channel& out, asio::any_io_executor ex)
-    {
-        auto w = std::make_shared<receiver_watch>(ex);
-        out.on_receiver_gone([weak = std::weak_ptr<receiver_watch>(w), ex] {
-            asio::post(ex, [weak] {
-                if (auto w = weak.lock()) {
-                    w->gone = true;
-                    w->timer.cancel();
-                }
-            });
-        });
-        return w;
-    }
-};
+/// A watch on `out`'s receiver, told on `ex` (the waiter's executor: one thread).
+CONVEYOR_DECL std::shared_ptr<receiver_watch> watch_receiver(conveyor::detail::channel<image_batch>& out, asio::any_io_executor ex);
 
 /// A slab from `pool`, or nullopt once `gone` says nobody reads on: a consumer that
 /// stopped reading (a `take` downstream) while it keeps every slab would otherwise leave
 /// this wait, and the run, without an end. The run's cancellation ends it too (thrown).
-inline asio::awaitable<std::optional<image::slab>> acquire_unless_gone(slab_pool& pool, const std::shared_ptr<receiver_watch>& gone)
-{
-    if (gone->gone) co_return std::nullopt;
-    auto ex = co_await asio::this_coro::executor;
-    auto [order, slab_error, slab, timer_ec] =
-        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, pool.async_acquire(), asio::deferred),
-                                                         gone->timer.async_wait(asio::deferred))
-            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-    (void)timer_ec;
-    if (!slab_error && slab) co_return std::move(slab); // granted (even as the watcher fired)
-    if (gone->gone || !slab_error) co_return std::nullopt;
-    std::rethrow_exception(slab_error); // the run's cancellation
-}
+CONVEYOR_DECL asio::awaitable<std::optional<image::slab>> acquire_unless_gone(slab_pool& pool, std::shared_ptr<receiver_watch> gone);
 
 struct batch_run {
     struct open_batch {
@@ -289,7 +252,7 @@ stream<image_batch> decode_batches_stage::operator()(const std::shared_ptr<run_c
             }
             run->open.clear(); // slabs taken ahead of need go back
         });
-    run->gone = detail::receiver_watch::watch(*conveyor::detail::channel_of(out), ctx->executor()); // before the dispatcher starts: it reads this
+    run->gone = detail::watch_receiver(*conveyor::detail::channel_of(out), ctx->executor()); // before the dispatcher starts: it reads this
     ctx->spawn(detail::dispatch_batches<T>(std::move(in), run, pool_, plan_, n, jobs), "decode_batches");
     for (std::size_t w = 0; w < workers; ++w)
         ctx->spawn(detail::decode_batch_items<T>(ctx, d_, b_, plan_, jobs, results, remaining), "decode_batches");

@@ -9,6 +9,12 @@
 #include <conveyor/image/error.hpp>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <bit>
@@ -344,6 +350,45 @@ CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::str
     out.labels.shape = {n};
     out.labels.strides = {1};
     return out;
+}
+
+/* Whether the consumer of a stage's output has gone, for a task of the stage that waits on
+   something else (a free slab): `watch` has the output channel call it; the waiter checks
+   `gone` and waits on `timer`, which the watcher cancels. Lives on the waiter's executor
+   (one thread): the watcher posts there. */
+struct receiver_watch {
+    explicit receiver_watch(asio::any_io_executor ex) : timer(ex, asio::steady_timer::time_point::max()) {}
+    asio::steady_timer timer;
+    bool gone = false;
+
+};
+
+CONVEYOR_DECL std::shared_ptr<receiver_watch> watch_receiver(conveyor::detail::channel<image_batch>& out, asio::any_io_executor ex)
+{
+    auto w = std::make_shared<receiver_watch>(ex);
+    out.on_receiver_gone([weak = std::weak_ptr<receiver_watch>(w), ex] {
+        asio::post(ex, [weak] {
+            if (auto w = weak.lock()) {
+                w->gone = true;
+                w->timer.cancel();
+            }
+        });
+    });
+    return w;
+}
+
+CONVEYOR_DECL asio::awaitable<std::optional<image::slab>> acquire_unless_gone(slab_pool& pool, std::shared_ptr<receiver_watch> gone)
+{
+    if (gone->gone) co_return std::nullopt;
+    auto ex = co_await asio::this_coro::executor;
+    auto [order, slab_error, slab, timer_ec] =
+        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, pool.async_acquire(), asio::deferred),
+                                                         gone->timer.async_wait(asio::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    (void)timer_ec;
+    if (!slab_error && slab) co_return std::move(slab); // granted (even as the watcher fired)
+    if (gone->gone || !slab_error) co_return std::nullopt;
+    std::rethrow_exception(slab_error); // the run's cancellation
 }
 
 CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const collate_options& o,
