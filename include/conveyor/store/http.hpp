@@ -45,7 +45,7 @@ private:
     runtime* rt_;
     http::client_options o_;
     mutable std::mutex mu_;
-    mutable std::map<std::string, std::shared_ptr<http::client>> clients_; // by "scheme://host:port"
+    mutable std::map<std::string, std::shared_ptr<http::client>> clients_; // by `endpoint::url()`
 };
 
 } // namespace conveyor::store

@@ -141,7 +141,7 @@ public:
     bool receiver_gone() const override
     {
         std::lock_guard lk(mu_);
-        return receiver_closed_ || cancelled_ || error_;
+        return gone_locked();
     }
 
     /** Calls `f` once, when the receiver goes (`close_receiver`, `cancel`, `fail`), or at
@@ -152,7 +152,7 @@ public:
     void on_receiver_gone(std::function<void()> f)
     {
         std::unique_lock lk(mu_);
-        if (!(receiver_closed_ || cancelled_ || error_)) {
+        if (!gone_locked()) {
             gone_ = std::move(f);
             return;
         }
@@ -304,6 +304,9 @@ private:
     bool spin(std::unique_lock<std::mutex>& lk, std::size_t want_items);
 
     void drop_all(std::unique_lock<std::mutex>& lk);
+
+    // Whether the receiver is gone (lock held): it stopped, or the channel was cancelled or failed.
+    bool gone_locked() const noexcept { return receiver_closed_ || cancelled_ || error_; }
 
     // Runs the receiver-gone watcher taken from `gone_` (lock not held).
     static void tell_gone(std::function<void()>& gone) noexcept

@@ -369,8 +369,8 @@ public:
             return fail_entry("cannot write " + file_.temporary(), ec);
         struct stat sb{};
         ::fstat(file_.native_handle(), &sb);
-        const std::string tmp = file_.temporary();
-        if (auto ec = file_.commit(st_->o.fsync, st_->o.fsync)) return fail_entry(std::string(file_.failed_step()) + " " + tmp, ec);
+        if (auto ec = file_.commit(st_->o.fsync, st_->o.fsync))
+            return fail_entry(std::string(file_.failed_step()) + " " + file_.temporary(), ec);
         // Reopened read-only for the readers.
         const std::string& final_path = file_.target();
         const int rfd = ::open(final_path.c_str(), O_RDONLY | O_CLOEXEC);

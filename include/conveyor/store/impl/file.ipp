@@ -54,11 +54,10 @@ public:
     void commit() override
     {
         flush();
-        const std::string tmp = file_.temporary();
         if (auto e = file_.commit(sync_, sync_)) {
-            if (std::string_view(file_.failed_step()) == "cannot rename")
-                file_error(e, file_.target(), "cannot rename " + tmp + " to it");
-            file_error(e, tmp, std::string(file_.failed_step()) == "cannot sync" ? "fsync failed" : "close failed");
+            const std::string_view step = file_.failed_step();
+            if (step == "cannot rename") file_error(e, file_.target(), "cannot rename " + file_.temporary() + " to it");
+            file_error(e, file_.temporary(), step == "cannot sync" ? "fsync failed" : "close failed");
         }
     }
 

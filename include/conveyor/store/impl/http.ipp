@@ -73,9 +73,8 @@ CONVEYOR_DECL runtime& http_store::rt() const
 CONVEYOR_DECL std::shared_ptr<http::client> http_store::client_for(const location& where) const
 {
     const http::endpoint ep = http::endpoint_of(where); // refuses what cannot connect (user-info)
-    const std::string key = (ep.tls ? "https://" : "http://") + ep.host + ":" + std::to_string(ep.port);
     std::lock_guard lk(mu_);
-    auto& c = clients_[key];
+    auto& c = clients_[ep.url()];
     if (!c) c = std::make_shared<http::client>(rt(), ep, o_);
     return c;
 }
