@@ -63,8 +63,10 @@
 #include <conveyor/shard/untar.hpp>
 #include <conveyor/shard/writer.hpp>
 #include <conveyor/store/cache.hpp>
+#include <conveyor/store/context.hpp>
 #include <conveyor/store/file.hpp>
 #include <conveyor/store/http.hpp>
+#include <conveyor/store/objects.hpp>
 #include <conveyor/store/open.hpp>
 #include <conveyor/store/s3.hpp>
 #include <conveyor/store/store.hpp>

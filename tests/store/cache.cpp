@@ -52,7 +52,7 @@ public:
     }
     cv::runtime& rt() const override { return ::rt(); }
     bool remote() const noexcept override { return true; }
-    asio::awaitable<cv::slice> async_read(cv::location where) const override
+    asio::awaitable<cv::slice> async_read(cv::location where, std::int64_t = -1) const override
     {
         ++reads;
         co_return cv::slice(cv::buffer::copy_of(get(where).first));

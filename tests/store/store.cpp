@@ -15,6 +15,7 @@
 #include <conveyor/store/context.hpp>
 #include <conveyor/store/file.hpp>
 #include <conveyor/store/http.hpp>
+#include <conveyor/store/objects.hpp>
 #include <conveyor/store/open.hpp>
 
 #include "support.hpp"
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -281,4 +283,107 @@ TEST_CASE("https shards are read with the source's web client settings: a CA fil
     } catch (const cv::error& e) {
         CHECK(std::string(e.what()).find("/nonexistent/ca.pem") != std::string::npos);
     }
+}
+
+TEST_CASE("the object source reads local and web objects of one list through one context; a cache serves the second epoch's web objects without a request")
+{
+    namespace bhttp = boost::beast::http;
+    // /o<i>: the body "web object <i>"; /missing: a 404.
+    conveyor_test::test_server server([&](conveyor_test::peer& p, const bhttp::request<bhttp::string_body>& req,
+                                          std::size_t) -> asio::awaitable<bool> {
+        const std::string t(req.target());
+        if (t == "/missing") co_return co_await p.write("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+        const std::string body = "web object " + t.substr(2);
+        co_return co_await p.write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+    });
+    temp_dir t;
+    {
+        std::ofstream(t.path / "local.bin") << "local object";
+    }
+    const std::string base = "http://127.0.0.1:" + std::to_string(server.port());
+    cv::store::object_list list = cv::store::object_list::from_urls(
+        {base + "/o0", (t.path / "local.bin").string(), base + "/o1?v=2", base + "/missing", base + "/o2"});
+    list.labels = {3, 1, 4, 1, 5};
+    const auto shared = std::make_shared<const cv::store::object_list>(list);
+    conveyor_test::log_capture cap;
+    cv::runtime rt({.io_threads = 2, .compute_threads = 1, .log = cap.sink()});
+    const auto ctx = cv::store::make_context({.rt = &rt, .cache = cv::store::cache_options{.dir = (t.path / "cache").string()}});
+
+    std::vector<std::string> seen;
+    auto epoch = [&](std::uint64_t e) {
+        std::vector<std::string> got;
+        auto r = cv::store::objects(shared, {.store = ctx, .concurrency = 3, .errors = cv::on_error::skip}).on(rt).run(e);
+        for (auto& b : r) {
+            CHECK(b.label == list.labels[b.index]);
+            CHECK(b.origin == cv::location(list.objects[b.index].url).printable());
+            got.push_back(b.key + "=" + std::string(b.data.view()));
+        }
+        CHECK(r.stats().skipped.load() == 1);
+        return got;
+    };
+    const std::vector<std::string> want{"o0=web object 0", (t.path / "local.bin").string() + "=local object", "o1=web object 1?v=2",
+                                        "o2=web object 2"};
+    CHECK(epoch(0) == want);
+    CHECK(cap.matching({"conveyor: skipped:", base + "/missing"}).size() == 1); // the skip names the URL
+    const std::size_t first = server.requests();
+    CHECK(first == 4); // every web object once, the missing one included
+    CHECK(epoch(1) == want);
+    CHECK(server.requests() == first + 1); // only the missing one asked again: the rest from the cache
+}
+
+TEST_CASE("the object source refuses a list with labels for some objects only, and a bad URL fails the run naming it")
+{
+    cv::store::object_list list = cv::store::object_list::from_urls({"/a", "/b"});
+    list.labels = {1};
+    CHECK_THROWS_WITH_AS(cv::store::objects(list), doctest::Contains("1 labels for 2 objects"), cv::error);
+    cv::runtime rt({.io_threads = 1, .compute_threads = 1});
+    try {
+        for (const auto& b : cv::store::objects(std::vector<std::string>{"ftp://host/x"}).on(rt)) (void)b;
+        FAIL("a run read an ftp:// object");
+    } catch (const cv::error& e) {
+        CHECK(std::string(e.what()).find("ftp://host/x") != std::string::npos);
+    }
+}
+
+TEST_CASE("the object source takes each epoch's order and share, and merged states resume on another world size, each object once")
+{
+    temp_dir t;
+    std::vector<std::string> urls;
+    for (int i = 0; i < 40; ++i) {
+        const auto p = t.path / ("f" + std::to_string(i));
+        std::ofstream(p) << "object " << i;
+        urls.push_back("file://" + p.string());
+    }
+    cv::runtime rt({.io_threads = 2, .compute_threads = 1});
+    const cv::order_options order{.seed = 9, .shuffle = true};
+    const std::uint64_t epoch = 3;
+    std::vector<cv::progress> states;
+    std::set<std::string> used;
+    for (std::uint64_t r = 0; r < 2; ++r) {
+        auto state = std::make_shared<cv::progress>();
+        const cv::split share{.rank = r, .world_size = 2};
+        std::vector<std::uint64_t> got;
+        for (auto& b : cv::store::objects(urls, {.concurrency = 4, .epochs = {.order = order, .share = share, .resume = state}}).on(rt).run(epoch)) {
+            CHECK(b.data.view() == "object " + std::to_string(b.index));
+            state->consumed(b);
+            CHECK(used.insert(b.key).second);
+            got.push_back(b.index);
+            if (got.size() == 5 + 6 * r) break;
+        }
+        const auto share_of = cv::epoch_share(urls.size(), share, epoch, order);
+        for (std::size_t k = 0; k < got.size(); ++k) CHECK(got[k] == share_of[k].item);
+        states.push_back(cv::progress::from_json(state->to_json()));
+    }
+    const auto merged = cv::progress::merge(states);
+    std::set<std::string> after;
+    for (std::uint64_t r = 0; r < 3; ++r) {
+        auto state = std::make_shared<cv::progress>(merged);
+        for (auto& b : cv::store::objects(urls, {.concurrency = 4, .epochs = {.order = order, .share = cv::split{.rank = r, .world_size = 3}, .resume = state}})
+                           .on(rt)
+                           .run(epoch)) {
+            CHECK_FALSE(used.contains(b.key));
+            CHECK(after.insert(b.key).second);
+        }
+    }
+    CHECK(used.size() + after.size() == urls.size());
 }

@@ -64,6 +64,11 @@ public:
         without keeping a large storage alive: a shard member kept in a shuffle buffer
         otherwise pins its whole chunk. */
     CONVEYOR_DECL slice compact() const;
+    /** These bytes as a buffer of their own, for a consumer that owns its bytes (a blob):
+        the storage itself, without a copy, when this slice spans all of it, is its only
+        owner and was made from a buffer (`slice(buffer)`); a copy otherwise. Leaves this
+        slice empty. */
+    CONVEYOR_DECL buffer into_buffer() &&;
     /// How many slices share this one's storage (0 for a slice that has none).
     long use_count() const noexcept { return storage_.use_count(); }
     /// True when `a` and `b` share storage (one was cut from the other, or both from one).
@@ -76,6 +81,7 @@ private:
     std::shared_ptr<const buffer> storage_;
     const std::byte* data_ = nullptr;
     std::size_t size_ = 0;
+    bool owned_ = false; // storage_ was made by slice(buffer): a buffer of ours, not a const one shared in
 };
 
 } // namespace conveyor

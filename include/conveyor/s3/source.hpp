@@ -11,6 +11,7 @@
 #include <conveyor/detail/config.hpp>
 #include <conveyor/file/index.hpp>
 #include <conveyor/s3/client.hpp>
+#include <conveyor/store/context.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -71,6 +72,14 @@ struct source_options {
     /// Which objects each run reads, in what order, and its resume state (`epoch_options`;
     /// default: the whole list, in list order).
     epoch_options epochs{};
+    /** A node-local cache of the objects (`store::cached_store`): the first epoch fetches
+        each object and writes it to the folder, later epochs (and other processes of the
+        node) read it from there. Not used when `store` is given (set it in the context). */
+    std::optional<store::cache_options> cache;
+    /** The store context the reads go through, shared with other sources (its cache, its
+        web clients). Its S3 client (`store_options::s3`) must be the client given to
+        `objects`. Null: a context of the source's own over that client and `cache`. */
+    std::shared_ptr<const store::context> store;
 };
 
 /// Settings of `list_objects` and `list_url`.
@@ -158,7 +167,9 @@ CONVEYOR_DECL void write_classes(const object_list& l, const std::filesystem::pa
                                  const std::map<std::string, std::string>& names = {});
 
 /** The S3 source: GETs every object of a list, many at once, as blobs (key = object key,
-    origin = `s3://bucket/key`, label = the list's label for it, or -1).
+    origin = `s3://bucket/key`, label = the list's label for it, or -1), each through the
+    S3 store of a store context (`store::objects` over the list's `s3://` locations), so
+    the node cache serves them when one is set (`source_options::cache` or the context's).
 
     Requests are spread over the runtime's I/O threads, `concurrency` objects in flight,
     over the client's keep-alive connections. Objects larger than the client's
@@ -183,7 +194,9 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::string bucket, const std::ve
     Calls may overlap freely. @par Thread Safety Safe. */
 class dataset {
 public:
-    dataset(client c, object_list l) : c_(std::move(c)), list_(std::make_shared<const object_list>(std::move(l))) {}
+    /// Reads through `ctx` (its S3 store: give one with a cache to serve the objects from
+    /// the node's folder), or through a context of its own over `c`.
+    CONVEYOR_DECL dataset(client c, object_list l, std::shared_ptr<const store::context> ctx = nullptr);
 
     std::size_t size() const noexcept { return list_->size(); }
     const object_list& objects() const noexcept { return *list_; }
@@ -198,6 +211,7 @@ public:
 private:
     client c_;
     std::shared_ptr<const object_list> list_;
+    std::shared_ptr<const store::store> st_; // the S3 store every read goes through
 };
 
 /// Settings of the upload sink.

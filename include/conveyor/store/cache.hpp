@@ -82,7 +82,7 @@ public:
 
     runtime& rt() const override { return inner_->rt(); }
     bool remote() const noexcept override { return inner_->remote(); }
-    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where) const override;
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where, std::int64_t size_hint = -1) const override;
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<object_version> async_version(location where) const override;
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> async_open(location where) const override;
     CONVEYOR_DECL std::unique_ptr<chunk_reader> read_chunks(const location& where, const chunk_options& o) const override;

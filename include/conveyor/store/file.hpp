@@ -19,7 +19,7 @@ public:
 
     CONVEYOR_DECL runtime& rt() const override;
     bool remote() const noexcept override { return false; }
-    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where) const override;
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where, std::int64_t size_hint = -1) const override;
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> async_open(location where) const override;
     /// Reads the file with plain blocking reads on the calling thread (no runtime needed).
     CONVEYOR_DECL slice read(const location& where) const override;

@@ -21,7 +21,7 @@ public:
     const s3::client& client() const noexcept { return c_; }
     runtime& rt() const override { return c_.rt(); }
     bool remote() const noexcept override { return true; }
-    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where) const override;
+    [[nodiscard]] CONVEYOR_DECL asio::awaitable<slice> async_read(location where, std::int64_t size_hint = -1) const override;
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> async_open(location where) const override;
     /// A HeadObject: the ETag and size.
     [[nodiscard]] CONVEYOR_DECL asio::awaitable<object_version> async_version(location where) const override;

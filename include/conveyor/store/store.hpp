@@ -112,10 +112,12 @@ public:
     /// opens more objects at once).
     virtual bool remote() const noexcept = 0;
 
-    /** Reads the whole object at `where`.
+    /** Reads the whole object at `where`. `size_hint` is its size in bytes when a listing
+        told it (-1: unknown): a hint, never a check, that lets a remote store fetch a large
+        object in parallel parts at once (S3) and a small one in a single request.
         @par Completion Signature
         `slice` */
-    [[nodiscard]] virtual asio::awaitable<slice> async_read(location where) const = 0;
+    [[nodiscard]] virtual asio::awaitable<slice> async_read(location where, std::int64_t size_hint = -1) const = 0;
 
     /** The version of the object at `where` now (S3: a HeadObject), without its bytes.
         By default unknown (an empty ETag): such objects are taken as never changing.

@@ -12,6 +12,7 @@
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/s3/detail/client_state.hpp>
+#include <conveyor/store/objects.hpp>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -140,30 +141,37 @@ CONVEYOR_DECL blob object_blob(const config& cfg, const object_list& list, std::
     return blob{obj.key, std::move(data), object_uri(cfg, list.bucket, obj.key), label, i};
 }
 
-/// Fetches object `i` of `list` as a blob (the S3 source's reader).
-CONVEYOR_DECL asio::awaitable<blob> read_object(std::shared_ptr<client_state> s, std::shared_ptr<const object_list> list,
-                                                std::uint64_t i)
-{
-    const object_info& obj = list->objects[i];
-    buffer data = co_await s->get_object(list->bucket, obj.key, obj.size);
-    co_return object_blob(s->cfg, *list, i, std::move(data));
-}
-
-/// The S3 source's reader and what makes it per run (named types, not closures: they end
-/// up in coroutine frames of functions compiled once, where closures would have no linkage).
+/// The S3 source's reader and what makes it per run (named types, not closures: they end up
+/// in coroutine frames of functions compiled once, where closures would have no linkage).
+/// Each object is read through the S3 store of the run's store context.
 struct object_reader {
     std::shared_ptr<client_state> s;
     std::shared_ptr<const object_list> list;
+    std::shared_ptr<const store::store> st; // the context's store of s3:// locations
     std::uint64_t retries_at_open = 0;
-    asio::awaitable<blob> operator()(std::uint64_t i) const { return read_object(s, list, i); }
+    asio::awaitable<blob> operator()(std::uint64_t i) const
+    {
+        const object_info& obj = list->objects[i];
+        blob b = object_blob(s->cfg, *list, i, buffer{});
+        return store::detail::read_object_blob(st, location("s3://" + list->bucket + "/" + obj.key, location_kind::s3), obj.size, std::move(b));
+    }
     /// The client's retries since the run opened (the run's metrics show them; a client
     /// shared with other work at the same time counts its retries too).
     std::uint64_t retries() const { return s->retries.load(std::memory_order_relaxed) - retries_at_open; }
 };
 struct open_reader {
-    std::shared_ptr<client_state> s;
+    client c;
     std::shared_ptr<const object_list> list;
-    object_reader operator()(run_context&) const { return {s, list, s->retries.load(std::memory_order_relaxed)}; }
+    std::shared_ptr<const store::context> ctx; // given, or null: one per run over `c` and `cache`
+    std::optional<store::cache_options> cache;
+    object_reader operator()(run_context&) const
+    {
+        auto run_ctx = ctx ? ctx : store::make_context({.rt = &c.rt(), .s3 = c, .cache = cache});
+        // An empty list reads nothing, and may name no bucket.
+        auto st = list->objects.empty() ? nullptr : run_ctx->store_for(location("s3://" + list->bucket + "/", location_kind::s3));
+        auto s = state_of(c);
+        return {s, list, std::move(st), s->retries.load(std::memory_order_relaxed)};
+    }
 };
 
 } // namespace detail
@@ -302,16 +310,17 @@ CONVEYOR_DECL void write_classes(const object_list& l, const std::filesystem::pa
 CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list> list, source_options o)
 {
     if (!list) list = std::make_shared<const object_list>();
-    if (!list->labels.empty() && list->labels.size() != list->objects.size())
+    store::detail::check_labels(list->labels.size(), list->objects.size(), "s3", "s3://" + list->bucket);
+    if (o.store && (!o.store->options().s3 || detail::state_of(*o.store->options().s3) != detail::state_of(c)))
         throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
                               {.stage = "s3", .where = "s3://" + list->bucket,
-                               .detail = "the object list has " + std::to_string(list->labels.size()) + " labels for " +
-                                         std::to_string(list->objects.size()) + " objects"});
+                               .detail = "the source's store context reads s3:// with another client than the one given "
+                                         "(set `store_options::s3` to it, or give no context)"});
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
-                            .on_read = o.on_read, .epochs = o.epochs};
+                            .on_read = std::move(o.on_read), .epochs = std::move(o.epochs)};
     const std::uint64_t count = list->size();
-    // The client's connection pools belong to its runtime's I/O threads: read there.
-    return keyed_source<blob>("s3", count, std::move(s), detail::open_reader{detail::state_of(c), std::move(list)}, &c.rt());
+    runtime* io = &c.rt(); // the client's connection pools belong to its runtime's I/O threads: read there
+    return keyed_source<blob>("s3", count, std::move(s), detail::open_reader{std::move(c), std::move(list), std::move(o.store), std::move(o.cache)}, io);
 }
 
 CONVEYOR_DECL pipeline<blob> objects(client c, object_list list, source_options o)
@@ -324,13 +333,20 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::string bucket, const std::ve
     return objects(std::move(c), object_list::from_keys(std::move(bucket), keys), std::move(o));
 }
 
+CONVEYOR_DECL dataset::dataset(client c, object_list l, std::shared_ptr<const store::context> ctx)
+    : c_(std::move(c)), list_(std::make_shared<const object_list>(std::move(l)))
+{
+    if (!ctx) ctx = store::make_context({.rt = &c_.rt(), .s3 = c_});
+    if (!list_->objects.empty()) st_ = ctx->store_for(location("s3://" + list_->bucket + "/", location_kind::s3));
+}
+
 CONVEYOR_DECL asio::awaitable<blob> dataset::async_get(std::size_t i) const
 {
     conveyor::detail::check_key_index("s3 dataset", i, list_->size(), "objects");
-    // Through the client, which hops to one of its I/O threads when called elsewhere.
+    // Through the store, whose client hops to one of its I/O threads when called elsewhere.
     const auto& o = list_->objects[i];
-    buffer data = co_await c_.async_get(list_->bucket, o.key, o.size);
-    co_return detail::object_blob(c_.cfg(), *list_, i, std::move(data));
+    co_return co_await store::detail::read_object_blob(st_, location("s3://" + list_->bucket + "/" + o.key, location_kind::s3), o.size,
+                                                       detail::object_blob(c_.cfg(), *list_, i, buffer{}));
 }
 
 CONVEYOR_DECL blob dataset::get(std::size_t i) const

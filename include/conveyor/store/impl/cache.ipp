@@ -715,7 +715,7 @@ CONVEYOR_DECL cached_store::cached_store(std::shared_ptr<const store> inner, con
 {
 }
 
-CONVEYOR_DECL asio::awaitable<slice> cached_store::async_read(location where) const
+CONVEYOR_DECL asio::awaitable<slice> cached_store::async_read(location where, std::int64_t size_hint) const
 {
     auto inner = inner_;
     auto st = state_;
@@ -726,9 +726,9 @@ CONVEYOR_DECL asio::awaitable<slice> cached_store::async_read(location where) co
         if (s.size() == size) co_return s;
         // Shrunk since it was checked: read around it.
         st->n.invalid.fetch_add(1);
-        co_return co_await inner->async_read(std::move(where));
+        co_return co_await inner->async_read(std::move(where), size_hint);
     }
-    slice bytes = co_await inner->async_read(where);
+    slice bytes = co_await inner->async_read(where, size_hint);
     if (t.lock) {
         auto w = std::make_shared<detail::cache_file_writer>(st, t.name, t.url, t.etag);
         detail::cache_store_call call{w, bytes}; // named: see cache_acquire

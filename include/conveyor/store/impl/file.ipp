@@ -101,7 +101,7 @@ CONVEYOR_DECL runtime& file_store::rt() const
     return rt_ ? *rt_ : runtime::shared();
 }
 
-CONVEYOR_DECL asio::awaitable<slice> file_store::async_read(location where) const
+CONVEYOR_DECL asio::awaitable<slice> file_store::async_read(location where, std::int64_t) const
 {
     auto f = co_await file::ranged_file::async_open(rt(), where.path());
     co_return slice(co_await f.async_read(0, static_cast<std::size_t>(f.size())));

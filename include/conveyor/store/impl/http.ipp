@@ -79,7 +79,7 @@ CONVEYOR_DECL std::shared_ptr<http::client> http_store::client_for(const locatio
     return c;
 }
 
-CONVEYOR_DECL asio::awaitable<slice> http_store::async_read(location where) const
+CONVEYOR_DECL asio::awaitable<slice> http_store::async_read(location where, std::int64_t) const
 {
     co_return co_await detail::gather(rt(), read_chunks(where, {}));
 }

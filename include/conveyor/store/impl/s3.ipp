@@ -97,9 +97,9 @@ private:
 
 } // namespace detail
 
-CONVEYOR_DECL asio::awaitable<slice> s3_store::async_read(location where) const
+CONVEYOR_DECL asio::awaitable<slice> s3_store::async_read(location where, std::int64_t size_hint) const
 {
-    co_return slice(co_await c_.async_get(where));
+    co_return slice(co_await c_.async_get(where, size_hint));
 }
 
 CONVEYOR_DECL asio::awaitable<std::shared_ptr<const ranged_object>> s3_store::async_open(location where) const

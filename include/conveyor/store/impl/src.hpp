@@ -11,6 +11,7 @@
 #include <conveyor/store/impl/context.ipp>
 #include <conveyor/store/impl/file.ipp>
 #include <conveyor/store/impl/http.ipp>
+#include <conveyor/store/impl/objects.ipp>
 #include <conveyor/store/impl/open.ipp>
 #include <conveyor/store/impl/s3.ipp>
 #include <conveyor/store/impl/store.ipp>
