@@ -445,7 +445,7 @@ public:
             so.errors = errors_;
             so.s3 = s3_;
             so.resume = progress;
-            if (cache_ && !cache_->dir.empty()) so.cache = *cache_;
+            so.cache = cache_dir();
             auto samples = shard::shards(shards_, so).on(*rt_);
             if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
             p = std::move(samples) | image::decode_batches(decode_, batch_);
@@ -453,7 +453,7 @@ public:
             const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
             auto blobs = kind_ == "files"
                              ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
-                             : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs}).on(*rt_);
+                             : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
             if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
             p = std::move(blobs) | image::decode_batches(decode_, batch_);
         }
@@ -461,6 +461,13 @@ public:
         if (cuda_) return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
 #endif
         return std::make_unique<py_run>(rt_, p->run(epoch), progress);
+    }
+
+    /// The node cache, when one was given with a folder.
+    std::optional<cv::store::cache_options> cache_dir() const
+    {
+        if (cache_ && !cache_->dir.empty()) return cache_;
+        return std::nullopt;
     }
 
     py::tuple split() const { return py::make_tuple(split_.rank, split_.world_size, split_.worker, split_.workers); }

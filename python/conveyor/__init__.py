@@ -129,6 +129,12 @@ def _s3_spec(config, endpoint, region, profile, anonymous) -> Dict[str, Any]:
     )
 
 
+def _cache(cache, cache_bytes) -> Optional[Dict[str, Any]]:
+    if cache is None:
+        return None
+    return _section("cache", {"dir": _os.fspath(cache), "max_bytes": int(cache_bytes)}, {})
+
+
 def _common(on_error: str, threads: int, rank, world_size) -> Dict[str, Any]:
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', not {on_error!r}")
@@ -209,6 +215,8 @@ def s3(
     region: Optional[str] = None,
     profile: Optional[str] = None,
     anonymous: bool = False,
+    cache: Union[str, "os.PathLike[str]", None] = None,
+    cache_bytes: int = 0,
     seed: int = 0,
     shuffle: bool = True,
     uneven: str = "drop",
@@ -233,7 +241,9 @@ def s3(
     (``{"aws_access_key_id": ..., "aws_secret_access_key": ..., "endpoint_url": ..., "bucket_name": ...}``);
     without it, the AWS SDKs' order (environment, web identity, profiles, container and
     instance credentials, refreshed before they expire). ``endpoint``, ``region`` and
-    ``profile`` override the configuration's. Order, split and errors as for :func:`files`."""
+    ``profile`` override the configuration's. ``cache``: a node-local folder where the objects
+    are kept for later epochs and other processes (``cache_bytes`` at most, 0: no limit), as
+    for :func:`shards`. Order, split and errors as for :func:`files`."""
     given = sum(x is not None for x in (url, index, keys))
     if given != 1:
         raise ValueError("s3() takes one of: a prefix URL, index=, or bucket= with keys=")
@@ -256,6 +266,7 @@ def s3(
             {},
         ),
         "s3": _s3_spec(config, endpoint, region, profile, anonymous),
+        "cache": _cache(cache, cache_bytes),
         "order": _order(seed, shuffle, uneven),
         **_common(on_error, threads, rank, world_size),
     }
@@ -308,7 +319,7 @@ def shards(
         "urls": urls,
         "order": _order(seed, shuffle, uneven),
         "shard": _section("shard", {"resampled": bool(resampled), "shards_in_flight": int(shards_in_flight)}, {}),
-        "cache": _section("cache", {"dir": _os.fspath(cache), "max_bytes": int(cache_bytes)}, {}) if cache is not None else None,
+        "cache": _cache(cache, cache_bytes),
         "s3": _s3_spec(config, endpoint, region, profile, anonymous),
         **_common(on_error, threads, rank, world_size),
     }

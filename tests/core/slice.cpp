@@ -154,3 +154,46 @@ TEST_CASE("compact copies a small view into storage of its own from the same poo
     CHECK(same.data() == whole.data());
     CHECK(cv::slice{}.compact().size() == 0);
 }
+
+TEST_CASE("into_buffer moves the storage out when the slice is its only owner and spans it all, and copies otherwise")
+{
+    cv::buffer_pool pool;
+    cv::buffer b = pool.acquire(1000);
+    for (std::size_t i = 0; i < 1000; ++i) b.data()[i] = std::byte(i % 251);
+    const std::byte* const at = b.data();
+    const auto allocations = pool.allocations();
+
+    // The only owner, spanning the whole buffer: the same memory comes back, no copy.
+    cv::slice whole(std::move(b));
+    cv::buffer moved = std::move(whole).into_buffer();
+    CHECK(whole.empty());
+    CHECK(whole.use_count() == 0);
+    CHECK(moved.data() == at);
+    CHECK(moved.size() == 1000);
+    CHECK(pool.allocations() == allocations);
+
+    // Shared with another slice: a copy, and the other slice's bytes stay as they were.
+    cv::slice a(std::move(moved));
+    const cv::slice keep = a;
+    cv::buffer copied = std::move(a).into_buffer();
+    CHECK(copied.data() != keep.data());
+    CHECK(copied.size() == 1000);
+    CHECK(std::equal(keep.span().begin(), keep.span().end(), copied.data()));
+    CHECK(keep.use_count() == 1);
+
+    // A part of its storage: a copy of just those bytes.
+    cv::slice part = keep.sub(100, 50);
+    cv::buffer small = std::move(part).into_buffer();
+    CHECK(small.size() == 50);
+    CHECK(std::equal(small.data(), small.data() + 50, keep.data() + 100));
+
+    // Storage shared in as const (it may be read elsewhere): never moved, even when sole owner.
+    auto shared = std::make_shared<const cv::buffer>(cv::buffer::copy_of(std::string_view("abcdef")));
+    const std::byte* const shared_at = shared->data();
+    cv::slice from_const(std::move(shared));
+    cv::buffer c = std::move(from_const).into_buffer();
+    CHECK(c.data() != shared_at);
+    CHECK(std::string_view(reinterpret_cast<const char*>(c.data()), c.size()) == "abcdef");
+
+    CHECK(std::move(cv::slice{}).into_buffer().size() == 0);
+}

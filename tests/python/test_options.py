@@ -51,7 +51,7 @@ def test_every_keyword_of_a_builder_is_a_field_of_its_struct_or_an_alias():
             assert name in known, f"{fn.__name__}({name}=) is no field of {roles} and no alias"
 
     check(conveyor.files, ["source", "order"])
-    check(conveyor.s3, ["source", "order", "s3"])
+    check(conveyor.s3, ["source", "order", "s3", "cache"])
     check(conveyor.shards, ["order", "shard", "cache", "s3"])
     check(conveyor.Pipeline.shuffle, ["shuffle"])
     check(conveyor.Pipeline.decode, ["decode", "decode_options"])

@@ -143,3 +143,28 @@ def test_s3_shards_give_the_batches_of_the_same_shards_read_locally(uploaded, cr
     for (lx, ly, _), (rx, ry, _) in zip(local, remote):
         assert torch.equal(lx, rx) and torch.equal(ly, ry)
     assert sorted(k for _, _, ks in remote for k in ks) == sorted(shard_set.keys)
+
+
+def gets_for(key):
+    """How many GETs the SigV4 proxy has seen for an object of the test bucket."""
+    import urllib.parse
+    import urllib.request
+
+    path = urllib.parse.quote(f"/{BUCKET}/{key}", safe="/~")
+    url = os.environ["CONVEYOR_TEST_S3_ADMIN"] + "/stats?path=" + urllib.parse.quote(path, safe="")
+    with urllib.request.urlopen(url) as r:
+        return json.loads(r.read())["count"]
+
+
+def test_objects_through_a_node_cache_are_fetched_once_for_two_epochs(uploaded, credentials, tmp_path):
+    keys = [f"{PREFIX}/train/cat/{i}.jpg" for i in range(3)]
+    cache = tmp_path / "cache"
+    pipe = centre(conveyor.s3(bucket=BUCKET, keys=keys, shuffle=False, cache=cache, config=credentials, threads=2, rank=0, world_size=1))
+    before = [gets_for(k) for k in keys]
+    first = [(k, x.clone()) for images, _, ks in pipe for k, x in zip(ks, images)]
+    assert [gets_for(k) - b for k, b in zip(keys, before)] == [1, 1, 1]
+    assert len(list(cache.iterdir())) > 0  # the objects' files, named by hashes of their keys
+    second = [(k, x.clone()) for images, _, ks in pipe for k, x in zip(ks, images)]
+    assert [gets_for(k) - b for k, b in zip(keys, before)] == [1, 1, 1]  # the second epoch read the folder
+    assert [k for k, _ in first] == [k for k, _ in second] == keys
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(first, second))

@@ -423,3 +423,62 @@ TEST_CASE("s3 assign_labels takes the prefix as a directory and leaves out keys 
     odd.labels = {0};
     CHECK_THROWS_WITH_AS((void)s3::objects(c, odd), doctest::Contains("1 labels for 2 objects"), cv::error);
 }
+
+TEST_CASE("s3 source and dataset read through a store context: with a node cache, the second epoch asks no GET")
+{
+    auto c = make_client();
+    auto keys = ensure_objects(c, "source/cached/", 12, 3'000);
+    const auto dir = std::filesystem::temp_directory_path() / ("conveyor-s3-source-cache-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    auto gets = [&] {
+        std::int64_t n = 0;
+        for (const auto& k : keys) n += requests_for(path_of(k));
+        return n;
+    };
+    auto read_epoch = [&](const s3::source_options& o) {
+        std::size_t seen = 0;
+        for (auto& b : s3::objects(c, bucket(), keys, o).on(rt())) {
+            CHECK(b.key == keys[b.index]);
+            CHECK(b.origin == "s3://" + bucket() + "/" + keys[b.index]);
+            CHECK(b.data.view() == pattern(3'000 + b.index, 100 + b.index));
+            ++seen;
+        }
+        CHECK(seen == keys.size());
+    };
+
+    // The source's own context over `cache`: the first epoch fetches each object once,
+    // the second reads them from the folder (a HeadObject each to see they did not change).
+    const auto before = gets();
+    read_epoch({.concurrency = 4, .cache = cv::store::cache_options{.dir = (dir / "own").string(), .fsync = false}});
+    CHECK(gets() - before == static_cast<std::int64_t>(keys.size()));
+    read_epoch({.concurrency = 4, .cache = cv::store::cache_options{.dir = (dir / "own").string(), .fsync = false}});
+    CHECK(gets() - before == static_cast<std::int64_t>(keys.size()));
+
+    // A context shared by a source and a dataset: what the source fetched, the dataset
+    // serves from the cache.
+    const auto ctx = cv::store::make_context({.s3 = c, .cache = cv::store::cache_options{.dir = (dir / "shared").string(), .trust = true, .fsync = false}});
+    const auto mid = gets();
+    read_epoch({.concurrency = 4, .store = ctx});
+    CHECK(gets() - mid == static_cast<std::int64_t>(keys.size()));
+    const s3::dataset ds(c, s3::object_list::from_keys(bucket(), keys), ctx);
+    for (std::size_t i = 0; i < keys.size(); ++i) CHECK(ds.get(i).data.view() == pattern(3'000 + i, 100 + i));
+    CHECK(gets() - mid == static_cast<std::int64_t>(keys.size()));
+
+    // A context over another client is refused, naming the bucket: its reads would sign
+    // with credentials other than the ones the caller gave.
+    const auto other = cv::store::make_context({.s3 = make_client()});
+    const auto refused = [&](auto f) {
+        try {
+            f();
+        } catch (const cv::error& e) {
+            CHECK(std::string(e.what()).find("s3://" + bucket()) != std::string::npos);
+            CHECK(std::string(e.what()).find("another client") != std::string::npos);
+            return true;
+        }
+        return false;
+    };
+    CHECK(refused([&] { (void)s3::objects(c, bucket(), keys, {.store = other}); }));
+    CHECK(refused([&] { s3::dataset(c, s3::object_list::from_keys(bucket(), keys), other); }));
+    CHECK(refused([&] { (void)s3::objects(c, bucket(), keys, {.store = cv::store::make_context()}); }));
+    std::filesystem::remove_all(dir);
+}

@@ -141,6 +141,10 @@ CONVEYOR_DECL blob object_blob(const config& cfg, const object_list& list, std::
     return blob{obj.key, std::move(data), object_uri(cfg, list.bucket, obj.key), label, i};
 }
 
+/// Refuses a store context whose S3 client is not `c` (the reads would sign with other
+/// credentials than the caller chose), naming `stage` and the bucket.
+CONVEYOR_DECL void check_context(const client& c, const store::context* ctx, const char* stage, const std::string& bucket);
+
 /// The S3 source's reader and what makes it per run (named types, not closures: they end up
 /// in coroutine frames of functions compiled once, where closures would have no linkage).
 /// Each object is read through the S3 store of the run's store context.
@@ -307,15 +311,20 @@ CONVEYOR_DECL void write_classes(const object_list& l, const std::filesystem::pa
     file::detail::write_text_file(file, file::detail::classes_text(l.classes, names));
 }
 
+CONVEYOR_DECL void detail::check_context(const client& c, const store::context* ctx, const char* stage, const std::string& bucket)
+{
+    if (ctx && (!ctx->options().s3 || state_of(*ctx->options().s3) != state_of(c)))
+        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
+                              {.stage = stage, .where = "s3://" + bucket,
+                               .detail = "the store context given reads s3:// with another client than the one given "
+                                         "(set `store_options::s3` to it, or give no context)"});
+}
+
 CONVEYOR_DECL pipeline<blob> objects(client c, std::shared_ptr<const object_list> list, source_options o)
 {
     if (!list) list = std::make_shared<const object_list>();
     store::detail::check_labels(list->labels.size(), list->objects.size(), "s3", "s3://" + list->bucket);
-    if (o.store && (!o.store->options().s3 || detail::state_of(*o.store->options().s3) != detail::state_of(c)))
-        throw conveyor::error(std::make_error_code(std::errc::invalid_argument),
-                              {.stage = "s3", .where = "s3://" + list->bucket,
-                               .detail = "the source's store context reads s3:// with another client than the one given "
-                                         "(set `store_options::s3` to it, or give no context)"});
+    detail::check_context(c, o.store.get(), "s3", list->bucket);
     source_settings<blob> s{.concurrency = o.concurrency, .ordered = o.ordered, .errors = o.errors, .capacity = o.capacity,
                             .on_read = std::move(o.on_read), .epochs = std::move(o.epochs)};
     const std::uint64_t count = list->size();
@@ -336,6 +345,7 @@ CONVEYOR_DECL pipeline<blob> objects(client c, std::string bucket, const std::ve
 CONVEYOR_DECL dataset::dataset(client c, object_list l, std::shared_ptr<const store::context> ctx)
     : c_(std::move(c)), list_(std::make_shared<const object_list>(std::move(l)))
 {
+    detail::check_context(c_, ctx.get(), "s3 dataset", list_->bucket);
     if (!ctx) ctx = store::make_context({.rt = &c_.rt(), .s3 = c_});
     if (!list_->objects.empty()) st_ = ctx->store_for(location("s3://" + list_->bucket + "/", location_kind::s3));
 }
