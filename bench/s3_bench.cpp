@@ -19,7 +19,6 @@
 #include <conveyor/s3/source.hpp>
 #include <conveyor/core/source.hpp>
 #include <conveyor/store/cache.hpp>
-#include <conveyor/store/open.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -157,27 +156,6 @@ private:
     bool stop_ = false;
     std::thread thread_;
 };
-/** The objects of `list` read through a node-local cache (`--cache`): the cached store's
-    whole reads, `concurrency` in flight; each object is copied once into its blob. */
-cv::pipeline<cv::blob> cached_objects(const s3::client& c, std::shared_ptr<const s3::object_list> list, const s3_args& a,
-                                      cb::concurrent_histogram& lat)
-{
-    const auto st = cv::store::open_store(cv::location("s3://" + list->bucket + "/"),
-                                          {.s3 = c, .cache = cv::store::cache_options{.dir = a.cache, .max_bytes = a.cache_max_bytes}});
-    cv::source_settings<cv::blob> s{.concurrency = a.concurrency, .ordered = a.ordered,
-                                    .errors = a.on_error == "skip" ? cv::on_error::skip : cv::on_error::fail,
-                                    .capacity = std::max<std::size_t>(a.concurrency, 64),
-                                    .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }};
-    return cv::keyed_source<cv::blob>("s3-cache", list->size(), std::move(s), [st, list](cv::run_context&) {
-        return [st, list](std::uint64_t i) -> cv::asio::awaitable<cv::blob> {
-            const auto& o = list->objects[i];
-            const std::string url = "s3://" + list->bucket + "/" + o.key;
-            const cv::slice bytes = co_await st->async_read(cv::location(url));
-            co_return cv::blob{.key = o.key, .data = cv::buffer::copy_of(bytes.span()), .origin = url, .index = i};
-        };
-    }, &c.rt());
-}
-
 int cmd_s3_get(const s3_args& a)
 {
     cv::runtime rt({.io_threads = a.io_threads, .buffer_pool_bytes = a.pool_mb << 20});
@@ -201,13 +179,13 @@ int cmd_s3_get(const s3_args& a)
     int rc = 0;
     for (std::size_t rep = 0; rep < a.repeat; ++rep) {
         cb::concurrent_histogram lat;
-        auto pipe = a.cache.empty() ? s3::objects(c, shared,
-                                {.concurrency = a.concurrency,
-                                 .ordered = a.ordered,
-                                 .errors = a.on_error == "skip" ? cv::on_error::skip : cv::on_error::fail,
-                                 .capacity = std::max<std::size_t>(a.concurrency, 64),
-                                 .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }})
-                        .on(rt) : cached_objects(c, shared, a, lat).on(rt);
+        s3::source_options so{.concurrency = a.concurrency,
+                              .ordered = a.ordered,
+                              .errors = a.on_error == "skip" ? cv::on_error::skip : cv::on_error::fail,
+                              .capacity = std::max<std::size_t>(a.concurrency, 64),
+                              .on_read = [&lat](const cv::blob&, std::chrono::nanoseconds d) { lat.record(d); }};
+        if (!a.cache.empty()) so.cache = cv::store::cache_options{.dir = a.cache, .max_bytes = a.cache_max_bytes};
+        auto pipe = s3::objects(c, shared, std::move(so)).on(rt);
         const auto cache0 = cv::store::cache_stats_of(a.cache);
         const auto stats0 = c.stats();
         const auto before = cb::usage_now();
