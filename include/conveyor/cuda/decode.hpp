@@ -12,12 +12,14 @@
 #include <conveyor/image/split.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace conveyor::cuda {
 
@@ -72,67 +74,33 @@ struct gpu_decode_counters {
 /// What a run's input delivered, and the time spent waiting for it (the split's input rate).
 struct input_meter {
     std::atomic<std::uint64_t> items{0}, wait_ns{0};
-};
-
-/// Where an image of a batch was decoded, or why not.
-struct slot_result {
-    bool ok = false;
-    bool on_gpu = false;           ///< its pixels are in the device batch; else in the host slab
-    std::exception_ptr error;      ///< when not ok
-};
-
-class gpu_batch_run;
-
-/// A device buffer set taken from a ring: given back when this goes, unless a device batch
-/// took it out (`hand_over`).
-struct held_set {
-    std::shared_ptr<staging_ring> ring;
-    std::size_t set = 0;
-    held_set(std::shared_ptr<staging_ring> r, std::size_t s) noexcept : ring(std::move(r)), set(s) {}
-    held_set(const held_set&) = delete;
-    held_set& operator=(const held_set&) = delete;
-    ~held_set()
+    void waited(std::chrono::steady_clock::duration d, std::size_t got) noexcept
     {
-        if (ring) ring->release(set, nullptr);
+        wait_ns.fetch_add(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()),
+                          std::memory_order_relaxed);
+        items.fetch_add(got, std::memory_order_relaxed);
     }
-    std::shared_ptr<staging_ring> hand_over() noexcept { return std::move(ring); }
 };
+
+/// An item as the run decodes it: its encoded image (pointing into its owner, the item), or
+/// why it has none (`error`: `image::encoded_image_of` threw).
+struct gpu_item {
+    image::encoded_image image;
+    std::string key;
+    conveyor::sample_id id;
+    std::exception_ptr error;
+};
+
+/// Items taken together from the input, and what owns their bytes (the items themselves).
+struct gpu_items {
+    std::vector<gpu_item> items;
+    std::shared_ptr<const void> owner;
+};
+
 /// The stage's nvJPEG decoder, kept between its runs (setting one up takes a second).
 class gpu_decoder_cache;
-
-/// Makes the run's shared state on the run's thread: fails with `errc::no_device` where
-/// there is no usable device; says once, through `ctx.log`, when the GPU cannot decode.
-CONVEYOR_DECL std::shared_ptr<gpu_batch_run> make_gpu_batch_run(run_context& ctx, std::shared_ptr<const image::decode_image_options> d,
-                                                                std::shared_ptr<const image::collate_options> b,
-                                                                std::shared_ptr<const gpu_decode_options> g,
-                                                                std::shared_ptr<const image::detail::batch_plan> plan,
-                                                                std::shared_ptr<gpu_decode_counters> counters,
-                                                                std::shared_ptr<gpu_decoder_cache> cache,
-                                                                std::shared_ptr<const input_meter> input);
-
-/// The run's ring (device buffer sets) and its single GPU thread.
-CONVEYOR_DECL const std::shared_ptr<staging_ring>& ring_of(gpu_batch_run& r) noexcept;
-CONVEYOR_DECL asio::any_io_executor gpu_executor_of(gpu_batch_run& r) noexcept;
-
-/// On the GPU thread: the device tensors of set `set` for a full batch.
-CONVEYOR_DECL std::vector<device_tensor> prepare_batch(gpu_batch_run& r, std::size_t set);
-
-/** On the GPU thread: decodes `part` into slots `first`, `first + 1`, ... of the batch
-    (`host` the slab's images, `device` the device batch's), the GPU and the CPU decoders
-    at once. Waits for the CPU's share; the GPU's is queued on the stream (its results are
-    known on return), so `part`'s bytes must live until the stream is past it. One result
-    per image. */
-CONVEYOR_DECL std::vector<slot_result> decode_part(gpu_batch_run& r, std::span<const image::encoded_image> part, std::size_t first,
-                                                   std::byte* host, void* device);
-
-/// On the GPU thread: moves slot `from` to slot `to` (to < from) where its pixels are.
-CONVEYOR_DECL void move_slot(gpu_batch_run& r, std::size_t from, std::size_t to, bool on_gpu, std::byte* host, void* device);
-
-/** On the GPU thread: copies the CPU-decoded slots among the first `count` and the labels to
-    the device, after the decoding, and records the set's ready event. Does not wait for
-    them: the host batch must live until they are done (see `host_keepalive`). */
-CONVEYOR_DECL void finish_batch(gpu_batch_run& r, std::size_t set, std::size_t count, const std::vector<char>& on_gpu,
-                                const std::byte* host, const std::vector<device_tensor>& tensors);
+/// A run of the stage: the loop that makes its batches (cuda/impl/decode.ipp).
+class gpu_batches;
 
 /// The counters as they are now.
 CONVEYOR_DECL gpu_decode_stats snapshot(const gpu_decode_counters& c);
@@ -158,6 +126,13 @@ public:
     const std::shared_ptr<image::decode_stats>& decode_stats() const noexcept { return d_->stats; }
 
 private:
+    friend class detail::gpu_batches;
+    /// The run's batches, made from the items `ahead` brings (the stage's input, taken by
+    /// `detail::take_gpu_items`).
+    CONVEYOR_DECL stream<device_batch<image::image_batch>> batches(const std::shared_ptr<run_context>& ctx,
+                                                                   std::shared_ptr<conveyor::detail::channel<detail::gpu_items>> ahead,
+                                                                   std::shared_ptr<const detail::input_meter> input) const;
+
     std::shared_ptr<const image::decode_image_options> d_;
     std::shared_ptr<const image::collate_options> b_;
     std::shared_ptr<const gpu_decode_options> g_;

@@ -6,6 +6,7 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/memory_budget.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/detail/batch_assembler.hpp>
 #include <conveyor/image/error.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -309,22 +310,6 @@ CONVEYOR_DECL void decode_into_slot(const decoder& dec, const decode_options& d,
     convert_image(scratch.data(), b, plan, slot);
 }
 
-CONVEYOR_DECL std::uint64_t place_result(batch_run& run, batch_result& r, std::size_t n, const batch_plan& plan)
-{
-    const std::uint64_t q = run.final_position++;
-    auto& to = run.open.at(q / n);
-    if (r.position != q) {
-        const auto& from = run.open.at(r.position / n);
-        std::memcpy(to.slab.data() + (q % n) * plan.item_bytes, from.slab.data() + (r.position % n) * plan.item_bytes,
-                    plan.item_bytes);
-    }
-    auto* labels = reinterpret_cast<std::int64_t*>(to.slab.data() + plan.labels_offset);
-    labels[q % n] = r.label;
-    to.keys[q % n] = std::move(r.key);
-    to.ids[q % n] = r.id;
-    return q;
-}
-
 CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::string> keys, std::size_t count, std::uint64_t index,
                                           const collate_options& o, const batch_plan& plan)
 {
@@ -352,57 +337,207 @@ CONVEYOR_DECL image_batch batch_over_slab(image::slab slab, std::vector<std::str
     return out;
 }
 
-/* Whether the consumer of a stage's output has gone, for a task of the stage that waits on
-   something else (a free slab): `watch` has the output channel call it; the waiter checks
-   `gone` and waits on `timer`, which the watcher cancels. Lives on the waiter's executor
-   (one thread): the watcher posts there. */
+/* Whether the consumer of a stage's output has gone: the output channel's watcher posts to
+   the waiter's executor (one thread), which sets `gone` and cancels `timer`, what a waiter
+   waits on beside what it waits for. */
 struct receiver_watch {
     explicit receiver_watch(asio::any_io_executor ex) : timer(ex, asio::steady_timer::time_point::max()) {}
     asio::steady_timer timer;
     bool gone = false;
-
 };
 
-CONVEYOR_DECL std::shared_ptr<receiver_watch> watch_receiver(conveyor::detail::channel<image_batch>& out, asio::any_io_executor ex)
+CONVEYOR_DECL std::shared_ptr<receiver_watch> make_receiver_watch(asio::any_io_executor ex)
 {
-    auto w = std::make_shared<receiver_watch>(ex);
-    out.on_receiver_gone([weak = std::weak_ptr<receiver_watch>(w), ex] {
+    return std::make_shared<receiver_watch>(std::move(ex));
+}
+
+CONVEYOR_DECL std::function<void()> notice_of(const std::shared_ptr<receiver_watch>& w)
+{
+    return [weak = std::weak_ptr<receiver_watch>(w), ex = w->timer.get_executor()] {
         asio::post(ex, [weak] {
             if (auto w = weak.lock()) {
                 w->gone = true;
                 w->timer.cancel();
             }
         });
-    });
-    return w;
+    };
+}
+
+CONVEYOR_DECL asio::awaitable<bool> unless_gone(asio::awaitable<void> op, std::shared_ptr<receiver_watch> gone)
+{
+    if (gone->gone) co_return false;
+    auto ex = co_await asio::this_coro::executor;
+    auto [order, op_error, timer_ec] =
+        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, std::move(op), asio::deferred),
+                                                         gone->timer.async_wait(asio::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    (void)order;
+    (void)timer_ec;
+    if (!op_error) co_return true; // done (even as the watcher fired)
+    if (gone->gone) co_return false;
+    std::rethrow_exception(op_error); // the run's cancellation
+}
+
+inline asio::awaitable<void> acquire_into(slab_pool& pool, std::optional<image::slab>& got)
+{
+    got = co_await pool.async_acquire();
 }
 
 CONVEYOR_DECL asio::awaitable<std::optional<image::slab>> acquire_unless_gone(slab_pool& pool, std::shared_ptr<receiver_watch> gone)
 {
-    if (gone->gone) co_return std::nullopt;
-    auto ex = co_await asio::this_coro::executor;
-    auto [order, slab_error, slab, timer_ec] =
-        co_await asio::experimental::make_parallel_group(asio::co_spawn(ex, pool.async_acquire(), asio::deferred),
-                                                         gone->timer.async_wait(asio::deferred))
-            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-    (void)timer_ec;
-    if (!slab_error && slab) co_return std::move(slab); // granted (even as the watcher fired)
-    if (gone->gone || !slab_error) co_return std::nullopt;
-    std::rethrow_exception(slab_error); // the run's cancellation
+    std::optional<image::slab> got;
+    asio::awaitable<void> acquire = acquire_into(pool, got);
+    if (!co_await unless_gone(std::move(acquire), std::move(gone))) co_return std::nullopt;
+    co_return got;
 }
 
-CONVEYOR_DECL image_batch finish_batch(batch_run& run, std::uint64_t b, std::size_t count, const collate_options& o,
-                                       const batch_plan& plan)
+/* The CPU stage's run, on the run's I/O thread. The dispatcher takes places from the
+   assembler; when an image failed it waits for the items in flight to be back (`drained`,
+   told by the assembler), so that the next item goes where the realigned count says, and
+   it does the same before waiting for a slab: an image in flight may have failed, and then
+   the next item belongs in an open batch, which must not wait for a slab that only its own
+   completion would bring back. */
+struct batch_run {
+    batch_run(run_context& ctx, std::shared_ptr<const decode_image_options> d_, std::shared_ptr<const collate_options> b_,
+              std::shared_ptr<const batch_plan> plan_, std::shared_ptr<slab_pool> pool_, std::size_t workers,
+              std::function<void()> stop)
+        : d(std::move(d_)), b(std::move(b_)), plan(std::move(plan_)), pool(std::move(pool_)), assembler(b->size, plan->item_bytes),
+          results(conveyor::detail::make_channel<batch_result>(ctx, 2 * workers + b->size)),
+          drained(conveyor::detail::make_channel<int>(ctx, 1)), stop_feeding(std::move(stop)), workers_left(workers)
+    {
+    }
+
+    /// Takes result `r` into the assembler; false when it fails the run.
+    bool take(run_context& ctx, batch_result& r);
+    /// Nobody reads on: the workers, the dispatcher and their waits end, the slabs go back.
+    void wind_down();
+
+    std::shared_ptr<const decode_image_options> d;
+    std::shared_ptr<const collate_options> b;
+    std::shared_ptr<const batch_plan> plan;
+    std::shared_ptr<slab_pool> pool;
+    batch_assembler assembler;
+    std::shared_ptr<conveyor::detail::channel<batch_result>> results;
+    std::shared_ptr<conveyor::detail::channel<int>> drained; // the assembler's "all back" to the dispatcher
+    std::shared_ptr<receiver_watch> gone;
+    std::function<void()> stop_feeding;
+    std::atomic<std::size_t> workers_left;
+    bool dispatcher_waits = false;
+};
+
+inline bool batch_run::take(run_context& ctx, batch_result& r)
 {
-    auto it = run.open.find(b);
-    image::slab slab = std::move(it->second.slab);
-    std::vector<std::string> keys = std::move(it->second.keys);
-    std::vector<conveyor::sample_id> ids = std::move(it->second.ids);
-    run.open.erase(it);
-    image_batch out = batch_over_slab(std::move(slab), std::move(keys), count, b, o, plan);
-    ids.resize(count);
-    out.ids = std::move(ids);
+    if (r.error) {
+        if (d->errors == on_error::fail || ctx.stopping()) {
+            ctx.fail(r.error, "decode_batches", r.key);
+            return false;
+        }
+        ctx.note_skip(conveyor::detail::skip_line("decode_batches", r.key, r.error));
+        assembler.skip(r.position);
+        return true;
+    }
+    const auto p = assembler.place(r.position, std::move(r.key), r.id, r.label);
+    if (p.moved()) std::memcpy(assembler.slot(p.to), assembler.slot(p.from), plan->item_bytes); // only after a skip
+    return true;
+}
+
+inline void batch_run::wind_down()
+{
+    results->close_receiver();
+    stop_feeding();
+    drained->close();
+    assembler.abandon();
+}
+
+inline asio::awaitable<void> assemble(run_context& ctx, std::shared_ptr<batch_run> run, sink<image_batch>& out)
+{
+    batch_assembler& a = run->assembler;
+    std::vector<batch_result> got;
+    while (co_await run->results->receive_some(got, 64)) {
+        for (auto& r : got) {
+            if (!run->take(ctx, r)) co_return;
+            if (run->dispatcher_waits && a.drained()) {
+                run->dispatcher_waits = false;
+                co_await run->drained->send(1);
+            }
+            std::optional<batch_assembler::assembled> full = a.take_full();
+            if (!full) continue;
+            image_batch batch = batch_of(std::move(*full), *run->b, *run->plan);
+            if (!co_await out.send(std::move(batch))) {
+                run->wind_down(); // a `take` downstream: the run goes on without us
+                co_return;
+            }
+        }
+        got.clear();
+    }
+    if (run->b->partial && !ctx.stopping())
+        if (std::optional<batch_assembler::assembled> last = a.take_partial()) {
+            image_batch batch = batch_of(std::move(*last), *run->b, *run->plan);
+            co_await out.send(std::move(batch));
+        }
+    a.abandon(); // slabs taken ahead of need go back
+}
+
+CONVEYOR_DECL std::shared_ptr<batch_run> make_batch_run(run_context& ctx, std::shared_ptr<const decode_image_options> d,
+                                                        std::shared_ptr<const collate_options> b,
+                                                        std::shared_ptr<const batch_plan> plan, std::shared_ptr<slab_pool> pool,
+                                                        std::size_t workers, std::function<void()> stop_feeding)
+{
+    return std::make_shared<batch_run>(ctx, std::move(d), std::move(b), std::move(plan), std::move(pool), workers,
+                                       std::move(stop_feeding));
+}
+
+CONVEYOR_DECL stream<image_batch> assemble_batches(const std::shared_ptr<run_context>& ctx, std::shared_ptr<batch_run> run)
+{
+    auto out = make_stream<image_batch>(ctx, "decode_batches", run->b->capacity,
+                                        [ctx = ctx.get(), run](sink<image_batch>& out) { return assemble(*ctx, run, out); });
+    run->gone = watch_receiver(*conveyor::detail::channel_of(out), ctx->executor());
     return out;
+}
+
+inline batch_place place_of(const batch_assembler& a, std::uint64_t p)
+{
+    return {.position = p, .slab = a.slab_of(p), .slot = a.slot(p)};
+}
+
+CONVEYOR_DECL std::optional<batch_place> try_next_place(batch_run& run)
+{
+    batch_assembler& a = run.assembler;
+    if (!a.realign()) return std::nullopt; // items in flight first
+    if (!a.next_batch_open()) {
+        std::optional<image::slab> s = run.pool->try_acquire();
+        if (!s) return std::nullopt;
+        a.open(std::move(*s));
+    }
+    return place_of(a, a.dispatch());
+}
+
+CONVEYOR_DECL asio::awaitable<std::optional<batch_place>> next_place(std::shared_ptr<batch_run> run)
+{
+    batch_assembler& a = run->assembler;
+    if (!a.drained()) {
+        run->dispatcher_waits = true;
+        if (!co_await run->drained->receive()) co_return std::nullopt;
+    }
+    a.realign();
+    if (!a.next_batch_open()) {
+        std::optional<image::slab> s = run->pool->try_acquire();
+        if (!s) s = co_await acquire_unless_gone(*run->pool, run->gone);
+        if (!s) co_return std::nullopt;
+        a.open(std::move(*s));
+    }
+    co_return place_of(a, a.dispatch());
+}
+
+CONVEYOR_DECL asio::awaitable<bool> hand_on(batch_run& run, std::uint64_t index, batch_result r)
+{
+    return run.results->send_at(index, std::move(r));
+}
+
+CONVEYOR_DECL void worker_done(batch_run& run) noexcept
+{
+    run.results->producer_done();
+    if (run.workers_left.fetch_sub(1) == 1) run.results->close();
 }
 
 } // namespace detail

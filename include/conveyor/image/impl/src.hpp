@@ -19,6 +19,7 @@
 #include <conveyor/image/impl/decode.ipp>
 #include <conveyor/image/impl/labels.ipp>
 #include <conveyor/image/impl/stage.ipp>
+#include <conveyor/image/detail/impl/batch_assembler.ipp>
 #include <conveyor/image/impl/batch.ipp>
 #include <conveyor/image/impl/dlpack.ipp>
 #include <conveyor/image/impl/encode.ipp>
