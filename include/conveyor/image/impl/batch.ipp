@@ -398,10 +398,11 @@ CONVEYOR_DECL asio::awaitable<std::optional<image::slab>> acquire_unless_gone(sl
    the next item belongs in an open batch, which must not wait for a slab that only its own
    completion would bring back. */
 struct batch_run {
-    batch_run(run_context& ctx, std::shared_ptr<const decode_image_options> d_, std::shared_ptr<const collate_options> b_,
-              std::shared_ptr<const batch_plan> plan_, std::shared_ptr<slab_pool> pool_, std::size_t workers,
+    batch_run(run_context& ctx, std::shared_ptr<const decode_image_options> decode, std::shared_ptr<const collate_options> collate,
+              std::shared_ptr<const batch_plan> layout, std::shared_ptr<slab_pool> slabs, std::size_t workers,
               std::function<void()> stop)
-        : d(std::move(d_)), b(std::move(b_)), plan(std::move(plan_)), pool(std::move(pool_)), assembler(b->size, plan->item_bytes),
+        : d(std::move(decode)), b(std::move(collate)), plan(std::move(layout)), pool(std::move(slabs)),
+          assembler(b->size, plan->item_bytes),
           results(conveyor::detail::make_channel<batch_result>(ctx, 2 * workers + b->size)),
           drained(conveyor::detail::make_channel<int>(ctx, 1)), stop_feeding(std::move(stop)), workers_left(workers)
     {
