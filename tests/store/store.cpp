@@ -312,7 +312,7 @@ TEST_CASE("the object source reads local and web objects of one list through one
     std::vector<std::string> seen;
     auto epoch = [&](std::uint64_t e) {
         std::vector<std::string> got;
-        auto r = cv::store::objects(shared, {.store = ctx, .concurrency = 3, .errors = cv::on_error::skip}).on(rt).run(e);
+        auto r = cv::store::objects(shared, {.concurrency = 3, .errors = cv::on_error::skip, .store = ctx}).on(rt).run(e);
         for (auto& b : r) {
             CHECK(b.label == list.labels[b.index]);
             CHECK(b.origin == cv::location(list.objects[b.index].url).printable());
@@ -329,6 +329,17 @@ TEST_CASE("the object source reads local and web objects of one list through one
     CHECK(first == 4); // every web object once, the missing one included
     CHECK(epoch(1) == want);
     CHECK(server.requests() == first + 1); // only the missing one asked again: the rest from the cache
+
+    // Without a context, `cache` gives the source's own context that cache: the folder
+    // filled above serves the web objects again.
+    std::size_t good = 0;
+    for (auto& b : cv::store::objects(shared, {.errors = cv::on_error::skip, .cache = cv::store::cache_options{.dir = (t.path / "cache").string()}})
+                       .on(rt)) {
+        CHECK(b.data.size() > 0);
+        ++good;
+    }
+    CHECK(good == 4);
+    CHECK(server.requests() == first + 2); // the missing one only
 }
 
 TEST_CASE("the object source refuses a list with labels for some objects only, and a bad URL fails the run naming it")

@@ -12,6 +12,7 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/store/context.hpp>
+#include <conveyor/store/objects.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
@@ -55,32 +56,8 @@ struct object_list {
     }
 };
 
-/// Settings of the S3 source.
-struct source_options {
-    /// Objects in flight at once, spread over the runtime's I/O threads. (Large objects
-    /// add their ranged parts; the client's connection limit bounds both.)
-    std::size_t concurrency = 64;
-    /// Deliver in list order (true) or as objects arrive (false).
-    bool ordered = true;
-    /// An object that cannot be read fails the pipeline, or is skipped, counted and logged.
-    on_error errors = on_error::fail;
-    /// Blobs waiting between the source and the next stage (at least `concurrency`).
-    std::size_t capacity = 64;
-    /// Called on an I/O thread after each object arrives, with the time it took
-    /// (retries included). Must be thread-safe and cheap.
-    std::function<void(const blob&, std::chrono::nanoseconds)> on_read;
-    /// Which objects each run reads, in what order, and its resume state (`epoch_options`;
-    /// default: the whole list, in list order).
-    epoch_options epochs{};
-    /** A node-local cache of the objects (`store::cached_store`): the first epoch fetches
-        each object and writes it to the folder, later epochs (and other processes of the
-        node) read it from there. Not used when `store` is given (set it in the context). */
-    std::optional<store::cache_options> cache;
-    /** The store context the reads go through, shared with other sources (its cache, its
-        web clients). Its S3 client (`store_options::s3`) must be the client given to
-        `objects`. Null: a context of the source's own over that client and `cache`. */
-    std::shared_ptr<const store::context> store;
-};
+/// Settings of the S3 source: the object sources' (`store::objects_options`).
+using source_options = store::objects_options;
 
 /// Settings of `list_objects` and `list_url`.
 struct listing_options {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,13 +48,11 @@ struct object_list {
     }
 };
 
-/// Settings of the object source.
+/** Settings of the object sources: `store::objects` and `s3::objects` (whose
+    `s3::source_options` this is). */
 struct objects_options {
-    /** The store context every read goes through (its S3 client, web clients per server and
-        node cache), shared with other sources. Null: a context of the source's own, on the
-        run's runtime, with no S3 client and no cache (local and web objects only). */
-    std::shared_ptr<const context> store;
-    /// Objects in flight at once, spread over the I/O threads of the context's runtime.
+    /// Objects in flight at once, spread over the I/O threads. (Large S3 objects add their
+    /// ranged parts; the client's connection limit bounds both.)
     std::size_t concurrency = 64;
     /// Deliver in list order (true) or as objects arrive (false).
     bool ordered = true;
@@ -61,12 +60,22 @@ struct objects_options {
     on_error errors = on_error::fail;
     /// Blobs waiting between the source and the next stage (at least `concurrency`).
     std::size_t capacity = 64;
-    /// Called on an I/O thread after each object arrives, with the time it took. Must be
-    /// thread-safe and cheap.
+    /// Called on an I/O thread after each object arrives, with the time it took (retries
+    /// included). Must be thread-safe and cheap.
     std::function<void(const blob&, std::chrono::nanoseconds)> on_read;
     /// Which objects each run reads, in what order, and its resume state (`epoch_options`;
     /// default: the whole list, in list order).
     epoch_options epochs{};
+    /** A node-local cache of the remote objects (`store::cached_store`): the first epoch
+        fetches each object and writes it to the folder, later epochs (and other processes
+        of the node) read it from there. Not used when `store` is given (set it in the
+        context). */
+    std::optional<cache_options> cache;
+    /** The store context the reads go through (its S3 client, web clients per server and
+        node cache), shared with other sources. Null: a context of the source's own, on the
+        run's runtime, with `cache` (and, for `s3::objects`, its client). `s3::objects`
+        refuses a context whose S3 client (`store_options::s3`) is not the one it is given. */
+    std::shared_ptr<const context> store;
 };
 
 /** The object source: reads every object of a list whole, many at once, each through the

@@ -61,9 +61,10 @@ struct list_reader {
 struct open_list_reader {
     std::shared_ptr<const context> ctx;
     std::shared_ptr<const object_list> list;
+    std::optional<cache_options> cache;
     list_reader operator()(run_context& run) const
     {
-        return {ctx ? ctx : make_context({.rt = &run.rt()}), list};
+        return {ctx ? ctx : make_context({.rt = &run.rt(), .cache = cache}), list};
     }
 };
 
@@ -80,7 +81,7 @@ CONVEYOR_DECL pipeline<blob> objects(std::shared_ptr<const object_list> list, ob
     // With a context on a runtime of its own, its I/O threads read (the web clients' pools
     // live there); otherwise the run's.
     runtime* io = o.store && o.store->options().rt ? o.store->options().rt : nullptr;
-    return keyed_source<blob>("objects", count, std::move(s), detail::open_list_reader{std::move(o.store), std::move(list)}, io);
+    return keyed_source<blob>("objects", count, std::move(s), detail::open_list_reader{std::move(o.store), std::move(list), std::move(o.cache)}, io);
 }
 
 CONVEYOR_DECL pipeline<blob> objects(object_list list, objects_options o)
