@@ -29,6 +29,8 @@
 #include <conveyor/cuda/staging.hpp>
 #endif
 
+#include "samples.hpp"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -37,6 +39,8 @@
 #include <boost/json/value.hpp>
 
 #include <chrono>
+#include <deque>
+#include <mutex>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -51,6 +55,7 @@ namespace cv = conveyor;
 namespace file = conveyor::file;
 namespace image = conveyor::image;
 namespace shard = conveyor::shard;
+namespace cp = conveyor_python;
 using namespace std::chrono_literals;
 
 namespace {
@@ -273,11 +278,15 @@ py::dict stats_dict(const cv::stats_snapshot& s)
 
 // ---- a run ------------------------------------------------------------------------------
 
-/// One epoch's run, iterated from Python.
+/// One epoch's run, iterated from Python: batches, samples (handed over in chunks), or
+/// batches of samples. Every item handed out gets the next number (a chunk's samples one
+/// each); the items count as used (`progress`) once Python says so (`used(n)`: the first n),
+/// so that what the loop has not yet seen (a chunk's rest, items in a Python stage's pool)
+/// is read again after a restart.
 class py_run {
 public:
-    template <class Batch>
-    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<cv::progress> progress)
+    template <class Item>
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Item> r, std::shared_ptr<cv::progress> progress)
         : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress))
     {
     }
@@ -286,30 +295,24 @@ public:
     ~py_run()
     {
         // Destroyed with the GIL held (by the Python object's deallocation): the run's
-        // threads never need the GIL, so stopping it here cannot deadlock.
+        // threads take the GIL only to let Python values go, never while the run waits for
+        // them, so stopping it without the GIL cannot deadlock.
         py::gil_scoped_release unlocked;
         run_ = std::monostate{};
     }
 
-    py_batch next()
+    /// The next batch (a `Batch`, or a dict of lists for batches of samples), or a list of
+    /// the next samples; raises StopIteration at the end of the epoch. Waits without the GIL.
+    py::object next()
     {
         for (;;) {
-            std::optional<py_batch> got;
-            bool done = false;
-            {
-                py::gil_scoped_release unlocked; // the run's threads need no GIL; the wait is without it
-                std::visit(
-                    [&](auto& r) {
-                        if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) {
-                            auto b = r.next_for(100ms);
-                            if (b) got = take(std::move(*b));
-                            done = r.done();
-                        } else {
-                            done = true;
-                        }
-                    },
-                    run_);
-            }
+            std::optional<py::object> got;
+            bool done = true;
+            std::visit(
+                [&](auto& r) {
+                    if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) got = pull(r, done);
+                },
+                run_);
             if (got) return std::move(*got);
             if (done) {
                 finish();
@@ -322,6 +325,19 @@ public:
                 close();
                 throw pending;
             }
+        }
+    }
+
+    /// Records the first `n` items handed out as used (a number below what was recorded
+    /// before changes nothing).
+    void used(std::uint64_t n)
+    {
+        std::lock_guard lk(mu_);
+        while (marked_ < n && !pending_.empty()) {
+            if (progress_)
+                for (const auto& id : pending_.front()) progress_->consumed(id);
+            pending_.pop_front();
+            ++marked_;
         }
     }
 
@@ -348,29 +364,95 @@ public:
     }
 
 private:
-    // The batch leaves for the training loop: its samples count as used from now on.
-    py_batch take(image::image_batch b)
+    /// Samples handed to Python at once, when that many are ready: one wait and one
+    /// crossing of the GIL for many small items.
+    static constexpr std::size_t chunk = 64;
+
+    // Waits (without the GIL) up to 100 ms for the next item; samples: and takes the ones
+    // ready after it, up to `chunk`. Then, with the GIL, makes what Python gets.
+    template <class Item>
+    std::optional<py::object> pull(cv::range<Item>& r, bool& done)
+    {
+        std::vector<Item> got;
+        {
+            py::gil_scoped_release unlocked; // the run's threads need no GIL; the wait is without it
+            if (auto first = r.next_for(100ms)) {
+                got.push_back(std::move(*first));
+                if constexpr (std::is_same_v<Item, shard::sample>)
+                    while (got.size() < chunk)
+                        if (auto more = r.next_for(std::chrono::nanoseconds(0))) got.push_back(std::move(*more));
+                        else break;
+            }
+            done = r.done();
+            for (auto& item : got) handed(item);
+        }
+        if (got.empty()) return std::nullopt;
+        if constexpr (std::is_same_v<Item, shard::sample>) {
+            py::list out;
+            for (const auto& smp : got) out.append(cp::dict_of(smp));
+            return py::object(std::move(out));
+        } else if constexpr (std::is_same_v<Item, std::vector<shard::sample>>) {
+            return py::object(columns_of(got.front()));
+        } else {
+            return py::cast(wrap(std::move(got.front())));
+        }
+    }
+
+    // An item leaves for Python: its ids wait for `used`.
+    void handed(image::image_batch& b)
     {
         // Python may keep batches as long as it likes (a list of an epoch's batches): the
         // slab leaves the stage's bound, which then counts the pipeline's own slabs only.
         b.slab.detach();
-        mark(b.ids);
-        return wrap(std::move(b));
+        pend(b.ids);
     }
 #if CONVEYOR_WITH_CUDA
-    py_batch take(device_batch b)
+    void handed(device_batch& b)
     {
         b.synchronize(); // the copies are done before Python sees the tensors
         b.host().slab.detach();
-        mark(b.host().ids);
-        return wrap(std::move(b));
+        pend(b.host().ids);
     }
 #endif
-
-    void mark(const std::vector<conveyor::sample_id>& ids)
+    void handed(const shard::sample& s) { pend({shard::id_of(s)}); }
+    void handed(const std::vector<shard::sample>& v)
     {
-        if (progress_)
-            for (const auto& id : ids) progress_->consumed(id);
+        std::vector<cv::sample_id> ids;
+        ids.reserve(v.size());
+        for (const auto& s : v) ids.push_back(shard::id_of(s));
+        pend(std::move(ids));
+    }
+    void pend(std::vector<cv::sample_id> ids)
+    {
+        std::lock_guard lk(mu_);
+        pending_.push_back(std::move(ids));
+    }
+
+    /// A batch of samples as a dict of lists: `__key__`, `__url__` and each field any
+    /// sample has (in order of first appearance), None where a sample lacks it. GIL held.
+    static py::dict columns_of(const std::vector<shard::sample>& v)
+    {
+        std::vector<std::string> names;
+        for (const auto& s : v)
+            for (const auto& f : s.fields)
+                if (std::find(names.begin(), names.end(), f.name) == names.end()) names.push_back(f.name);
+        py::dict d;
+        py::list keys, urls;
+        for (const auto& s : v) {
+            keys.append(py::str(s.key));
+            urls.append(py::str(s.origin));
+        }
+        d["__key__"] = std::move(keys);
+        d["__url__"] = std::move(urls);
+        for (const auto& name : names) {
+            py::list col;
+            for (const auto& s : v) {
+                const auto* f = s.find(name);
+                col.append(f ? cp::value_of(*f) : py::object(py::none()));
+            }
+            d[py::str(name)] = std::move(col);
+        }
+        return d;
     }
 
     void finish()
@@ -383,13 +465,17 @@ private:
     }
 
     std::shared_ptr<cv::runtime> rt_; // outlives the run
+    std::variant<std::monostate, cv::range<image::image_batch>,
 #if CONVEYOR_WITH_CUDA
-    std::variant<std::monostate, cv::range<image::image_batch>, cv::range<device_batch>> run_;
-#else
-    std::variant<std::monostate, cv::range<image::image_batch>> run_;
+                 cv::range<device_batch>,
 #endif
+                 cv::range<shard::sample>, cv::range<std::vector<shard::sample>>>
+        run_;
     std::shared_ptr<conveyor::progress> progress_;
     std::optional<cv::stats_snapshot> final_;
+    std::mutex mu_;
+    std::deque<std::vector<cv::sample_id>> pending_; // items handed out, not yet used, in order
+    std::uint64_t marked_ = 0;                       // items recorded as used
 };
 
 // ---- the resolved source ------------------------------------------------------------------
@@ -407,11 +493,23 @@ public:
         kind_ = get<std::string>(spec, "kind", "");
         read_section(spec, "order", order_);
         read_stages(spec);
+        const bool mapped = static_cast<bool>(decode_.label_map.map); // labels given to every file or object
         py::gil_scoped_release unlocked; // listings and index reads may take a while
         if (kind_ == "files") open_files(spec);
         else if (kind_ == "s3") open_objects(spec);
         else if (kind_ == "shards") open_shards(spec);
         else throw py::value_error("unknown source kind '" + kind_ + "'");
+        // A file or object made a sample has a `cls` field only when its source gave a label.
+        if (!mapped && kind_ == "files" && (file_spec_.paths || !file_spec_.labels)) decode_.label_field.clear();
+        if (!mapped && kind_ == "s3" && !file_spec_.labels && file_spec_.classes.empty()) decode_.label_field.clear();
+    }
+    py_dataset(const py_dataset&) = delete;
+    py_dataset& operator=(const py_dataset&) = delete;
+    ~py_dataset()
+    {
+        // The Python stages' threads may be waiting for the GIL: they are joined without it.
+        py::gil_scoped_release unlocked;
+        ops_.clear();
     }
 
     /// Items this slot reads in `epoch`, when known.
@@ -437,7 +535,6 @@ public:
             progress = std::make_shared<cv::progress>();
             if (state && !state->empty()) *progress = cv::progress::from_json(*state);
         }
-        std::optional<cv::pipeline<image::image_batch>> p;
         if (kind_ == "shards") {
             shard::source_options so = shard_;
             so.order = order_;
@@ -446,21 +543,46 @@ public:
             so.s3 = s3_;
             so.resume = progress;
             so.cache = cache_dir();
-            auto samples = shard::shards(shards_, so).on(*rt_);
-            if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
-            p = std::move(samples) | image::decode_batches(decode_, batch_);
-        } else {
-            const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
-            auto blobs = kind_ == "files"
-                             ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
-                             : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
-            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
-            p = std::move(blobs) | image::decode_batches(decode_, batch_);
+            return finish(shard::shards(shards_, so).on(*rt_), progress, epoch);
         }
+        const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
+        auto blobs = kind_ == "files"
+                         ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
+                         : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
+        if (has_decode_ && has_collate_ && ops_.empty()) { // images decoded straight from the blobs
+            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
+            return images(std::move(blobs) | image::decode_batches(decode_, batch_), progress, epoch);
+        }
+        // Files and objects as samples (webdataset's form of a loose file), for Python stages
+        // and for samples handed to Python as they are.
+        return finish(std::move(blobs) | cv::map([](cv::blob b) { return shard::sample_of(std::move(b)); }, {.name = "samples"}),
+                      progress, epoch);
+    }
+
+    /// The stages after the source on samples: the Python stages (the shuffle where the
+    /// builder put it among them), then decoding into batches, batches of samples, or the
+    /// samples themselves.
+    std::unique_ptr<py_run> finish(cv::pipeline<shard::sample> p, const std::shared_ptr<cv::progress>& progress, std::uint64_t epoch)
+    {
+        for (std::size_t i = 0; i <= ops_.size(); ++i) {
+            if (i == shuffle_at_ && shuffle_) p = std::move(p) | cv::shuffle(*shuffle_);
+            if (i < ops_.size()) p = cp::with_python_op(std::move(p), ops_[i], progress, errors_);
+        }
+        if (has_decode_ && has_collate_) return images(std::move(p) | image::decode_batches(decode_, batch_), progress, epoch);
+        if (has_decode_)
+            throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
+                            {.stage = "decode", .detail = "decode() without batch() is not supported yet: add batch(n)"});
+        if (has_collate_)
+            return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), progress);
+        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), progress);
+    }
+
+    std::unique_ptr<py_run> images(cv::pipeline<image::image_batch> p, const std::shared_ptr<cv::progress>& progress, std::uint64_t epoch)
+    {
 #if CONVEYOR_WITH_CUDA
-        if (cuda_) return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
+        if (cuda_) return std::make_unique<py_run>(rt_, (std::move(p) | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
 #endif
-        return std::make_unique<py_run>(rt_, p->run(epoch), progress);
+        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), progress);
     }
 
     /// The node cache, when one was given with a folder.
@@ -490,6 +612,10 @@ private:
     void read_stages(const py::dict& spec)
     {
         if (has(spec, "shuffle")) read_section(spec, "shuffle", shuffle_.emplace());
+        shuffle_at_ = get<std::size_t>(spec, "shuffle_at", 0);
+        has_decode_ = has(spec, "decode");
+        has_collate_ = has(spec, "collate");
+        read_python_ops(spec);
         read_section(spec, "decode", decode_);
         errors_ = decode_.errors; // one setting: a bad item, unreadable or undecodable
         if (const auto map = get<std::string>(spec, "label_map_file", ""); !map.empty()) decode_.label_map.map = image::load_label_map(map);
@@ -513,6 +639,28 @@ private:
         read_section(spec, "source", file_spec_);
         if (has(spec, "urls")) urls_ = spec["urls"].cast<std::vector<std::string>>();
     }
+
+    // The Python stages on samples, each with its pool of threads (kept for every epoch).
+    void read_python_ops(const py::dict& spec)
+    {
+        if (!has(spec, "ops")) return;
+        for (const auto& o : spec["ops"].cast<py::list>()) {
+            const auto d = o.cast<py::dict>();
+            cp::python_op op;
+            const auto what = d["op"].cast<std::string>();
+            op.what = what == "filter" ? cp::python_op::kind::filter : cp::python_op::kind::map;
+            op.fn = d["fn"];
+            op.threads = d["threads"].cast<std::size_t>();
+            op.ordered = d["ordered"].cast<bool>();
+            if (op.threads == 0) throw py::value_error(what + "() needs at least one thread");
+            py::object name = py::getattr(op.fn, "__qualname__", py::getattr(op.fn, "__name__", py::none()));
+            op.name = what + "(" + (name.is_none() ? type_name_of(op.fn) : py::str(name).cast<std::string>()) + ")";
+            ops_.push_back(std::make_shared<cp::python_pool>(std::move(op)));
+        }
+        if (shuffle_at_ > ops_.size()) throw py::value_error("shuffle_at is past the Python stages");
+    }
+
+    static std::string type_name_of(const py::handle& o) { return cp::type_name(o); }
 
     cv::s3::client& s3_client()
     {
@@ -609,6 +757,9 @@ private:
     cv::on_error errors_ = cv::on_error::fail;
     conveyor::order_options order_;
     std::optional<cv::shuffle_options> shuffle_;
+    std::size_t shuffle_at_ = 0; // the shuffle comes before Python stage `shuffle_at_`
+    bool has_decode_ = false, has_collate_ = false;
+    std::vector<std::shared_ptr<cp::python_pool>> ops_;
     image::decode_image_options decode_;
     image::collate_options batch_;
 #if CONVEYOR_WITH_CUDA
@@ -689,6 +840,7 @@ PYBIND11_MODULE(_conveyor, m)
     py::class_<py_run>(m, "Run", "One epoch's run; dropping it or close() stops all its work.")
         .def("next", &py_run::next, "The next batch; raises StopIteration at the end of the epoch. Waits without the GIL.")
         .def("close", &py_run::close, "Stops the run and waits until all its work has stopped.")
+        .def("used", &py_run::used, py::arg("n"), "Records the first n items handed out as used (for state()).")
         .def("state", &py_run::state, "The progress of the epoch as JSON (every batch handed out counts as used; \"\": none kept).")
         .def("stats", &py_run::stats, "The run's statistics as a dict.");
 
