@@ -618,6 +618,7 @@ private:
         read_python_ops(spec);
         read_section(spec, "decode", decode_);
         errors_ = decode_.errors; // one setting: a bad item, unreadable or undecodable
+        if (!has_decode_) errors_ = get<std::string>(spec, "on_error", "fail") == "skip" ? cv::on_error::skip : cv::on_error::fail;
         if (const auto map = get<std::string>(spec, "label_map_file", ""); !map.empty()) decode_.label_map.map = image::load_label_map(map);
         read_section(spec, "collate", batch_);
         if (batch_.type == image::dtype::int64) throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
@@ -653,7 +654,7 @@ private:
             op.threads = d["threads"].cast<std::size_t>();
             op.ordered = d["ordered"].cast<bool>();
             if (op.threads == 0) throw py::value_error(what + "() needs at least one thread");
-            py::object name = py::getattr(op.fn, "__qualname__", py::getattr(op.fn, "__name__", py::none()));
+            py::object name = py::getattr(op.fn, "__name__", py::none());
             op.name = what + "(" + (name.is_none() ? type_name_of(op.fn) : py::str(name).cast<std::string>()) + ")";
             ops_.push_back(std::make_shared<cp::python_pool>(std::move(op)));
         }

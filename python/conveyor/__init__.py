@@ -1028,7 +1028,7 @@ class _PostStages:
             try:
                 r = op["fn"](item)
             except Exception as e:
-                name = getattr(op["fn"], "__qualname__", type(op["fn"]).__name__)
+                name = getattr(op["fn"], "__name__", type(op["fn"]).__name__)
                 raise _StageError(f"{op['op']}({name}) failed: {type(e).__name__}: {e}") from e
             if op["op"] == "filter":
                 if not r:
