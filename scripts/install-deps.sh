@@ -11,7 +11,7 @@ packages=(
   liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libdlpack-dev libisal-dev
   doctest-dev libcli11-dev libbenchmark-dev
   fio golang-1.19-src zlib1g-dev libarchive-tools
-  python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil
+  python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil python3-numpy
   pybind11-dev python3-dev python3-pytest
 )
 packages+=("$@")

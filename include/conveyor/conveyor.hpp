@@ -34,12 +34,15 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/columns.hpp>
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/encode.hpp>
 #include <conveyor/image/split.hpp>
 #include <conveyor/image/synthetic.hpp>
 #include <conveyor/image/error.hpp>
+#include <conveyor/image/fields.hpp>
+#include <conveyor/image/npy.hpp>
 #include <conveyor/image/stage.hpp>
 #include <conveyor/http/chunks.hpp>
 #include <conveyor/http/client.hpp>

@@ -1,4 +1,4 @@
-// conveyor/image/error.hpp — error codes of the image module (decoding JPEG and PNG).
+// conveyor/image/error.hpp — error codes of the image module (decoding images and sample fields).
 #ifndef CONVEYOR_IMAGE_ERROR_HPP
 #define CONVEYOR_IMAGE_ERROR_HPP
 
@@ -46,6 +46,13 @@ enum class errc {
     /// A sample's label field is not a decimal integer, a JSON label not an integer, an
     /// item has no entry in the label map, or a label map file is malformed.
     bad_label,
+    /// A sample's field is not what its decoder reads (see `decode_field`): text that is
+    /// not UTF-8, JSON that does not parse or passes a limit, a NumPy array whose header
+    /// is malformed or does not match its data.
+    bad_field,
+    /// A field decoder given by the user (`field_options::by_name`, `by_extension`) threw
+    /// something other than a `conveyor::error`; it is kept as the nested exception.
+    field_decoder_failed,
 };
 
 /// The category of `conveyor::image::errc`.

@@ -24,6 +24,8 @@ public:
         case errc::bad_options: return "invalid image decode options";
         case errc::missing_field: return "sample has no such field or key";
         case errc::bad_label: return "label is not an integer or not in the label map";
+        case errc::bad_field: return "field is not what its decoder reads";
+        case errc::field_decoder_failed: return "a user's field decoder failed";
         }
         return "unknown conveyor.image error";
     }
