@@ -82,7 +82,7 @@ def pil_decode(s):
     return s
 
 
-class TarSamples:
+class TarSamples(__import__("torch").utils.data.IterableDataset):
     """webdataset's loop with tarfile: each worker reads its share of the shards, members
     grouped into samples by key (the path up to the first dot of the base name)."""
 

@@ -13,6 +13,8 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/columns.hpp>
+#include <conveyor/image/fields.hpp>
 #include <conveyor/image/describe.hpp>
 #include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/labels.hpp>
@@ -30,6 +32,7 @@
 #endif
 
 #include "samples.hpp"
+#include "values.hpp"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -196,6 +199,7 @@ struct py_tensor {
 struct py_batch {
     py_tensor images, labels;
     std::vector<std::string> keys;
+    py::dict columns; // the other fields asked for (decode_image_options::extra_fields), by name
     std::uint64_t index = 0;
     std::size_t size = 0;
 };
@@ -378,7 +382,7 @@ private:
             py::gil_scoped_release unlocked; // the run's threads need no GIL; the wait is without it
             if (auto first = r.next_for(100ms)) {
                 got.push_back(std::move(*first));
-                if constexpr (std::is_same_v<Item, shard::sample>)
+                if constexpr (std::is_same_v<Item, shard::sample> || std::is_same_v<Item, image::decoded_sample>)
                     while (got.size() < chunk)
                         if (auto more = r.next_for(std::chrono::nanoseconds(0))) got.push_back(std::move(*more));
                         else break;
@@ -391,10 +395,30 @@ private:
             py::list out;
             for (const auto& smp : got) out.append(cp::dict_of(smp));
             return py::object(std::move(out));
+        } else if constexpr (std::is_same_v<Item, image::decoded_sample>) {
+            py::list out;
+            for (auto& smp : got) out.append(cp::sample_to_python(std::move(smp)));
+            return py::object(std::move(out));
         } else if constexpr (std::is_same_v<Item, std::vector<shard::sample>>) {
             return py::object(columns_of(got.front()));
+        } else if constexpr (std::is_same_v<Item, image::sample_batch>) {
+            auto& b = got.front();
+            py::dict d;
+            py::list keys;
+            for (const auto& k : b.keys) keys.append(py::str(k));
+            d["__key__"] = std::move(keys);
+            for (auto& c : b.columns) {
+                std::string name = c.name;
+                d[py::str(name)] = cp::column_to_python(c);
+            }
+            return py::object(std::move(d));
         } else {
-            return py::cast(wrap(std::move(got.front())));
+            auto& b = got.front();
+            py::dict columns;
+            for (const auto& c : columns_of(b)) columns[py::str(c.name)] = cp::column_to_python(c);
+            py_batch out = wrap(std::move(b));
+            out.columns = std::move(columns);
+            return py::cast(std::move(out));
         }
     }
 
@@ -415,6 +439,13 @@ private:
     }
 #endif
     void handed(const shard::sample& s) { pend({shard::id_of(s)}); }
+    void handed(const image::decoded_sample& s) { pend({s.id}); }
+    void handed(const image::sample_batch& b) { pend(b.ids); }
+    // The columns of the other fields, which stay on the host.
+    static const std::vector<image::batch_column>& columns_of(const image::image_batch& b) { return b.columns; }
+#if CONVEYOR_WITH_CUDA
+    static const std::vector<image::batch_column>& columns_of(const device_batch& b) { return b.host().columns; }
+#endif
     void handed(const std::vector<shard::sample>& v)
     {
         std::vector<cv::sample_id> ids;
@@ -469,7 +500,8 @@ private:
 #if CONVEYOR_WITH_CUDA
                  cv::range<device_batch>,
 #endif
-                 cv::range<shard::sample>, cv::range<std::vector<shard::sample>>>
+                 cv::range<shard::sample>, cv::range<std::vector<shard::sample>>, cv::range<image::decoded_sample>,
+                 cv::range<image::sample_batch>>
         run_;
     std::shared_ptr<conveyor::progress> progress_;
     std::optional<cv::stats_snapshot> final_;
@@ -549,7 +581,7 @@ public:
         auto blobs = kind_ == "files"
                          ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
                          : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
-        if (has_decode_ && has_collate_ && ops_.empty()) { // images decoded straight from the blobs
+        if (has_decode_ && has_collate_ && image_batches_ && ops_.empty()) { // images decoded straight from the blobs
             if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
             return images(std::move(blobs) | image::decode_batches(decode_, batch_), progress, epoch);
         }
@@ -568,10 +600,16 @@ public:
             if (i == shuffle_at_ && shuffle_) p = std::move(p) | cv::shuffle(*shuffle_);
             if (i < ops_.size()) p = cp::with_python_op(std::move(p), ops_[i], progress, errors_);
         }
-        if (has_decode_ && has_collate_) return images(std::move(p) | image::decode_batches(decode_, batch_), progress, epoch);
-        if (has_decode_)
-            throw cv::error(cv::make_error_code(cv::errc::invalid_argument),
-                            {.stage = "decode", .detail = "decode() without batch() is not supported yet: add batch(n)"});
+        if (has_decode_ && has_collate_ && image_batches_)
+            return images(std::move(p) | image::decode_batches(decode_, batch_), progress, epoch);
+        if (has_decode_) { // every field decoded, one sample at a time
+            image::field_options fo = decode_.extra_decode;
+            fo.image = decode_.decode;
+            auto decoded = std::move(p) | image::decode_fields(std::move(fo), {.concurrency = decode_.concurrency, .errors = errors_});
+            if (!has_collate_) return std::make_unique<py_run>(rt_, std::move(decoded).run(epoch), progress);
+            image::collate_fields_options co{.fields = tuple_, .partial = batch_.partial, .errors = errors_};
+            return std::make_unique<py_run>(rt_, (std::move(decoded) | image::collate_fields(batch_.size, std::move(co))).run(epoch), progress);
+        }
         if (has_collate_)
             return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), progress);
         return std::make_unique<py_run>(rt_, std::move(p).run(epoch), progress);
@@ -615,6 +653,8 @@ private:
         shuffle_at_ = get<std::size_t>(spec, "shuffle_at", 0);
         has_decode_ = has(spec, "decode");
         has_collate_ = has(spec, "collate");
+        image_batches_ = get<bool>(spec, "image_batches", true);
+        if (has(spec, "tuple")) tuple_ = spec["tuple"].cast<std::vector<std::string>>();
         read_python_ops(spec);
         read_section(spec, "decode", decode_);
         errors_ = decode_.errors; // one setting: a bad item, unreadable or undecodable
@@ -760,6 +800,8 @@ private:
     std::optional<cv::shuffle_options> shuffle_;
     std::size_t shuffle_at_ = 0; // the shuffle comes before Python stage `shuffle_at_`
     bool has_decode_ = false, has_collate_ = false;
+    bool image_batches_ = true;       // decode + batch: images decoded into batch tensors (else columns of any fields)
+    std::vector<std::string> tuple_;  // to_tuple's fields
     std::vector<std::shared_ptr<cp::python_pool>> ops_;
     image::decode_image_options decode_;
     image::collate_options batch_;
@@ -815,6 +857,7 @@ PYBIND11_MODULE(_conveyor, m)
     py::class_<py_batch>(m, "Batch", "A batch: images and labels as DLPack tensors, with the items' keys.")
         .def_readonly("images", &py_batch::images)
         .def_readonly("labels", &py_batch::labels)
+        .def_readonly("columns", &py_batch::columns, "The other fields asked for (to_tuple), by name: NumPy arrays or lists.")
         .def_readonly("keys", &py_batch::keys)
         .def_readonly("index", &py_batch::index, "The batch's position in its run (0, 1, ...).")
         .def("__len__", [](const py_batch& b) { return b.size; });

@@ -42,6 +42,7 @@ from ._conveyor import Error, center_crop
 __all__ = [
     "Error",
     "IMAGENET_MEAN",
+    "IMAGE_FIELDS",
     "IMAGENET_STD",
     "Pipeline",
     "Epoch",
@@ -52,6 +53,10 @@ __all__ = [
     "environment_split",
     "center_crop",
 ]
+
+#: The fields ``decode()`` takes a sample's image from, the first present: webdataset's image
+#: extensions for the formats conveyor decodes.
+IMAGE_FIELDS: Tuple[str, ...] = ("jpg", "jpeg", "png", "webp", "avif")
 
 #: ImageNet's per-channel RGB mean and standard deviation (pixels in [0, 1]), as
 #: torchvision's pretrained models expect them: ``batch(dtype="float16", mean=IMAGENET_MEAN, std=IMAGENET_STD)``.
@@ -474,27 +479,43 @@ class Pipeline:
 
     def decode(
         self,
-        size: Union[int, Tuple[int, int]] = 224,
+        size: Union[int, Tuple[int, int], None] = 224,
         *,
-        crop: str = "random_resized",
+        crop: Optional[str] = None,
         flip: Union[bool, float] = False,
         scale: Tuple[float, float] = (0.08, 1.0),
         ratio: Tuple[float, float] = (3 / 4, 4 / 3),
         center_fraction: float = 0.875,
         dct_scaling: bool = True,
         seed: Optional[int] = None,
-        fields: Sequence[str] = ("jpg", "jpeg", "png"),
+        fields: Sequence[str] = IMAGE_FIELDS,
         label_field: str = "cls",
         label_map: Union[str, "os.PathLike[str]", None] = None,
         first_number: Optional[int] = None,
+        decoders: Optional[Dict[str, Any]] = None,
         **options: Any,
     ) -> "Pipeline":
-        """Decodes each JPEG or PNG (libjpeg-turbo, libspng) on the compute threads, cropped
-        and resized to ``size`` (an int: square; or (height, width)), RGB.
+        """Decodes each sample's image (JPEG, PNG, WebP, AVIF) on the compute threads, cropped
+        and resized to ``size`` (an int: square; or (height, width); None: as it is), RGB,
+        and its other fields as webdataset's default decoders do.
 
-        ``crop``: ``"random_resized"`` (torchvision's RandomResizedCrop with ``scale`` and
+        With :meth:`batch` (and ``size`` given), each image is decoded straight into its
+        place in the batch tensor; the batch yields ``(images, labels)``, or the fields
+        :meth:`to_tuple` names (a caption, a JSON record, an array beside the image, each
+        decoded as below and collated). Without :meth:`batch`, each sample is a dict of its
+        decoded fields.
+
+        Fields are decoded by the last extension of their name: ``jpg jpeg png webp avif``
+        to uint8 tensors (height, width, 3); ``cls cls2 index`` to int; ``txt text`` to str;
+        ``json`` to Python objects; ``npy`` to NumPy arrays (any dtype and shape); anything
+        else stays bytes. ``decoders``: your own, by field name or extension
+        (``{"seg.png": fn, "msgpack": fn}``), each called with the field's bytes on the
+        Python threads (see :meth:`map`) before conveyor decodes the rest; a decoder that
+        returns None leaves the field to the next in line.
+
+        ``crop``: ``"random_resized"`` (the default with a ``size``: torchvision's RandomResizedCrop with ``scale`` and
         ``ratio``), ``"center"`` (the central ``center_fraction`` of the shorter side, as
-        ``Resize(256) + CenterCrop(224)`` keeps) or ``"none"`` (the whole image resized).
+        ``Resize(256) + CenterCrop(224)`` keeps) or ``"none"`` (the whole image resized; the default without a ``size``).
         ``flip``: True (0.5) or a probability of a horizontal flip. ``dct_scaling``: let
         libjpeg decode at 1/2, 1/4 or 1/8 scale where the output is that much smaller
         (faster, nearly the same pixels). Crops and flips are a pure function of (``seed``,
@@ -508,7 +529,11 @@ class Pipeline:
         ``format``) or of ``decode_image_options`` (``concurrency``, ``label_json``) by name."""
         if self._spec["collate"] is not None or self._spec["tuple"] is not None or self._spec["post"]:
             raise ValueError("decode() comes before batch(), to_tuple() and map() on what the pipeline yields")
-        if isinstance(size, int):
+        if crop is None:
+            crop = "none" if size is None else "random_resized"
+        if size is None:
+            size = (0, 0)
+        elif isinstance(size, int):
             size = (size, size)
         if crop not in ("random_resized", "center", "none"):
             raise ValueError(f"crop must be 'random_resized', 'center' or 'none', not {crop!r}")
@@ -538,7 +563,10 @@ class Pipeline:
             },
             {k: v for k, v in options.items() if k not in pixels},
         )
-        return self._with(decode=section, label_map_file=_os.fspath(label_map) if label_map is not None else "")
+        ops = self._spec["ops"]
+        if decoders:
+            ops = ops + [{"op": "map", "fn": _FieldDecoders(decoders), "threads": 4, "ordered": True}]
+        return self._with(decode=section, ops=ops, label_map_file=_os.fspath(label_map) if label_map is not None else "")
 
     def batch(
         self,
@@ -650,7 +678,7 @@ class Pipeline:
             if rank is None:
                 rank, world = environment_split()
             worker, workers = _worker_split()
-            self._dataset = _conveyor.Dataset(self._runtime, self._spec, rank, world, worker, workers)
+            self._dataset = _conveyor.Dataset(self._runtime, _run_spec(self._spec), rank, world, worker, workers)
             self._pid = _os.getpid()
         return self._dataset
 
@@ -753,6 +781,77 @@ class Pipeline:
         self._stop_active()
         self._epoch = int(state["epoch"])
         self._state = state["progress"] or None
+
+
+def _tuple_roles(spec: Dict[str, Any]) -> Optional[List[Any]]:
+    """What each of to_tuple's fields is in a batch of decoded images: "images", "labels",
+    "keys", or ("column", name) for a field decoded beside the image; None when the batch is
+    not one of decoded images (no size, or no image among the fields asked)."""
+    decode = spec["decode"]
+    if decode is None or spec["collate"] is None or decode["decode"]["size"]["width"] == 0:
+        return None
+    if spec["tuple"] is None:
+        return ["images", "labels"]
+    image_fields = set(decode["fields"])
+    label = decode["label_field"]
+    roles: List[Any] = []
+    for f in spec["tuple"]:
+        alts = f.split(";")
+        if any(a in image_fields for a in alts):
+            roles.append("images")
+        elif label and alts == [label]:
+            roles.append("labels")
+        elif alts == ["__key__"]:
+            roles.append("keys")
+        else:
+            roles.append(("column", f))
+    return roles if "images" in roles else None
+
+
+def _run_spec(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """The description C++ runs: with which batches a decode() and batch() make (decoded
+    images in one tensor, with the other fields to_tuple names beside them, or columns of
+    any fields), and those fields."""
+    spec = dict(spec)
+    roles = _tuple_roles(spec)
+    spec["image_batches"] = roles is not None
+    if roles is not None and spec["tuple"] is not None:
+        decode = dict(spec["decode"])
+        decode["extra_fields"] = [r[1] for r in roles if isinstance(r, tuple)]
+        spec["decode"] = decode
+    elif spec["decode"] is not None and spec["collate"] is not None and spec["tuple"] is None and roles is None:
+        raise ValueError("batch() of decoded images of no fixed size (decode(size=None)) needs to_tuple() to name its fields")
+    return spec
+
+
+class _FieldDecoders:
+    """decode(decoders=...): the user's decoders by field name or last extension, each called
+    with the field's bytes; None leaves the field to the next decoder in line."""
+
+    def __init__(self, decoders: Dict[str, Any]):
+        for k, fn in decoders.items():
+            if not isinstance(k, str) or not k or not callable(fn):
+                raise TypeError("decoders= maps field names or extensions (str) to callables")
+        self._decoders = dict(decoders)
+        self.__name__ = "decoders"
+
+    def __call__(self, sample: Dict[str, Any]) -> Dict[str, Any]:
+        out = None
+        for name, value in sample.items():
+            if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
+                continue
+            fn = self._decoders.get(name) or self._decoders.get(name.rsplit(".", 1)[-1].lower())
+            if fn is None:
+                continue
+            try:
+                decoded = fn(value)
+            except Exception as e:
+                raise type(e)(f"decoder {getattr(fn, '__name__', fn)!r} of field {name!r}: {e}") from e
+            if decoded is not None:
+                if out is None:
+                    out = dict(sample)
+                out[name] = decoded
+        return out if out is not None else sample
 
 
 class Epoch:
@@ -877,30 +976,16 @@ _SKIP = object()  # an item left out on the way (its to_tuple field missing, ski
 
 class _Shape:
     """Makes what the loop gets from what the run hands over: image batches as tensors (or
-    the fields to_tuple asks for), samples as dicts or tuples, batches of samples collated."""
+    the fields to_tuple asks for), samples as dicts or tuples, batches collated."""
 
     def __init__(self, spec: Dict[str, Any], images: bool):
         self._tuple = [f.split(";") for f in spec["tuple"]] if spec["tuple"] is not None else None
+        self._names = spec["tuple"]
         self._skip = spec["on_error"] == "skip"
-        self._images = images
+        self._roles = _tuple_roles(spec)
+        self._images = self._roles is not None
         self._batches = spec["collate"] is not None
-        if images and self._tuple is not None:
-            decode = spec["decode"]
-            image_fields = set(decode["fields"])
-            label = decode["label_field"]
-            self._columns = []
-            for alts in self._tuple:
-                if any(a in image_fields for a in alts):
-                    self._columns.append("images")
-                elif label and label in alts:
-                    self._columns.append("labels")
-                elif alts == ["__key__"]:
-                    self._columns.append("keys")
-                else:
-                    raise ValueError(
-                        f"to_tuple({';'.join(alts)!r}) after decode() and batch(): a batch of decoded images has the "
-                        f"image ({';'.join(decode['fields'])}), the label ({label or 'none'}) and __key__"
-                    )
+        self._decoded = spec["decode"] is not None
 
     def __call__(self, item, epoch: "Epoch"):
         torch = epoch._torch
@@ -912,15 +997,17 @@ class _Shape:
             if self._tuple is None:
                 return (images, labels, item.keys) if epoch._keys else (images, labels)
             have = {"images": images, "labels": labels, "keys": item.keys}
-            return tuple(have[c] for c in self._columns)
-        if self._batches:
-            batch = {k: (_collate(v, torch) if not k.startswith("__") else v) for k, v in item.items()}
-            if self._tuple is None:
-                return batch
-            return self._pick_batch(batch, epoch)
+            return tuple(have[r] if isinstance(r, str) else _tensors(item.columns[r[1]], torch) for r in self._roles)
+        if self._decoded and self._batches:  # columns of decoded fields, named as to_tuple names them
+            cols = {k: _tensors(v, torch) for k, v in item.items()}
+            return tuple(cols[n] for n in self._names) if self._names is not None else cols
+        if self._decoded:
+            item = {k: (_tensors(v, torch) if _is_image(k) else v) for k, v in item.items()}
+        elif self._batches:
+            item = {k: (_collate(v, torch) if not k.startswith("__") else v) for k, v in item.items()}
         if self._tuple is None:
             return item
-        return self._pick(item, epoch)
+        return self._pick_batch(item, epoch) if self._batches else self._pick(item, epoch)
 
     def _pick(self, sample: Dict[str, Any], epoch: "Epoch"):
         out = []
@@ -966,6 +1053,28 @@ class _Shape:
             _log_skip(what)
             return _SKIP
         raise Error(what)
+
+
+_IMAGE_EXTENSIONS = {"jpg", "jpeg", "jpe", "jfif", "png", "webp", "avif"}
+
+
+def _is_image(field: str) -> bool:
+    return field.rsplit(".", 1)[-1].lower() in _IMAGE_EXTENSIONS
+
+
+def _tensors(v: Any, torch) -> Any:
+    """A decoded column or value: NumPy arrays of images and stacked values as torch tensors
+    (no copy) when torch is loaded; lists as they are."""
+    if torch is not None and type(v).__module__ == "numpy" and hasattr(v, "flags"):
+        if not v.flags.writeable:  # a view into a shard's bytes: torch wants memory it may write
+            v = v.copy()
+        if not v.dtype.isnative:
+            v = v.astype(v.dtype.newbyteorder("="))
+        try:
+            return torch.from_numpy(v)
+        except TypeError:  # a type torch has not (uint16, uint32, uint64): the array as it is
+            return v
+    return v
 
 
 def _collate(values: List[Any], torch) -> Any:
