@@ -11,6 +11,7 @@
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/memory_budget.hpp>
 #include <conveyor/core/metrics.hpp>
+#include <conveyor/core/mix.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/range.hpp>

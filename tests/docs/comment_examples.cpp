@@ -199,6 +199,19 @@ void example_shards_resume()
     for (auto& s : pipe) { train(s); state->consumed(s); }
 }
 
+// core/mix.hpp: three shard sets mixed by weight, with one resume state
+void example_mix(const std::vector<conveyor::shard::shard_ref>& web_list, const std::vector<conveyor::shard::shard_ref>& book_list,
+                 const std::vector<conveyor::shard::shard_ref>& code_list)
+{
+    auto state = std::make_shared<conveyor::mix_progress>(3);
+    auto web = conveyor::shard::shards(web_list, {.order = {.seed = 7}, .resume = state->source(0)});
+    auto books = conveyor::shard::shards(book_list, {.order = {.seed = 7}, .resume = state->source(1)});
+    auto code = conveyor::shard::shards(code_list, {.order = {.seed = 7}, .resume = state->source(2)});
+    auto pipe = conveyor::mix<conveyor::shard::sample>({web, books, code}, {.weights = {0.6, 0.3, 0.1}, .seed = 7, .resume = state})
+              | conveyor::shuffle({.buffer = 10'000, .seed = 7});
+    for (auto& s : pipe) { train(s); state->consumed(s); }
+}
+
 // shard/untar.hpp: untar over blobs that are whole shards
 void example_untar(const std::filesystem::path& root, const std::filesystem::path& index)
 {
@@ -309,6 +322,7 @@ void example_gpu_decode_batches(conveyor::runtime& rt, const std::vector<conveyo
     reinterpret_cast<const void*>(&example_label_map),
     reinterpret_cast<const void*>(&example_decode_image),
     reinterpret_cast<const void*>(&example_shards_resume),
+    reinterpret_cast<const void*>(&example_mix),
     reinterpret_cast<const void*>(&example_untar),
     reinterpret_cast<const void*>(&example_readme_quick_start),
     reinterpret_cast<const void*>(&example_s3_list_labels),
