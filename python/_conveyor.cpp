@@ -5,6 +5,7 @@
 // (`__dlpack__`, `__dlpack_device__`), so that `torch.from_dlpack` takes the batch's own
 // memory without a copy. The GIL is released whenever C++ works or waits.
 #include <conveyor/core/describe.hpp>
+#include <conveyor/core/mix.hpp>
 #include <conveyor/core/detail/describe_json.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
@@ -290,7 +291,7 @@ py::dict stats_dict(const cv::stats_snapshot& s)
 class py_run {
 public:
     template <class Item>
-    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Item> r, std::shared_ptr<cv::progress> progress)
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Item> r, cp::run_state progress)
         : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress))
     {
     }
@@ -338,15 +339,14 @@ public:
     {
         std::lock_guard lk(mu_);
         while (marked_ < n && !pending_.empty()) {
-            if (progress_)
-                for (const auto& id : pending_.front()) progress_->consumed(id);
+            for (const auto& id : pending_.front()) progress_.consumed(id);
             pending_.pop_front();
             ++marked_;
         }
     }
 
     /// The progress as JSON ("" when none is kept, or before the run began).
-    std::string state() const { return progress_ && !progress_->empty() ? progress_->to_json() : std::string(); }
+    std::string state() const { return progress_.json(); }
 
     py::dict stats() const
     {
@@ -503,7 +503,7 @@ private:
                  cv::range<shard::sample>, cv::range<std::vector<shard::sample>>, cv::range<image::decoded_sample>,
                  cv::range<image::sample_batch>>
         run_;
-    std::shared_ptr<conveyor::progress> progress_;
+    cp::run_state progress_;
     std::optional<cv::stats_snapshot> final_;
     std::mutex mu_;
     std::deque<std::vector<cv::sample_id>> pending_; // items handed out, not yet used, in order
@@ -525,6 +525,10 @@ public:
         kind_ = get<std::string>(spec, "kind", "");
         read_section(spec, "order", order_);
         read_stages(spec);
+        if (kind_ == "mix") {
+            open_mix(spec);
+            return;
+        }
         const bool mapped = static_cast<bool>(decode_.label_map.map); // labels given to every file or object
         py::gil_scoped_release unlocked; // listings and index reads may take a while
         if (kind_ == "files") open_files(spec);
@@ -548,7 +552,7 @@ public:
     std::optional<std::uint64_t> items(std::uint64_t epoch) const
     {
         if (kind_ == "files" || kind_ == "s3") return cv::epoch_share(list_size(), split_, epoch, order_).size();
-        if (shard_.resampled) return std::nullopt;
+        if (kind_ == "mix" || shard_.resampled) return std::nullopt;
         std::uint64_t n = 0;
         for (const auto& piece : cv::epoch_share(shards_.size(), split_, epoch, order_)) {
             const auto s = shards_[piece.item].samples;
@@ -562,60 +566,86 @@ public:
     std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state)
     {
         py::gil_scoped_release unlocked;
-        std::shared_ptr<cv::progress> progress;
-        if (kind_ != "shards" || !shard_.resampled) {
-            progress = std::make_shared<cv::progress>();
-            if (state && !state->empty()) *progress = cv::progress::from_json(*state);
+        cp::run_state st;
+        const bool resumed = state && !state->empty();
+        if (kind_ == "mix") {
+            st.mix = std::make_shared<cv::mix_progress>(children_.size());
+            if (resumed) *st.mix = cv::mix_progress::from_json(*state);
+            std::vector<cv::pipeline<shard::sample>> sources;
+            for (std::size_t k = 0; k < children_.size(); ++k) sources.push_back(children_[k]->samples({.one = st.mix->source(k)}));
+            cv::mix_options mo = mix_;
+            mo.share = split_;
+            mo.resume = st.mix;
+            return outputs(with_ops(cv::mix<shard::sample>(std::move(sources), std::move(mo)), st), st, epoch);
         }
+        if (kind_ != "shards" || !shard_.resampled) {
+            st.one = std::make_shared<cv::progress>();
+            if (resumed) *st.one = cv::progress::from_json(*state);
+        }
+        if (kind_ != "shards" && has_decode_ && has_collate_ && image_batches_ && ops_.empty()) {
+            // Files and objects decoded straight from their blobs into batches.
+            auto blobs = list_source(st.one);
+            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
+            return images(std::move(blobs) | image::decode_batches(decode_, batch_), st, epoch);
+        }
+        return outputs(samples(st), st, epoch);
+    }
+
+    /// The source's items as samples (files and objects as webdataset takes a loose file),
+    /// with the Python stages and the shuffle after it; `st` is where it records progress.
+    cv::pipeline<shard::sample> samples(const cp::run_state& st)
+    {
         if (kind_ == "shards") {
             shard::source_options so = shard_;
             so.order = order_;
             so.share = split_;
             so.errors = errors_;
             so.s3 = s3_;
-            so.resume = progress;
+            so.resume = st.one;
             so.cache = cache_dir();
-            return finish(shard::shards(shards_, so).on(*rt_), progress, epoch);
+            return with_ops(shard::shards(shards_, so).on(*rt_), st);
         }
-        const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
-        auto blobs = kind_ == "files"
-                         ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
-                         : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
-        if (has_decode_ && has_collate_ && image_batches_ && ops_.empty()) { // images decoded straight from the blobs
-            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
-            return images(std::move(blobs) | image::decode_batches(decode_, batch_), progress, epoch);
-        }
-        // Files and objects as samples (webdataset's form of a loose file), for Python stages
-        // and for samples handed to Python as they are.
-        return finish(std::move(blobs) | cv::map([](cv::blob b) { return shard::sample_of(std::move(b)); }, {.name = "samples"}),
-                      progress, epoch);
+        return with_ops(list_source(st.one) | cv::map([](cv::blob b) { return shard::sample_of(std::move(b)); }, {.name = "samples"}), st);
     }
 
-    /// The stages after the source on samples: the Python stages (the shuffle where the
-    /// builder put it among them), then decoding into batches, batches of samples, or the
-    /// samples themselves.
-    std::unique_ptr<py_run> finish(cv::pipeline<shard::sample> p, const std::shared_ptr<cv::progress>& progress, std::uint64_t epoch)
+    /// The files or S3 objects, in this epoch's order and share.
+    cv::pipeline<cv::blob> list_source(const std::shared_ptr<cv::progress>& progress)
+    {
+        const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
+        return kind_ == "files" ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
+                                : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
+    }
+
+    /// The Python stages on samples, the shuffle where the builder put it among them.
+    cv::pipeline<shard::sample> with_ops(cv::pipeline<shard::sample> p, const cp::run_state& st)
     {
         for (std::size_t i = 0; i <= ops_.size(); ++i) {
             if (i == shuffle_at_ && shuffle_) p = std::move(p) | cv::shuffle(*shuffle_);
-            if (i < ops_.size()) p = cp::with_python_op(std::move(p), ops_[i], progress, errors_);
+            if (i < ops_.size()) p = cp::with_python_op(std::move(p), ops_[i], st, errors_);
         }
+        return p;
+    }
+
+    /// What the run hands Python: decoded images in batches, decoded samples (or batches of
+    /// their fields), batches of samples, or the samples themselves.
+    std::unique_ptr<py_run> outputs(cv::pipeline<shard::sample> p, const cp::run_state& st, std::uint64_t epoch)
+    {
         if (has_decode_ && has_collate_ && image_batches_)
-            return images(std::move(p) | image::decode_batches(decode_, batch_), progress, epoch);
+            return images(std::move(p) | image::decode_batches(decode_, batch_), st, epoch);
         if (has_decode_) { // every field decoded, one sample at a time
             image::field_options fo = decode_.extra_decode;
             fo.image = decode_.decode;
             auto decoded = std::move(p) | image::decode_fields(std::move(fo), {.concurrency = decode_.concurrency, .errors = errors_});
-            if (!has_collate_) return std::make_unique<py_run>(rt_, std::move(decoded).run(epoch), progress);
+            if (!has_collate_) return std::make_unique<py_run>(rt_, std::move(decoded).run(epoch), st);
             image::collate_fields_options co{.fields = tuple_, .partial = batch_.partial, .errors = errors_};
-            return std::make_unique<py_run>(rt_, (std::move(decoded) | image::collate_fields(batch_.size, std::move(co))).run(epoch), progress);
+            return std::make_unique<py_run>(rt_, (std::move(decoded) | image::collate_fields(batch_.size, std::move(co))).run(epoch), st);
         }
         if (has_collate_)
-            return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), progress);
-        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), progress);
+            return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), st);
+        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), st);
     }
 
-    std::unique_ptr<py_run> images(cv::pipeline<image::image_batch> p, const std::shared_ptr<cv::progress>& progress, std::uint64_t epoch)
+    std::unique_ptr<py_run> images(cv::pipeline<image::image_batch> p, const cp::run_state& progress, std::uint64_t epoch)
     {
 #if CONVEYOR_WITH_CUDA
         if (cuda_) return std::make_unique<py_run>(rt_, (std::move(p) | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
@@ -702,6 +732,40 @@ private:
     }
 
     static std::string type_name_of(const py::handle& o) { return cp::type_name(o); }
+
+    // A mix: its sources resolved (each with its own order, shuffle and Python stages), the
+    // weights, or the Python function of the global index that gives them.
+    void open_mix(const py::dict& spec)
+    {
+        for (const auto& child : spec["sources"].cast<py::list>())
+            children_.push_back(std::make_unique<py_dataset>(rt_, child.cast<py::dict>(), split_.rank, split_.world_size, split_.worker,
+                                                             split_.workers));
+        const auto m = spec["mix"].cast<py::dict>();
+        mix_.weights = m["weights"].cast<std::vector<double>>();
+        mix_.seed = m["seed"].cast<std::uint64_t>();
+        mix_.schedule_step = m["schedule_step"].cast<std::uint64_t>();
+        const auto stop = m["stop"].cast<std::string>();
+        mix_.stop = stop == "first" ? cv::mix_stop::first : stop == "never" ? cv::mix_stop::never : cv::mix_stop::all;
+        if (has(spec, "schedule")) {
+            // Called on an I/O thread every `schedule_step` draws: the function is held as a
+            // field object is (its last reference dropped with the GIL), called with it.
+            auto fn = cp::hold(py::reinterpret_borrow<py::object>(spec["schedule"]));
+            mix_.schedule = [fn](std::uint64_t index) -> std::vector<double> {
+                py::gil_scoped_acquire gil;
+                try {
+                    return cp::held(fn)(index).cast<std::vector<double>>();
+                } catch (py::error_already_set& e) {
+                    throw cv::error(cv::make_error_code(cv::errc::stage_failed),
+                                    {.stage = "mix", .detail = "the weight schedule failed at index " + std::to_string(index) + ": " +
+                                                               cp::python_error_text(e)});
+                } catch (const py::cast_error&) {
+                    throw cv::error(cv::make_error_code(cv::errc::stage_failed),
+                                    {.stage = "mix", .detail = "the weight schedule returned no list of numbers at index " +
+                                                               std::to_string(index)});
+                }
+            };
+        }
+    }
 
     cv::s3::client& s3_client()
     {
@@ -803,6 +867,8 @@ private:
     bool image_batches_ = true;       // decode + batch: images decoded into batch tensors (else columns of any fields)
     std::vector<std::string> tuple_;  // to_tuple's fields
     std::vector<std::shared_ptr<cp::python_pool>> ops_;
+    std::vector<std::unique_ptr<py_dataset>> children_; // a mix's sources
+    cv::mix_options mix_;
     image::decode_image_options decode_;
     image::collate_options batch_;
 #if CONVEYOR_WITH_CUDA
@@ -913,6 +979,12 @@ PYBIND11_MODULE(_conveyor, m)
         return conveyor::progress::merge(ps).to_json();
     });
     m.def("check_progress", [](const std::string& text) { (void)conveyor::progress::from_json(text); });
+    m.def("merge_mix_progress", [](const std::vector<std::string>& parts) {
+        std::vector<cv::mix_progress> states;
+        for (const auto& p : parts) states.push_back(cv::mix_progress::from_json(p));
+        return cv::mix_progress::merge(states).to_json();
+    }, py::arg("parts"), "The union of several ranks' mix states (JSON) of one epoch.");
+    m.def("check_mix_progress", [](const std::string& text) { (void)cv::mix_progress::from_json(text); });
 
     m.def("center_crop",
           [](std::int64_t height, std::int64_t width, std::uint32_t size, double fraction) {

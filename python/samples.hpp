@@ -7,6 +7,7 @@
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/detail/offload.hpp>
 #include <conveyor/core/error.hpp>
+#include <conveyor/core/mix.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/stages.hpp>
 #include <conveyor/shard/sample.hpp>
@@ -104,6 +105,8 @@ inline shard::sample sample_from(const py::handle& d, const shard::sample& from,
     s.index = from.index;
     s.work = from.work;
     s.whole = from.whole;
+    s.source = from.source;
+    s.pass = from.pass;
     for (const auto& [k, v] : py::reinterpret_borrow<py::dict>(d)) {
         if (!py::isinstance<py::str>(k))
             throw cv::error(cv::make_error_code(cv::errc::stage_failed),
@@ -183,10 +186,30 @@ struct python_pool {
     boost::asio::thread_pool threads;
 };
 
+/// Where a run records the items used: its source's `progress`, or a mix's `mix_progress`
+/// (which gives each of its sources a `progress` of its own); neither: none kept.
+struct run_state {
+    std::shared_ptr<cv::progress> one;
+    std::shared_ptr<cv::mix_progress> mix;
+
+    void consumed(const cv::sample_id& id) const
+    {
+        if (mix) (void)mix->consumed(id);
+        else if (one) one->consumed(id);
+    }
+    /// The state as JSON; "" when none is kept or nothing was recorded.
+    std::string json() const
+    {
+        if (mix) return mix->empty() ? std::string() : mix->to_json();
+        if (one) return one->empty() ? std::string() : one->to_json();
+        return {};
+    }
+};
+
 /** What a Python stage hands on: the sample the function made, or nothing (dropped). A
     sample dropped by a filter (or a map's None) is recorded as used in `progress` at once,
     so that a resumed epoch does not read it again. */
-inline auto python_call(std::shared_ptr<python_pool> pool, std::shared_ptr<cv::progress> progress)
+inline auto python_call(std::shared_ptr<python_pool> pool, run_state progress)
 {
     return [pool, progress](shard::sample s) -> boost::asio::awaitable<std::optional<shard::sample>> {
         const auto id = shard::id_of(s);
@@ -214,7 +237,7 @@ inline auto python_call(std::shared_ptr<python_pool> pool, std::shared_ptr<cv::p
                                 {.stage = op->name, .key = s.key, .where = s.origin, .detail = e.what()});
             }
         });
-        if (!out && progress) progress->consumed(id);
+        if (!out) progress.consumed(id);
         co_return out;
     };
 }
@@ -222,7 +245,7 @@ inline auto python_call(std::shared_ptr<python_pool> pool, std::shared_ptr<cv::p
 /// The stages that run `op` on a stream of samples: the calls on its pool, the dropped
 /// samples left out.
 template <class Pipeline>
-auto with_python_op(Pipeline p, std::shared_ptr<python_pool> pool, std::shared_ptr<cv::progress> progress, cv::on_error errors)
+auto with_python_op(Pipeline p, std::shared_ptr<python_pool> pool, run_state progress, cv::on_error errors)
 {
     const auto& op = pool->op;
     cv::map_options mo{.concurrency = 2 * std::max<std::size_t>(op.threads, 1), .ordered = op.ordered, .errors = errors, .name = op.name};

@@ -49,6 +49,7 @@ __all__ = [
     "files",
     "s3",
     "shards",
+    "mix",
     "merge_states",
     "environment_split",
     "center_crop",
@@ -64,6 +65,9 @@ IMAGENET_MEAN: Tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: Tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 _STATE_FORMAT = "conveyor-python-state"
+
+# Parts of a description that hold the user's callables: shared between pipelines, not copied.
+_SHARED_KEYS = ("ops", "post", "sources", "schedule")
 
 # What pipelines resolved before a fork left in the child (a DataLoader worker): their
 # runtimes' threads exist only in the parent, so they are kept, never destroyed (that would
@@ -333,6 +337,73 @@ def shards(
     return Pipeline(spec)
 
 
+def mix(
+    sources: Sequence["Pipeline"],
+    weights: Optional[Sequence[float]] = None,
+    *,
+    seed: int = 0,
+    stop: str = "all",
+    schedule=None,
+    schedule_step: int = 1000,
+    on_error: str = "fail",
+    threads: int = 0,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> "Pipeline":
+    """Samples drawn from several sources by weight: each sample comes from source ``k``
+    with probability ``weights[k] / sum(weights)`` (default: all equal).
+
+    ``sources`` are pipelines of samples (:func:`shards`, :func:`files`, :func:`s3`, with
+    their own ``seed``, ``shuffle()`` and :meth:`Pipeline.map`/``filter()``, but no
+    ``decode()`` or ``batch()``: those come after the mix). Each keeps its own order and
+    its share of each epoch (this rank's, as the mix's); which source the ``i``-th sample
+    comes from is a pure function of (``seed``, epoch, rank, ``i``), never of timing.
+
+    ``stop``: ``"first"`` ends the epoch when the first source runs out, ``"all"`` when all
+    have (an exhausted source drops out and the weights of the others are renormalised),
+    ``"never"`` starts an exhausted source again with its next epoch, for ever (bound the
+    loop yourself). ``schedule``: a function of the global sample index (samples drawn by
+    all ranks together) returning the weights, asked every ``schedule_step`` samples (it
+    must be quick: it runs with the GIL on conveyor's I/O thread), e.g. a curriculum
+    ``lambda i: [1.0, min(1.0, i / 1e6)]``.
+
+    :meth:`Pipeline.state_dict` holds every source's position and the mix's draws, and
+    resumes exactly (each sample once), merged across ranks onto any number of ranks."""
+    sources = list(sources)
+    if not sources:
+        raise ValueError("mix() needs at least one source")
+    for i, p in enumerate(sources):
+        if not isinstance(p, Pipeline):
+            raise TypeError(f"mix() takes pipelines; source {i} is {type(p).__name__}")
+        sp = p._spec
+        if sp["kind"] == "mix":
+            raise ValueError(f"source {i} is itself a mix: give its sources to one mix() with their weights")
+        if sp["decode"] is not None or sp["collate"] is not None or sp["tuple"] is not None or sp["post"]:
+            raise ValueError(f"source {i} decodes or batches: decode(), batch() and to_tuple() come after mix()")
+    if stop not in ("first", "all", "never"):
+        raise ValueError(f"stop must be 'first', 'all' or 'never', not {stop!r}")
+    if weights is None:
+        weights = [1.0] * len(sources)
+    weights = [float(w) for w in weights]
+    if len(weights) != len(sources):
+        raise ValueError(f"mix() has {len(sources)} sources and {len(weights)} weights")
+    if any(not _math.isfinite(w) or w < 0 for w in weights) or not any(w > 0 for w in weights):
+        raise ValueError(f"mix() weights must be finite, 0 or more, and not all 0: {weights}")
+    if schedule is not None and not callable(schedule):
+        raise TypeError("schedule= takes a function of the global sample index")
+    if int(schedule_step) < 1:
+        raise ValueError("schedule_step must be at least 1")
+    spec = {
+        "kind": "mix",
+        "sources": [p._spec for p in sources],
+        "mix": {"weights": weights, "seed": int(seed), "stop": stop, "schedule_step": int(schedule_step)},
+        "schedule": schedule,
+        "order": _order(seed, True, "drop"),
+        **_common(on_error, threads, rank, world_size),
+    }
+    return Pipeline(spec)
+
+
 def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The union of the states of all ranks of one epoch (each rank's
     :meth:`Pipeline.state_dict`, gathered e.g. with ``torch.distributed.all_gather_object``):
@@ -347,7 +418,8 @@ def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     if len(epochs) != 1:
         raise Error(f"merge_states: the states belong to different epochs ({sorted(epochs)})")
     begun = [s["progress"] for s in states if s["progress"]]
-    merged = _conveyor.merge_progress(begun) if begun else ""  # "": no rank had used anything yet
+    merge = _conveyor.merge_mix_progress if states[0].get("kind") == "mix" else _conveyor.merge_progress
+    merged = merge(begun) if begun else ""  # "": no rank had used anything yet
     out = dict(states[0])
     out["progress"] = merged
     out["rank"] = None
@@ -405,7 +477,9 @@ class Pipeline:
     # ---- building -------------------------------------------------------------------
 
     def _with(self, **changes) -> "Pipeline":
-        spec = _copy.deepcopy(self._spec)
+        # The description is copied, the user's callables shared (a tokenizer's bound method
+        # is not copied with its tokenizer); a change makes new lists, never edits old ones.
+        spec = {k: (v if k in _SHARED_KEYS else _copy.deepcopy(v)) for k, v in self._spec.items()}
         spec.update(changes)
         return Pipeline(spec)
 
@@ -777,7 +851,7 @@ class Pipeline:
         if kind != self._spec["kind"]:
             raise ValueError(f"this state comes from a {kind} pipeline, not a {self._spec['kind']} pipeline")
         if state["progress"]:
-            _conveyor.check_progress(state["progress"])
+            (_conveyor.check_mix_progress if kind == "mix" else _conveyor.check_progress)(state["progress"])
         self._stop_active()
         self._epoch = int(state["epoch"])
         self._state = state["progress"] or None
