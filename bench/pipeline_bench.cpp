@@ -420,7 +420,7 @@ int cmd_gen_shards(const gen_shards_args& a)
     const fs::path out = a.out, images = out / "images";
     ci::synthetic_images spec{.dir = images, .classes = a.classes, .count = a.count, .seed = a.seed};
     cb::stopwatch clock;
-    const auto made = ci::make_synthetic_images(spec);
+    ci::make_synthetic_images(spec);
     const auto files = cv::file::walk(images, {.extensions = {".jpg"}, .labels = true});
     std::vector<std::size_t> order(files.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -438,18 +438,18 @@ int cmd_gen_shards(const gen_shards_args& a)
     std::uint64_t n = 0, bytes = 0;
     for (auto& b : cv::file::files(ordered).on(rt)) {
         const std::string cls = std::to_string(b.label);
-        const std::string& name = made.classes.at(static_cast<std::size_t>(b.label));
+        const std::string& name = files.classes.at(static_cast<std::size_t>(b.label));
         const std::string key = b.key.substr(0, b.key.rfind('.'));
         std::string caption = "a synthetic photo of a " + name + " over a textured background, image " + std::to_string(n);
         for (char& c : caption)
             if (c == '_') c = ' ';
         const std::uint64_t r = n * 2654435761u;
-        std::string json = "{"label": " + cls + ", "class": "" + name + "", "caption": "" + caption +
-                           "", "width": 500, "height": 375, "boxes": [";
+        std::string json = "{\"label\": " + cls + ", \"class\": \"" + name + "\", \"caption\": \"" + caption +
+                           "\", \"width\": 500, \"height\": 375, \"boxes\": [";
         for (int k = 0; k < 3; ++k)
             json += (k ? ", " : "") + std::string("[") + std::to_string((r >> (k * 7)) % 400) + ", " + std::to_string((r >> (k * 5)) % 300) +
                     ", 64, 48]";
-        json += "], "source": {"seed": " + std::to_string(a.seed) + ", "index": " + std::to_string(n) + "}}";
+        json += "], \"source\": {\"seed\": " + std::to_string(a.seed) + ", \"index\": " + std::to_string(n) + "}}";
         auto as_bytes = [](const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); };
         const cv::shard::field_view fields[] = {
             {"jpg", b.data.span()}, {"cls", as_bytes(cls)}, {"txt", as_bytes(caption)}, {"json", as_bytes(json)}};
@@ -459,8 +459,7 @@ int cmd_gen_shards(const gen_shards_args& a)
     }
     w.close();
     const auto idx = w.index();
-    std::fprintf(stderr, "gen-shards: %llu samples (jpg, cls, txt, json), %.1f MB, in %zu shards in %s, %.1f s
-",
+    std::fprintf(stderr, "gen-shards: %llu samples (jpg, cls, txt, json), %.1f MB, in %zu shards in %s, %.1f s\n",
                  static_cast<unsigned long long>(n), bytes / 1e6, idx.shards.size(), out.c_str(), clock.seconds());
     cb::json_line()
         .add("bench", "gen-shards")

@@ -35,6 +35,7 @@ std::size_t decode(conveyor::blob b) { return b.data.size(); }
 std::atomic<std::size_t> seen{0};
 
 void train_step(const conveyor::image::tensor&, const conveyor::image::tensor&) { ++seen; }
+void train_step(const conveyor::image::stacked_tensor&, const conveyor::image::stacked_tensor&) { ++seen; }
 void train_on(const conveyor::image::decoded_image&, std::int64_t) { ++seen; }
 void train(const conveyor::shard::sample&) { ++seen; }
 template <class Data>
@@ -187,6 +188,24 @@ void example_decode_image()
     for (auto& d : pipe) train_on(d.image, d.label);
 }
 
+// image/fields.hpp: decode_fields
+auto example_decode_fields()
+{
+    auto pipe = conveyor::shard::shards("/data/shard-{000000..000099}.tar")
+              | conveyor::image::decode_fields({.only = {"jpg", "json", "cls"}})
+              | conveyor::image::collate_fields(32, {.fields = {"jpg", "json", "cls"}});
+    return pipe;
+}
+
+// image/columns.hpp: collate_fields
+void example_collate_fields()
+{
+    auto pipe = conveyor::shard::shards("/data/shard-{000000..000099}.tar")
+              | conveyor::image::decode_fields()
+              | conveyor::image::collate_fields(64, {.fields = {"npy", "cls", "json"}});
+    for (auto& b : pipe) train_step(*b.column("npy")->stacked, *b.column("cls")->stacked);
+}
+
 // ---- shard --------------------------------------------------------------------------
 
 // shard/source.hpp: shards with resume state
@@ -321,6 +340,8 @@ void example_gpu_decode_batches(conveyor::runtime& rt, const std::vector<conveyo
 [[maybe_unused]] const void* compiled_only[] = {
     reinterpret_cast<const void*>(&example_label_map),
     reinterpret_cast<const void*>(&example_decode_image),
+    reinterpret_cast<const void*>(&example_decode_fields),
+    reinterpret_cast<const void*>(&example_collate_fields),
     reinterpret_cast<const void*>(&example_shards_resume),
     reinterpret_cast<const void*>(&example_mix),
     reinterpret_cast<const void*>(&example_untar),

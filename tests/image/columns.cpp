@@ -23,11 +23,6 @@ using namespace conveyor_test_image;
 
 namespace {
 
-conveyor::slice slice_of(std::string_view s)
-{
-    return conveyor::slice(conveyor::buffer::copy_of(s));
-}
-
 image::array_value array_of(std::string descr, std::vector<std::int64_t> shape, std::string data, bool fortran = false)
 {
     return {.descr = std::move(descr), .shape = std::move(shape), .fortran_order = fortran, .data = slice_of(data)};
@@ -158,24 +153,18 @@ conveyor::runtime& columns_runtime()
 
 std::string npy_f4(std::uint64_t k, std::size_t n)
 {
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
-    while ((10 + header.size() + 1) % 64) header += ' ';
-    header += '\n';
-    std::string out("\x93NUMPY\x01\x00", 8);
-    out += static_cast<char>(header.size());
-    out += '\0';
-    out += header;
+    std::string data;
     for (std::size_t i = 0; i < n; ++i) {
         const float v = float(k) + float(i) / 10;
-        out.append(reinterpret_cast<const char*>(&v), 4);
+        data.append(reinterpret_cast<const char*>(&v), 4);
     }
-    return out;
+    return npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }", data);
 }
 
 /// Sample k: a JPEG of its own size (`jpg`, or `png` for k % 4 == 3), txt "caption k",
 /// json {"k": k}, cls k % 5, an npy of 4 floats (k, k.1, ...) — 2 + k % 2 of them when
 /// `ragged`; no txt for k in `no_txt`, a broken image for k in `bad`.
-conveyor::pipeline<shard::sample> samples(std::uint64_t n, std::vector<std::uint64_t> no_txt = {}, std::vector<std::uint64_t> bad = {},
+conveyor::pipeline<shard::sample> field_samples(std::uint64_t n, std::vector<std::uint64_t> no_txt = {}, std::vector<std::uint64_t> bad = {},
                                           bool ragged = false)
 {
     return conveyor::generate(n, [=](std::uint64_t k) {
@@ -192,10 +181,10 @@ conveyor::pipeline<shard::sample> samples(std::uint64_t n, std::vector<std::uint
     });
 }
 
-const image::decode_options small{.size = {16, 12}};
+const image::decode_options slot_size{.size = {16, 12}};
 
 /// Checks that item i of batch `b` is sample k, in every column.
-void check_item(const image::image_batch& b, std::size_t i, std::uint64_t k)
+void check_extra_item(const image::image_batch& b, std::size_t i, std::uint64_t k)
 {
     CAPTURE(i);
     CAPTURE(k);
@@ -222,42 +211,42 @@ void check_item(const image::image_batch& b, std::size_t i, std::uint64_t k)
     CHECK(first == float(k));
     // The image in the slot is this sample's.
     const auto jpeg = make_jpeg(32 + 8 * std::uint32_t(k % 3), 24, TJSAMP_420, 90);
-    const auto want = image::decoder().decode(jpeg, small, {.key = b.keys[i]});
+    const auto want = image::decoder().decode(jpeg, slot_size, {.key = b.keys[i]});
     CHECK(std::memcmp(static_cast<const std::uint8_t*>(b.images.data) + i * want.size_bytes(), want.data().data(), want.size_bytes()) == 0);
 }
 
-const std::vector<std::string> extras{"txt", "json;jsn", "cls", "__key__", "__url__", "vec.npy"};
+const std::vector<std::string> extra_specs{"txt", "json;jsn", "cls", "__key__", "__url__", "vec.npy"};
 
 } // namespace
 
 TEST_CASE("decode_batches carries extra fields beside the images: numbers and same-shape arrays stacked, the rest lists")
 {
-    image::decode_image_options d{.decode = small, .fields = {"jpg", "png"}};
-    d.extra_fields = extras;
+    image::decode_image_options d{.decode = slot_size, .fields = {"jpg", "png"}};
+    d.extra_fields = extra_specs;
     std::vector<image::image_batch> batches;
-    for (auto& b : (samples(10) | image::decode_batches(d, {.size = 4})).on(columns_runtime())) batches.push_back(std::move(b));
+    for (auto& b : (field_samples(10) | image::decode_batches(d, {.size = 4})).on(columns_runtime())) batches.push_back(std::move(b));
     REQUIRE(batches.size() == 3);
     std::uint64_t k = 0;
     for (const auto& b : batches) {
-        REQUIRE(b.columns.size() == extras.size());
-        for (std::size_t j = 0; j < extras.size(); ++j) CHECK(b.columns[j].name == extras[j]);
+        REQUIRE(b.columns.size() == extra_specs.size());
+        for (std::size_t j = 0; j < extra_specs.size(); ++j) CHECK(b.columns[j].name == extra_specs[j]);
         for (const auto& c : b.columns) CHECK(c.size() == b.size());
         CHECK(b.column("vec.npy")->stacked->shape == std::vector<std::int64_t>{std::int64_t(b.size()), 4});
         CHECK(std::get<std::string>(b.column("__url__")->values[0]) == "mem://shard-0.tar");
         CHECK_FALSE(b.column("txt")->stacked);
-        for (std::size_t i = 0; i < b.size(); ++i) check_item(b, i, k++);
+        for (std::size_t i = 0; i < b.size(); ++i) check_extra_item(b, i, k++);
     }
     // Without extra fields a batch has no columns.
-    for (auto& b : (samples(3) | image::decode_batches({.decode = small, .fields = {"jpg", "png"}}, {.size = 4})).on(columns_runtime()))
+    for (auto& b : (field_samples(3) | image::decode_batches({.decode = slot_size, .fields = {"jpg", "png"}}, {.size = 4})).on(columns_runtime()))
         CHECK(b.columns.empty());
 }
 
 TEST_CASE("extra fields go with their items through skips: bad images and missing fields skipped, batches full")
 {
-    image::decode_image_options d{.decode = small, .fields = {"jpg", "png"}, .errors = conveyor::on_error::skip};
-    d.extra_fields = extras;
+    image::decode_image_options d{.decode = slot_size, .fields = {"jpg", "png"}, .errors = conveyor::on_error::skip};
+    d.extra_fields = extra_specs;
     const std::vector<std::uint64_t> no_txt{2, 9}, bad{5, 6, 13};
-    auto p = (samples(23, no_txt, bad) | image::decode_batches(d, {.size = 4})).on(columns_runtime());
+    auto p = (field_samples(23, no_txt, bad) | image::decode_batches(d, {.size = 4})).on(columns_runtime());
     auto run = p.run();
     std::vector<image::image_batch> batches;
     for (auto& b : run) batches.push_back(std::move(b));
@@ -269,18 +258,18 @@ TEST_CASE("extra fields go with their items through skips: bad images and missin
     std::size_t g = 0;
     for (const auto& b : batches) {
         CHECK(b.size() == (g < 16 ? 4u : 2u));
-        for (std::size_t i = 0; i < b.size(); ++i) check_item(b, i, good[g++]);
+        for (std::size_t i = 0; i < b.size(); ++i) check_extra_item(b, i, good[g++]);
     }
     CHECK(g == good.size());
 }
 
 TEST_CASE("a missing extra field fails the run by default, naming the key, the fields asked and the fields the sample has")
 {
-    image::decode_image_options d{.decode = small, .fields = {"jpg", "png"}};
+    image::decode_image_options d{.decode = slot_size, .fields = {"jpg", "png"}};
     d.extra_fields = {"txt;caption", "cls"};
     std::string what;
     try {
-        for (auto& b : (samples(8, {6}) | image::decode_batches(d, {.size = 4})).on(columns_runtime())) (void)b;
+        for (auto& b : (field_samples(8, {6}) | image::decode_batches(d, {.size = 4})).on(columns_runtime())) (void)b;
     } catch (const conveyor::error& e) {
         CHECK(e.code() == image::errc::missing_field);
         what = e.what();
@@ -294,11 +283,11 @@ TEST_CASE("a missing extra field fails the run by default, naming the key, the f
 
 TEST_CASE("arrays of different shapes make a list column; extra images decode with their own options and stack by size")
 {
-    image::decode_image_options d{.decode = small, .fields = {"jpg", "png"}};
+    image::decode_image_options d{.decode = slot_size, .fields = {"jpg", "png"}};
     d.extra_fields = {"vec.npy", "jpg;png"};
     d.extra_decode.image = {.size = {8, 6}};
     std::vector<image::image_batch> batches;
-    for (auto& b : (samples(6, {}, {}, true) | image::decode_batches(d, {.size = 3})).on(columns_runtime())) batches.push_back(std::move(b));
+    for (auto& b : (field_samples(6, {}, {}, true) | image::decode_batches(d, {.size = 3})).on(columns_runtime())) batches.push_back(std::move(b));
     REQUIRE(batches.size() == 2);
     const image::batch_column* vec = batches[0].column("vec.npy");
     REQUIRE(vec);
@@ -316,7 +305,7 @@ TEST_CASE("decode_image hands extra fields on with each image; file blobs have t
     image::decode_image_options d{.fields = {"jpg", "png"}};
     d.extra_fields = {"txt", "cls"};
     std::vector<image::decoded> got;
-    for (auto& x : (samples(5) | image::decode_image(d)).on(columns_runtime())) got.push_back(std::move(x));
+    for (auto& x : (field_samples(5) | image::decode_image(d)).on(columns_runtime())) got.push_back(std::move(x));
     REQUIRE(got.size() == 5);
     REQUIRE(got[4].extras.size() == 2);
     CHECK(got[4].extras[0].name == "txt");
@@ -329,7 +318,7 @@ TEST_CASE("decode_image hands extra fields on with each image; file blobs have t
                          .origin = "/data/c/" + std::to_string(k) + ".jpg", .label = std::int64_t(k % 2), .index = k};
         return b;
     });
-    image::decode_image_options bd{.decode = small};
+    image::decode_image_options bd{.decode = slot_size};
     bd.extra_fields = {"cls", "__key__", "__url__"};
     std::vector<image::image_batch> batches;
     for (auto& b : (std::move(blobs) | image::decode_batches(bd, {.size = 5})).on(columns_runtime())) batches.push_back(std::move(b));
@@ -353,7 +342,7 @@ TEST_CASE("decode_image hands extra fields on with each image; file blobs have t
 TEST_CASE("the batch and decode stages refuse extra field specs that name nothing")
 {
     for (const auto& bad : std::vector<std::vector<std::string>>{{""}, {"txt;"}, {";txt"}, {"a;;b"}}) {
-        image::decode_image_options d{.decode = small};
+        image::decode_image_options d{.decode = slot_size};
         d.extra_fields = bad;
         CHECK_THROWS_AS(image::decode_batches(d), conveyor::error);
         CHECK_THROWS_AS(image::decode_image(d), conveyor::error);
@@ -365,7 +354,7 @@ TEST_CASE("the batch and decode stages refuse extra field specs that name nothin
 TEST_CASE("collate_fields makes batches of any fields: alternatives, keys and URLs, stacked where they stack")
 {
     std::vector<image::sample_batch> batches;
-    for (auto& b : (samples(7) | image::decode_fields() |
+    for (auto& b : (field_samples(7) | image::decode_fields() |
                     image::collate_fields(3, {.fields = {"cls", "txt", "jpg;png", "__key__", "__url__", "vec.npy"}}))
                        .on(columns_runtime()))
         batches.push_back(std::move(b));
@@ -398,7 +387,7 @@ TEST_CASE("collate_fields makes batches of any fields: alternatives, keys and UR
         CHECK(b.column("vec.npy")->stacked->shape == std::vector<std::int64_t>{std::int64_t(b.size()), 4});
     }
     // No fields named: the first sample's, in its order.
-    for (auto& b : (samples(2) | image::decode_fields() | image::collate_fields(2)).on(columns_runtime())) {
+    for (auto& b : (field_samples(2) | image::decode_fields() | image::collate_fields(2)).on(columns_runtime())) {
         REQUIRE(b.columns.size() == 5);
         CHECK(b.columns[0].name == "jpg");
         CHECK(b.columns[1].name == "txt");
@@ -406,7 +395,7 @@ TEST_CASE("collate_fields makes batches of any fields: alternatives, keys and UR
     }
     // No partial batch when told so.
     std::size_t count = 0;
-    for (auto& b : (samples(7) | image::decode_fields() | image::collate_fields(3, {.fields = {"cls"}, .partial = false})).on(columns_runtime())) {
+    for (auto& b : (field_samples(7) | image::decode_fields() | image::collate_fields(3, {.fields = {"cls"}, .partial = false})).on(columns_runtime())) {
         CHECK(b.size() == 3);
         ++count;
     }
@@ -417,14 +406,14 @@ TEST_CASE("collate_fields fails on a sample without a field asked for, or skips 
 {
     std::string what;
     try {
-        for (auto& b : (samples(6, {4}) | image::decode_fields() | image::collate_fields(2, {.fields = {"txt"}})).on(columns_runtime())) (void)b;
+        for (auto& b : (field_samples(6, {4}) | image::decode_fields() | image::collate_fields(2, {.fields = {"txt"}})).on(columns_runtime())) (void)b;
     } catch (const conveyor::error& e) {
         what = e.what();
     }
     CHECK(what.find("collate_fields") != std::string::npos);
     CHECK(what.find("s/4") != std::string::npos);
     CHECK(what.find("which has: jpg, json, cls, vec.npy") != std::string::npos);
-    auto p = (samples(7, {1, 4}) | image::decode_fields() |
+    auto p = (field_samples(7, {1, 4}) | image::decode_fields() |
               image::collate_fields(2, {.fields = {"txt", "cls"}, .errors = conveyor::on_error::skip}))
                  .on(columns_runtime());
     auto run = p.run();

@@ -22,24 +22,14 @@ using namespace conveyor_test_image;
 
 namespace {
 
-conveyor::slice bytes_of(std::string_view s)
-{
-    return conveyor::slice(conveyor::buffer::copy_of(s));
-}
-
-conveyor::slice bytes_of(const std::vector<std::byte>& b)
-{
-    return conveyor::slice(conveyor::buffer::copy_of(std::span<const std::byte>(b)));
-}
-
 shard::field field_of(std::string name, std::string_view data)
 {
-    return {.name = std::move(name), .data = bytes_of(data)};
+    return {.name = std::move(name), .data = slice_of(data)};
 }
 
 const image::field_context here{.key = "train/0001", .origin = "s3://bucket/shard-000007.tar"};
 
-image::field_value decode(const shard::field& f, const image::field_options& o = {})
+image::field_value decode_here(const shard::field& f, const image::field_options& o = {})
 {
     return image::decode_field(f, here, o);
 }
@@ -48,7 +38,7 @@ image::field_value decode(const shard::field& f, const image::field_options& o =
 conveyor::error failure_of(const shard::field& f, const image::field_options& o = {})
 {
     try {
-        decode(f, o);
+        decode_here(f, o);
     } catch (const conveyor::error& e) {
         return e;
     }
@@ -71,13 +61,7 @@ void check_names(const conveyor::error& e, std::string_view field, std::string_v
 
 std::string npy_u1(std::string_view data)
 {
-    std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(data.size()) + ",), }";
-    while ((10 + header.size() + 1) % 64) header += ' ';
-    header += '\n';
-    std::string out("\x93NUMPY\x01\x00", 8);
-    out += static_cast<char>(header.size());
-    out += '\0';
-    return out + header + std::string(data);
+    return npy_file("{'descr': '|u1', 'fortran_order': False, 'shape': (" + std::to_string(data.size()) + ",), }", data);
 }
 
 } // namespace
@@ -104,11 +88,11 @@ TEST_CASE("a field's decoder is chosen by its last extension, as webdataset's de
 
 TEST_CASE("integer fields are decimal text with white space and a sign, as Python's int() reads them")
 {
-    CHECK(std::get<std::int64_t>(decode(field_of("cls", "12"))) == 12);
-    CHECK(std::get<std::int64_t>(decode(field_of("cls", "  7\n"))) == 7);
-    CHECK(std::get<std::int64_t>(decode(field_of("index", "-42"))) == -42);
-    CHECK(std::get<std::int64_t>(decode(field_of("cls2", "+3"))) == 3);
-    CHECK(std::get<std::int64_t>(decode(field_of("id", "9223372036854775807"))) == 9223372036854775807);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("cls", "12"))) == 12);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("cls", "  7\n"))) == 7);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("index", "-42"))) == -42);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("cls2", "+3"))) == 3);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("id", "9223372036854775807"))) == 9223372036854775807);
     for (const char* bad : {"", " ", "abc", "1.5", "12x", "+-1", "+", "9223372036854775808", "0x10"}) {
         CAPTURE(bad);
         const auto e = failure_of(field_of("cls", bad));
@@ -119,12 +103,12 @@ TEST_CASE("integer fields are decimal text with white space and a sign, as Pytho
 
 TEST_CASE("text fields are UTF-8 strings; bytes that are not UTF-8 are an error at the first bad byte")
 {
-    CHECK(std::get<std::string>(decode(field_of("txt", "a photo of a cat"))) == "a photo of a cat");
-    CHECK(std::get<std::string>(decode(field_of("caption.text", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x88"))) ==
+    CHECK(std::get<std::string>(decode_here(field_of("txt", "a photo of a cat"))) == "a photo of a cat");
+    CHECK(std::get<std::string>(decode_here(field_of("caption.text", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x88"))) ==
           "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x90\x88");
-    CHECK(std::get<std::string>(decode(field_of("txt", "\xEF\xBB\xBFhi"))) == "\xEF\xBB\xBFhi"); // a BOM is kept, as Python keeps it
-    CHECK(std::get<std::string>(decode(field_of("txt", ""))).empty());
-    CHECK(std::get<std::string>(decode(field_of("txt", std::string("a\0b", 3)))) == std::string("a\0b", 3));
+    CHECK(std::get<std::string>(decode_here(field_of("txt", "\xEF\xBB\xBFhi"))) == "\xEF\xBB\xBFhi"); // a BOM is kept, as Python keeps it
+    CHECK(std::get<std::string>(decode_here(field_of("txt", ""))).empty());
+    CHECK(std::get<std::string>(decode_here(field_of("txt", std::string("a\0b", 3)))) == std::string("a\0b", 3));
     struct bad_text {
         std::string text;
         std::size_t at;
@@ -146,12 +130,12 @@ TEST_CASE("text fields are UTF-8 strings; bytes that are not UTF-8 are an error 
 
 TEST_CASE("JSON fields are documents; bad ones fail at their byte, line and column, within size and depth limits")
 {
-    const auto v = std::get<boost::json::value>(decode(field_of("json", R"({"caption": "a cat", "boxes": [[1, 2, 3, 4]], "score": 0.5})")));
+    const auto v = std::get<boost::json::value>(decode_here(field_of("json", R"({"caption": "a cat", "boxes": [[1, 2, 3, 4]], "score": 0.5})")));
     CHECK(v.at("caption").as_string() == "a cat");
     CHECK(v.at("boxes").at(0).at(2).as_int64() == 3);
     CHECK(v.at("score").as_double() == 0.5);
-    CHECK(std::get<boost::json::value>(decode(field_of("meta.jsn", " 7 "))).as_int64() == 7);
-    CHECK(std::get<boost::json::value>(decode(field_of("json", "\xEF\xBB\xBF[1]"))).as_array().size() == 1);
+    CHECK(std::get<boost::json::value>(decode_here(field_of("meta.jsn", " 7 "))).as_int64() == 7);
+    CHECK(std::get<boost::json::value>(decode_here(field_of("json", "\xEF\xBB\xBF[1]"))).as_array().size() == 1);
     {
         const auto e = failure_of(field_of("json", "{\"a\": 1,\n \"b\": }"));
         CHECK(e.code() == image::errc::bad_field);
@@ -163,23 +147,23 @@ TEST_CASE("JSON fields are documents; bad ones fail at their byte, line and colu
     CHECK(std::string(failure_of(field_of("json", "")).what()).find("not valid JSON") != std::string::npos);
     CHECK(std::string(failure_of(field_of("json", "[NaN]")).what()).find("not valid JSON") != std::string::npos);
     CHECK(std::string(failure_of(field_of("json", "\"\xC3(\"")).what()).find("not valid JSON") != std::string::npos);
-    image::field_options small{.max_json_bytes = 8, .max_json_depth = 3};
-    CHECK(std::string(failure_of(field_of("json", "[1, 2, 3, 4]"), small).what()).find("more than the limit of 8") != std::string::npos);
-    CHECK(std::holds_alternative<boost::json::value>(decode(field_of("json", "[[[1]]]"), small)));
+    image::field_options tight{.max_json_bytes = 8, .max_json_depth = 3};
+    CHECK(std::string(failure_of(field_of("json", "[1, 2, 3, 4]"), tight).what()).find("more than the limit of 8") != std::string::npos);
+    CHECK(std::holds_alternative<boost::json::value>(decode_here(field_of("json", "[[[1]]]"), tight)));
     const auto deep = failure_of(field_of("json", "[[[[1]]]]"), {.max_json_depth = 3});
     CHECK(std::string(deep.what()).find("nested deeper than 3") != std::string::npos);
     CHECK(std::string(deep.what()).find("at byte 3 (line 1, column 4)") != std::string::npos);
     // A key given twice: the last one, as Python's json.loads keeps it.
-    CHECK(std::get<boost::json::value>(decode(field_of("json", R"({"a": 1, "a": 2})"))).at("a").as_int64() == 2);
+    CHECK(std::get<boost::json::value>(decode_here(field_of("json", R"({"a": 1, "a": 2})"))).at("a").as_int64() == 2);
     // The default depth is deep enough for real documents and bounded for hostile ones.
-    CHECK(std::holds_alternative<boost::json::value>(decode(field_of("json", std::string(200, '[') + std::string(200, ']')))));
+    CHECK(std::holds_alternative<boost::json::value>(decode_here(field_of("json", std::string(200, '[') + std::string(200, ']')))));
     CHECK(failure_of(field_of("json", std::string(100000, '[') + std::string(100000, ']'))).code() == image::errc::bad_field);
 }
 
 TEST_CASE("npy fields are NumPy arrays read in place; a bad one names its field and decoder")
 {
     const auto f = field_of("depth.npy", npy_u1("abcdef"));
-    const auto v = decode(f);
+    const auto v = decode_here(f);
     const auto& a = std::get<image::array_value>(v);
     CHECK(a.descr == "|u1");
     CHECK(a.shape == std::vector<std::int64_t>{6});
@@ -196,7 +180,7 @@ TEST_CASE("npy fields are NumPy arrays read in place; a bad one names its field 
 TEST_CASE("image fields decode through the image decoder with the options given, random crops drawn from the sample key")
 {
     const auto jpeg = make_jpeg(96, 64, TJSAMP_420, 90);
-    const auto v = decode({.name = "jpg", .data = bytes_of(jpeg)});
+    const auto v = decode_here({.name = "jpg", .data = slice_of(jpeg)});
     const auto& img = std::get<image::decoded_image>(v);
     CHECK(img.width == 96);
     CHECK(img.height == 64);
@@ -205,7 +189,7 @@ TEST_CASE("image fields decode through the image decoder with the options given,
     image::field_options o;
     o.image = {.size = {32, 24}, .crop = image::crop_mode::random_resized, .flip = 0.5, .seed = 11};
     const image::field_context c{.key = "k/7", .origin = "shard.tar", .epoch = 3};
-    const auto cropped = image::decode_field({.name = "left.JPEG", .data = bytes_of(jpeg)}, c, o);
+    const auto cropped = image::decode_field({.name = "left.JPEG", .data = slice_of(jpeg)}, c, o);
     const auto want = image::decoder().decode(jpeg, o.image, {.key = "k/7", .epoch = 3});
     const auto& got = std::get<image::decoded_image>(cropped);
     REQUIRE(got.size_bytes() == want.size_bytes());
@@ -213,11 +197,11 @@ TEST_CASE("image fields decode through the image decoder with the options given,
     // A context's own options come first (what decode_sample passes: the field options').
     const image::decode_options tiny{.size = {8, 8}};
     const image::field_context with_own{.key = "k/7", .origin = "shard.tar", .image = &tiny};
-    CHECK(std::get<image::decoded_image>(image::decode_field({.name = "jpg", .data = bytes_of(jpeg)}, with_own, o)).width == 8);
+    CHECK(std::get<image::decoded_image>(image::decode_field({.name = "jpg", .data = slice_of(jpeg)}, with_own, o)).width == 8);
     // A PNG under any image extension: the decoder goes by the bytes.
     const std::filesystem::path png = std::filesystem::path(CONVEYOR_GO_IMAGE_TESTDATA) / "video-001.png";
     if (std::filesystem::exists(png)) {
-        const auto p = decode({.name = "seg.png", .data = bytes_of(read_bytes(png))});
+        const auto p = decode_here({.name = "seg.png", .data = slice_of(read_bytes(png))});
         CHECK(std::get<image::decoded_image>(p).width == 150);
     } else {
         MESSAGE("skipped the PNG case: Go's image test data are missing (Debian golang-1.19-src)");
@@ -230,17 +214,17 @@ TEST_CASE("image fields decode through the image decoder with the options given,
 TEST_CASE("fields no decoder reads stay bytes (no copy), objects pass through, and fields outside `only` are not decoded")
 {
     const auto f = field_of("bin", "\x01\x02\x03");
-    const auto v = decode(f);
+    const auto v = decode_here(f);
     const auto& b = std::get<conveyor::slice>(v);
     CHECK(b.view() == "\x01\x02\x03");
     CHECK(share_storage(b, f.data));
     auto obj = std::make_shared<int>(5);
     const shard::field of_object{.name = "cls", .object = obj};
-    const auto o = decode(of_object);
+    const auto o = decode_here(of_object);
     CHECK(std::get<image::object_value>(o).object == obj);
     const image::field_options only{.only = {"json"}};
-    CHECK(std::holds_alternative<conveyor::slice>(decode(field_of("cls", "not a number"), only)));
-    CHECK(std::holds_alternative<boost::json::value>(decode(field_of("json", "1"), only)));
+    CHECK(std::holds_alternative<conveyor::slice>(decode_here(field_of("cls", "not a number"), only)));
+    CHECK(std::holds_alternative<boost::json::value>(decode_here(field_of("json", "1"), only)));
 }
 
 TEST_CASE("user decoders come first, by whole name then by extension without case; none hands a field on")
@@ -254,12 +238,12 @@ TEST_CASE("user decoders come first, by whole name then by extension without cas
         if (f.data.view() == "pass") return std::monostate{};
         return std::int64_t(f.data.size());
     };
-    CHECK(std::get<std::string>(decode(field_of("seg.png", "x"), o)) == "mask of train/0001 (seg.png)");
-    CHECK(std::get<std::int64_t>(decode(field_of("depth.png", "x"), o)) == 1);
-    CHECK(std::get<std::int64_t>(decode(field_of("txt", "four"), o)) == 4);
-    CHECK(std::get<std::string>(decode(field_of("txt", "pass"), o)) == "pass"); // handed on to the built-in decoder
+    CHECK(std::get<std::string>(decode_here(field_of("seg.png", "x"), o)) == "mask of train/0001 (seg.png)");
+    CHECK(std::get<std::int64_t>(decode_here(field_of("depth.png", "x"), o)) == 1);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("txt", "four"), o)) == 4);
+    CHECK(std::get<std::string>(decode_here(field_of("txt", "pass"), o)) == "pass"); // handed on to the built-in decoder
     o.by_name["cls"] = [](const shard::field&, const image::field_context&) -> image::field_value { return std::monostate{}; };
-    CHECK(std::get<std::int64_t>(decode(field_of("cls", "8"), o)) == 8);
+    CHECK(std::get<std::int64_t>(decode_here(field_of("cls", "8"), o)) == 8);
 }
 
 TEST_CASE("a user decoder's exception names the key, field, shard and decoder, the original nested in it")
@@ -276,7 +260,7 @@ TEST_CASE("a user decoder's exception names the key, field, shard and decoder, t
     check_names(e, "meta.bin", "the user decoder for 'meta.bin'");
     CHECK(std::string(e.what()).find("my parser choked") != std::string::npos);
     try {
-        decode(field_of("meta.bin", "x"), o);
+        decode_here(field_of("meta.bin", "x"), o);
     } catch (const conveyor::error& outer) {
         try {
             std::rethrow_if_nested(outer);

@@ -1,6 +1,8 @@
 // Tests of conveyor/image/npy.hpp: every kind of array NumPy writes (np.save and
 // np.lib.format.write_array, run by tests/image/npy_cases.py) reads back as NumPy wrote it,
 // and files that lie about themselves are errors, never allocations sized by the header.
+#include "support.hpp"
+
 #include <conveyor/core/buffer.hpp>
 #include <conveyor/core/slice.hpp>
 #include <conveyor/image/error.hpp>
@@ -22,13 +24,9 @@
 #include <unistd.h>
 
 namespace image = conveyor::image;
+using namespace conveyor_test_image;
 
 namespace {
-
-conveyor::slice slice_of(std::string_view s)
-{
-    return conveyor::slice(conveyor::buffer::copy_of(s));
-}
 
 std::string file_text(const std::filesystem::path& p)
 {
@@ -45,26 +43,6 @@ std::string hex_of(std::string_view b)
         out += digits[static_cast<unsigned char>(c) & 15];
     }
     return out;
-}
-
-/// A .npy file of format `major`.0 with header text `header` (padded as NumPy pads it) and
-/// `data` after it.
-std::string npy_file(std::string header, std::string_view data, int major = 1)
-{
-    const std::size_t prefix = major == 1 ? 10 : 12;
-    header += '\n';
-    while ((prefix + header.size()) % 64 != 0) header.insert(header.size() - 1, " ");
-    std::string out("\x93NUMPY", 6);
-    out += static_cast<char>(major);
-    out += '\0';
-    const std::size_t n = header.size();
-    out += static_cast<char>(n & 0xFF);
-    out += static_cast<char>((n >> 8) & 0xFF);
-    if (major != 1) {
-        out += static_cast<char>((n >> 16) & 0xFF);
-        out += static_cast<char>((n >> 24) & 0xFF);
-    }
-    return out + header + std::string(data);
 }
 
 /// What reading `bytes` fails with ("" if it does not fail).
