@@ -21,7 +21,6 @@ struct header {
     unsigned png_color_type = 0;
     unsigned png_bit_depth = 8;
     bool animated = false;   ///< WebP: an animation; AVIF: an image sequence (the first frame is decoded)
-    bool alpha = false;      ///< WebP, AVIF: an alpha channel (dropped, as PIL's convert("RGB") does)
 };
 
 /// `b` starts as a WebP file does: "RIFF", a size, "WEBP".

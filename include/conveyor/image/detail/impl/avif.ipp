@@ -105,8 +105,7 @@ CONVEYOR_DECL header read_avif_header(std::span<const std::uint8_t> b, std::stri
                           "AVIF: the header gives " + std::to_string(img->width) + "x" + std::to_string(img->height) + " pixels");
     header h;
     const unsigned colour = img->yuvFormat == AVIF_PIXEL_FORMAT_YUV400 ? 1u : 3u;
-    h.alpha = d->alphaPresent != 0;
-    h.info = {image_kind::avif, img->width, img->height, colour + (h.alpha ? 1u : 0u)};
+    h.info = {image_kind::avif, img->width, img->height, colour + (d->alphaPresent ? 1u : 0u)};
     h.animated = d->imageCount > 1;
     return h;
 }

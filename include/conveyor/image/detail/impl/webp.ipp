@@ -74,7 +74,6 @@ CONVEYOR_DECL header read_webp_header(std::span<const std::uint8_t> b, std::stri
     header h;
     h.info = {image_kind::webp, static_cast<std::uint32_t>(f.width), static_cast<std::uint32_t>(f.height), f.has_alpha ? 4u : 3u};
     h.animated = f.has_animation != 0;
-    h.alpha = f.has_alpha != 0;
     return h;
 }
 
