@@ -21,7 +21,7 @@ TEST_CASE("every image error code has a message of its own, in the conveyor.imag
     }
     CHECK(n == 11);
     CHECK(messages.size() == 11);
-    CHECK(image::make_error_code(image::errc::not_an_image).message() == "not a JPEG or PNG image");
+    CHECK(image::make_error_code(image::errc::not_an_image).message() == "not a JPEG, PNG, WebP or AVIF image");
     CHECK(image::make_error_code(image::errc::truncated).message() == "image data are truncated");
     CHECK(image::make_error_code(image::errc::corrupt).message() == "image data are corrupt");
     CHECK(image::make_error_code(image::errc::unsupported).message() == "unsupported kind of image");

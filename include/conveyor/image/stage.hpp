@@ -42,8 +42,9 @@ struct decode_image_options {
     /// How each image is decoded and augmented.
     decode_options decode;
     /// Shard samples: the image is the first of these fields that the sample has
-    /// (webdataset's `to_tuple("jpg;jpeg;png", ...)`).
-    std::vector<std::string> fields{"jpg", "jpeg", "png"};
+    /// (webdataset's `to_tuple("jpg;jpeg;png;webp;avif", ...)`). The format is told from
+    /// the bytes, whatever the field's name.
+    std::vector<std::string> fields{"jpg", "jpeg", "png", "webp", "avif"};
     /// Shard samples: the field holding the label as decimal text (webdataset's `cls`);
     /// empty: no label (-1). A sample without it, or with anything but an integer in it,
     /// is an error (`errc::missing_field`, `errc::bad_label`). File blobs take the
@@ -91,7 +92,7 @@ struct decoded_queue_options {
     memory of their own (a batch slab, with `decoder::decode_into`) and pick the image and
     label as `decode_image` does. Views into the item, valid while it lives. */
 struct encoded_image {
-    std::span<const std::byte> bytes; ///< the JPEG or PNG
+    std::span<const std::byte> bytes; ///< the encoded image (JPEG, PNG, WebP, AVIF)
     std::string_view key;             ///< sample or file key (the augmentation's key)
     std::string_view origin;          ///< where it came from: shard URL or file path (for errors)
     std::int64_t label = -1;          ///< class id, or -1

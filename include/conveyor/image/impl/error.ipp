@@ -15,7 +15,7 @@ public:
     std::string message(int ev) const override
     {
         switch (static_cast<errc>(ev)) {
-        case errc::not_an_image: return "not a JPEG or PNG image";
+        case errc::not_an_image: return "not a JPEG, PNG, WebP or AVIF image";
         case errc::truncated: return "image data are truncated";
         case errc::corrupt: return "image data are corrupt";
         case errc::unsupported: return "unsupported kind of image";

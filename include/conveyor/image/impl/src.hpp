@@ -15,6 +15,8 @@
 #include <conveyor/image/detail/impl/jpeg.ipp>
 #include <conveyor/image/detail/impl/jpeg_region.ipp>
 #include <conveyor/image/detail/impl/png.ipp>
+#include <conveyor/image/detail/impl/webp.ipp>
+#include <conveyor/image/detail/impl/avif.ipp>
 #include <conveyor/image/impl/augment.ipp>
 #include <conveyor/image/impl/decode.ipp>
 #include <conveyor/image/impl/labels.ipp>
