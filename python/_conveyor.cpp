@@ -22,6 +22,7 @@
 #include <conveyor/shard/describe.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
+#include <conveyor/version.hpp>
 #if CONVEYOR_WITH_CUDA
 #include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/describe.hpp>
@@ -630,6 +631,9 @@ private:
 PYBIND11_MODULE(_conveyor, m)
 {
     m.doc() = "conveyor's C++ half: pipelines described by the conveyor package, run in C++, batches exported through DLPack";
+    // The package's version is the headers' (include/conveyor/version.hpp, where it is kept):
+    // conveyor.__version__ is this, and the wheel's metadata reads the same file.
+    m.attr("__version__") = CONVEYOR_VERSION_STRING;
 
     // conveyor::error (and anything derived) arrives as conveyor.Error with the same
     // message: the stage, the key and the URL or path it failed at.

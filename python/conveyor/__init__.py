@@ -36,6 +36,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _conveyor
 from ._conveyor import Error, center_crop
+from ._conveyor import __version__  # the C++ headers' version (include/conveyor/version.hpp)
 
 __all__ = [
     "Error",

@@ -3,6 +3,9 @@ with the `conveyor` package's functions; these are the objects it drives."""
 
 from typing import Any, Dict, List, Optional, Tuple
 
+#: conveyor's version, "major.minor.patch": CONVEYOR_VERSION_STRING of the headers it was built from.
+__version__: str
+
 class Error(RuntimeError):
     """A conveyor failure: the message names the stage, the item's key and where it was read from."""
 
