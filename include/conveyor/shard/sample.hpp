@@ -2,11 +2,14 @@
 #ifndef CONVEYOR_SHARD_SAMPLE_HPP
 #define CONVEYOR_SHARD_SAMPLE_HPP
 
+#include <conveyor/core/buffer.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/slice.hpp>
 #include <conveyor/detail/config.hpp>
+#include <conveyor/shard/detail/sample_name.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +22,10 @@ struct field {
     std::string name;
     slice data;
     std::uint64_t offset = 0; ///< byte offset of the member's data in the (uncompressed) shard
+    /** A value a user's stage put in the sample that is not bytes (a binding's object: a
+        Python value returned by a `map`), carried through the library's stages as it is;
+        `data` is then empty. Decoders pass it through; only its maker knows what it is. */
+    std::shared_ptr<const void> object;
 };
 
 /** The run of consecutive tar members sharing a key (webdataset's rule: the member's path
@@ -35,6 +42,9 @@ struct sample {
     /// Position of the shard in the epoch's work list (see core/order.hpp); what resume
     /// state is kept by, since a padded epoch may read one shard twice.
     std::uint64_t work = 0;
+    /// The sample is a whole unit of a list source (a file or an S3 object made a sample):
+    /// its id is the unit's (`sample_id::whole`), not a place inside a shard.
+    bool whole = false;
 
     /// The field called `name`, or null.
     const field* find(std::string_view name) const noexcept
@@ -54,10 +64,36 @@ inline void compact_for_holding(sample& s)
         if (f.data.storage_size() > f.data.size() + f.data.size() / 4) f.data = f.data.compact();
 }
 
+/** File or object `b` as a sample, as webdataset names a loose file: `key` its key up to
+    the first dot of the base name (`n01440764/img_0001`), one field named by the rest,
+    lower-cased (`jpeg`; `bin` when the name has none) holding the bytes (no copy), and a
+    `cls` field with the label in decimal when the source gave one (`b.label >= 0`).
+    `origin` is the path or URL; the sample is its whole unit (`whole`), its id `b`'s. */
+inline sample sample_of(blob b)
+{
+    sample s;
+    std::string field = "bin";
+    if (const auto n = detail::split_sample_name(b.key)) {
+        s.key = std::string(n->key);
+        field.assign(n->field);
+        for (char& c : field)
+            if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    } else {
+        s.key = b.key;
+    }
+    s.origin = std::move(b.origin);
+    s.fields.push_back({.name = std::move(field), .data = slice(std::move(b.data))});
+    if (b.label >= 0) s.fields.push_back({.name = "cls", .data = slice(buffer::copy_of(std::to_string(b.label)))});
+    s.shard = b.index;
+    s.work = b.work;
+    s.whole = true;
+    return s;
+}
+
 /// The id of `s` for resume (`progress::consumed`).
 inline sample_id id_of(const sample& s) noexcept
 {
-    return {.work = s.work, .shard = s.shard, .index = s.index, .end = s.end};
+    return {.work = s.work, .shard = s.shard, .index = s.index, .end = s.end, .whole = s.whole};
 }
 
 } // namespace conveyor::shard
