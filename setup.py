@@ -12,7 +12,8 @@ Environment:
                               and that module packaged, instead of a build of its own. It must
                               be built for an interpreter with this one's ABI (EXT_SUFFIX).
   CMAKE_ARGS                  more options for the build of its own (after the defaults, so
-                              they win: -DCMAKE_BUILD_TYPE=RelWithDebInfo, -DCONVEYOR_WITH_CUDA=OFF).
+                              they win: -DCMAKE_BUILD_TYPE=RelWithDebInfo, -DCONVEYOR_WITH_CUDA=OFF,
+                              -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=ON).
   CMAKE_BUILD_PARALLEL_LEVEL  compile jobs (CMake reads it; `build_ext -j N` also sets them).
   CMAKE_GENERATOR             the generator (default: Ninja where it is found).
 The build of its own lives in build/pip/ (CONVEYOR_BUILD_DIR/pip/ with CONVEYOR_BUILD_DIR),
@@ -20,6 +21,7 @@ so that a second install recompiles only what changed; ccache is the compiler la
 where it is found.
 """
 
+import importlib.util
 import os
 import re
 import shlex
@@ -28,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import setuptools
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -103,6 +106,10 @@ class cmake_build_ext(build_ext):
         args = [
             cmake, "-S", str(ROOT), "-B", str(build_dir),
             "-DCMAKE_BUILD_TYPE=Release",
+            # No link-time optimisation (pybind11 asks for it in Release builds): the module is
+            # one translation unit, so LTO gains little, and its link recompiles the whole
+            # module every time, where ccache makes a rebuild of unchanged sources instant.
+            "-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF",
             f"-DPython3_EXECUTABLE={sys.executable}",
             # The module only: no tests, examples, benchmarks or install rules.
             "-DCONVEYOR_BUILD_TESTS=OFF",
@@ -130,6 +137,23 @@ def build_base():
     given = given_build_dir()
     return (given / "pip") if given is not None else (ROOT / "build" / "pip")
 
+
+def check_wheel_command():
+    """A wheel (what pip installs, even from a source tree) needs setuptools' bdist_wheel: its
+    own from setuptools 70.1, the `wheel` package's before. An isolated build installs wheel
+    (pyproject.toml); with --no-build-isolation it must be in the environment already, and
+    setuptools alone would only say "invalid command 'bdist_wheel'"."""
+    if not {"bdist_wheel", "dist_info"} & set(sys.argv[1:]):
+        return
+    if importlib.util.find_spec("setuptools.command.bdist_wheel") is None and importlib.util.find_spec("wheel") is None:
+        sys.exit(
+            f"conveyor: building a wheel with setuptools {setuptools.__version__} needs the wheel package, which "
+            f"{sys.prefix} lacks (a build with --no-build-isolation uses the environment's): install it there, "
+            "without an index from Debian's copy: pip install --no-index --find-links /usr/share/python-wheels wheel "
+            "(Debian python3-wheel-whl), or make the venv with --system-site-packages (Debian python3-wheel)")
+
+
+check_wheel_command()
 
 # setuptools' staging folders and the egg-info go to build_base(), not beside the sources.
 _base = build_base()
