@@ -25,6 +25,7 @@
 #include <conveyor/shard/describe.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
+#include <conveyor/version.hpp>
 #if CONVEYOR_WITH_CUDA
 #include <conveyor/cuda/batch.hpp>
 #include <conveyor/cuda/describe.hpp>
@@ -890,6 +891,9 @@ private:
 PYBIND11_MODULE(_conveyor, m)
 {
     m.doc() = "conveyor's C++ half: pipelines described by the conveyor package, run in C++, batches exported through DLPack";
+    // The package's version is the headers' (include/conveyor/version.hpp, where it is kept):
+    // conveyor.__version__ is this, and the wheel's metadata reads the same file.
+    m.attr("__version__") = CONVEYOR_VERSION_STRING;
 
     // conveyor::error (and anything derived) arrives as conveyor.Error with the same
     // message: the stage, the key and the URL or path it failed at.
@@ -929,12 +933,13 @@ PYBIND11_MODULE(_conveyor, m)
         .def("__len__", [](const py_batch& b) { return b.size; });
 
     py::class_<cv::runtime, std::shared_ptr<cv::runtime>>(m, "Runtime", "conveyor's threads: I/O lanes and a compute pool.")
-        .def(py::init([](std::size_t threads, std::size_t io_threads) {
+        .def(py::init([](std::size_t threads, std::size_t io_threads, std::size_t local_devices) {
                  py::gil_scoped_release unlocked;
                  // Stopping the runtime joins its threads: without the GIL, wherever the last
                  // reference goes (a Python object's deallocation, or a run stopping without it).
                  return std::shared_ptr<cv::runtime>(
-                     new cv::runtime(cv::runtime_options{.io_threads = io_threads, .compute_threads = threads}), [](cv::runtime* r) {
+                     new cv::runtime(cv::runtime_options{.io_threads = io_threads, .compute_threads = threads, .local_devices = local_devices}),
+                     [](cv::runtime* r) {
                          if (PyGILState_Check()) {
                              py::gil_scoped_release again;
                              delete r;
@@ -943,8 +948,9 @@ PYBIND11_MODULE(_conveyor, m)
                          }
                      });
              }),
-             py::arg("threads") = 0, py::arg("io_threads") = 1,
-             "A runtime with `threads` compute threads (0: one per usable core) and `io_threads` I/O lanes.")
+             py::arg("threads") = 0, py::arg("io_threads") = 1, py::arg("local_devices") = 0,
+             "A runtime with `threads` compute threads (0: this rank's share of the usable cores, their count divided "
+             "by local_ranks(local_devices)) and `io_threads` I/O lanes.")
         .def_property_readonly("threads", [](const cv::runtime& rt) { return rt.options().compute_threads; });
 
     py::class_<py_run>(m, "Run", "One epoch's run; dropping it or close() stops all its work.")
@@ -969,6 +975,9 @@ PYBIND11_MODULE(_conveyor, m)
           py::arg("role"), py::arg("section"),
           "Raises TypeError for a key that is no field of `role`'s struct (naming the valid ones), ValueError for a bad value.");
 
+    m.def("local_ranks", &cv::local_ranks, py::arg("devices") = 0,
+          "The ranks of the job on this node, from the launcher's environment (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE, "
+          "SLURM_TASKS_PER_NODE, OMPI_COMM_WORLD_LOCAL_SIZE; `devices` where only LOCAL_RANK is set; else 1).");
     m.def("environment_split", [] {
         const auto s = conveyor::split_from_environment();
         return py::make_tuple(s.rank, s.world_size);

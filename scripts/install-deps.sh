@@ -14,6 +14,7 @@ packages=(
   fio golang-1.19-src zlib1g-dev libarchive-tools
   python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil python3-numpy
   pybind11-dev python3-dev python3-pytest
+  python3-setuptools python3-wheel python3-wheel-whl python3-build python3-pybind11 python3-venv
 )
 packages+=("$@")
 # The S3 tests run s3rver (npm) under Node.js: Debian's nodejs and npm unless a node is already here.

@@ -38,6 +38,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _conveyor
 from ._conveyor import Error, center_crop
+from ._conveyor import __version__  # the C++ headers' version (include/conveyor/version.hpp)
 
 __all__ = [
     "Error",
@@ -184,7 +185,10 @@ def files(
     the last ``len % slots`` files of the order are left out so that every slot reads as many,
     with ``"pad"`` the first ones are read twice. ``on_error="skip"``: an unreadable or
     undecodable image is skipped, counted (``stats()["skipped"]``) and logged once.
-    ``threads``: compute threads for decoding (0: one per usable core)."""
+    ``threads``: compute threads for decoding (0: this rank's share of the usable cores, their
+    count divided by the ranks on this node: ``LOCAL_WORLD_SIZE``, ``SLURM_NTASKS_PER_NODE``,
+    ``OMPI_COMM_WORLD_LOCAL_SIZE``, or ``torch.cuda.device_count()`` where only ``LOCAL_RANK``
+    is set; at least 1)."""
     if paths is not None and (root is not None or index is not None):
         raise ValueError("give paths=, or a root folder (with an optional index=), not both")
     if paths is None and root is None:
@@ -747,7 +751,14 @@ class Pipeline:
         self._forget_if_forked()
         if self._dataset is None:
             threads = self._spec["threads"]
-            self._runtime = _conveyor.Runtime(threads=threads)
+            # threads=0 is this rank's share of the node's cores; where a launcher set LOCAL_RANK
+            # and no LOCAL_WORLD_SIZE, C++ counts the node's ranks by its GPUs, which only torch knows.
+            import sys
+
+            devices, torch = 0, sys.modules.get("torch")
+            if threads == 0 and torch is not None and "LOCAL_RANK" in _os.environ and "LOCAL_WORLD_SIZE" not in _os.environ:
+                devices = torch.cuda.device_count()
+            self._runtime = _conveyor.Runtime(threads=threads, local_devices=devices)
             rank, world = self._spec["rank"], self._spec["world_size"]
             if rank is None:
                 rank, world = environment_split()

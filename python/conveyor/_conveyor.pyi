@@ -3,6 +3,9 @@ with the `conveyor` package's functions; these are the objects it drives."""
 
 from typing import Any, Dict, List, Optional, Tuple
 
+#: conveyor's version, "major.minor.patch": CONVEYOR_VERSION_STRING of the headers it was built from.
+__version__: str
+
 class Error(RuntimeError):
     """A conveyor failure: the message names the stage, the item's key and where it was read from."""
 
@@ -36,7 +39,7 @@ class Batch:
 class Runtime:
     """conveyor's threads: I/O lanes and a compute pool."""
 
-    def __init__(self, threads: int = 0, io_threads: int = 1) -> None: ...
+    def __init__(self, threads: int = 0, io_threads: int = 1, local_devices: int = 0) -> None: ...
     @property
     def threads(self) -> int: ...
 
@@ -60,6 +63,7 @@ class Dataset:
     @property
     def shards(self) -> List[Dict[str, Any]]: ...
 
+def local_ranks(devices: int = 0) -> int: ...
 def environment_split() -> Tuple[int, int]: ...
 def merge_progress(parts: List[str]) -> str: ...
 def check_progress(text: str) -> None: ...

@@ -1,6 +1,7 @@
 // Tests of conveyor/core/runtime.hpp: the runtime's lanes, pools, options, log and buffer
 // pool, and destroying a runtime while a run is in flight.
 #include "support.hpp"
+#include "../support/env_guard.hpp"
 
 #include <sched.h>
 
@@ -54,8 +55,41 @@ TEST_CASE("a runtime has the I/O lanes it was asked for, each knowing its index"
     for (std::size_t k = 1; k < 6; ++k) CHECK(order[k] == (order[k - 1] + 1) % 3);
 }
 
+namespace {
+
+// The variables local_ranks() reads, all unset: a test run under a launcher (torchrun,
+// srun, mpirun) sees the same as one run by hand.
+struct no_launcher : conveyor_test::env_guard {
+    no_launcher()
+    {
+        for (const char* n : {"LOCAL_WORLD_SIZE", "LOCAL_RANK", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NODEID",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE"})
+            unset(n);
+    }
+};
+
+std::string local_ranks_error(std::size_t devices = 0)
+{
+    try {
+        (void)cv::local_ranks(devices);
+    } catch (const cv::error& e) {
+        CHECK(e.code() == cv::errc::invalid_argument);
+        return e.what();
+    }
+    return "(no error)";
+}
+
+// `message` is the runtime's error saying `part`.
+void check_says(const std::string& message, const std::string& part)
+{
+    CHECK_MESSAGE(message.starts_with("conveyor: stage 'runtime': " + part), message);
+}
+
+} // namespace
+
 TEST_CASE("a runtime's zero options are chosen for the machine")
 {
+    no_launcher env;
     cv::runtime rt;
     const std::size_t cores = cv::usable_cpus();
     CHECK(rt.io_lanes() == std::min<std::size_t>(cores, 4));
@@ -89,10 +123,104 @@ TEST_CASE("usable_cpus follows the affinity mask, and a runtime's default thread
     } back{all};
     CHECK(cv::usable_cpus() == 1);
     {
+        no_launcher env;
         cv::runtime rt;
         CHECK(rt.io_lanes() == 1);
         CHECK(rt.options().compute_threads == 1);
     }
+}
+
+TEST_CASE("local_ranks reads the ranks on this node from torchrun, Slurm or Open MPI, in that order")
+{
+    no_launcher env;
+    CHECK(cv::local_ranks() == 1);
+    CHECK(cv::local_ranks(8) == 1); // devices count only where a launcher set LOCAL_RANK
+    env.set("OMPI_COMM_WORLD_LOCAL_SIZE", "3");
+    CHECK(cv::local_ranks() == 3);
+    env.set("SLURM_TASKS_PER_NODE", "2(x3),1");
+    CHECK(cv::local_ranks() == 2); // no SLURM_NODEID: the largest entry
+    env.set("SLURM_NODEID", "3");
+    CHECK(cv::local_ranks() == 1);
+    env.set("SLURM_NODEID", "1");
+    CHECK(cv::local_ranks() == 2);
+    env.set("SLURM_TASKS_PER_NODE", "4,2(x2),7");
+    env.set("SLURM_NODEID", "2");
+    CHECK(cv::local_ranks() == 2);
+    env.set("SLURM_NODEID", "3");
+    CHECK(cv::local_ranks() == 7);
+    env.set("SLURM_NTASKS_PER_NODE", " 4\n"); // the request, before the step's list; every node
+    env.set("SLURM_NODEID", "9");
+    CHECK(cv::local_ranks() == 4);
+    env.set("LOCAL_WORLD_SIZE", "8");
+    CHECK(cv::local_ranks() == 8);
+    env.set("LOCAL_RANK", "5");
+    CHECK(cv::local_ranks(2) == 8);
+}
+
+TEST_CASE("local_ranks counts the devices where a launcher set LOCAL_RANK and no count of the node's ranks")
+{
+    no_launcher env;
+    env.set("LOCAL_RANK", "1");
+    CHECK(cv::local_ranks(4) == 4);
+    CHECK(cv::local_ranks() == 1); // devices not known
+    env.set("SLURM_NTASKS_PER_NODE", "2");
+    CHECK(cv::local_ranks(4) == 2); // a launcher's count comes first
+}
+
+TEST_CASE("a malformed count of the node's ranks is an error that names the variable")
+{
+    no_launcher env;
+    env.set("LOCAL_WORLD_SIZE", "eight");
+    check_says(local_ranks_error(), "LOCAL_WORLD_SIZE=\"eight\" is not a whole number");
+    env.set("LOCAL_WORLD_SIZE", "0");
+    check_says(local_ranks_error(), "LOCAL_WORLD_SIZE=0: a node runs at least 1 rank");
+    env.unset("LOCAL_WORLD_SIZE");
+    for (const char* bad : {"", "x", "2(x", "2(x0)", "2(x3", "2(3)", "2,", ",2", "2(x3),,1", "-1", "4 4"}) {
+        CAPTURE(bad);
+        env.set("SLURM_NTASKS_PER_NODE", bad);
+        check_says(local_ranks_error(), std::string("SLURM_NTASKS_PER_NODE=\"") + bad + "\" is not a count of tasks per node (\"4\", or Slurm's list \"2(x3),1\")");
+    }
+    env.unset("SLURM_NTASKS_PER_NODE");
+    env.set("SLURM_TASKS_PER_NODE", "2(x3),1");
+    env.set("SLURM_NODEID", "4");
+    check_says(local_ranks_error(), "SLURM_NODEID=4 is past the nodes that SLURM_TASKS_PER_NODE=\"2(x3),1\" counts");
+    env.set("SLURM_NODEID", "first");
+    check_says(local_ranks_error(), "SLURM_NODEID=\"first\" is not a whole number");
+    env.set("SLURM_NODEID", "0");
+    env.set("SLURM_TASKS_PER_NODE", "0(x2)");
+    check_says(local_ranks_error(), "SLURM_TASKS_PER_NODE=0: a node runs at least 1 rank");
+    env.unset("SLURM_TASKS_PER_NODE");
+    env.set("OMPI_COMM_WORLD_LOCAL_SIZE", "2.5");
+    check_says(local_ranks_error(), "OMPI_COMM_WORLD_LOCAL_SIZE=\"2.5\" is not a whole number");
+}
+
+TEST_CASE("a runtime's default compute threads are this rank's share of the usable cores")
+{
+    no_launcher env;
+    const std::size_t cores = cv::usable_cpus();
+    env.set("LOCAL_WORLD_SIZE", "2");
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1});
+        CHECK(rt.options().compute_threads == std::max<std::size_t>(cores / 2, 1));
+    }
+    env.set("LOCAL_WORLD_SIZE", std::to_string(cores * 4 + 3)); // more ranks than cores: one thread each
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1});
+        CHECK(rt.options().compute_threads == 1);
+    }
+    env.unset("LOCAL_WORLD_SIZE");
+    env.set("LOCAL_RANK", "0");
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1, .local_devices = 2});
+        CHECK(rt.options().compute_threads == std::max<std::size_t>(cores / 2, 1));
+    }
+    // Threads asked for are taken as given, and the environment is not read for them.
+    env.set("LOCAL_WORLD_SIZE", "not a number");
+    {
+        cv::runtime rt(cv::runtime_options{.io_threads = 1, .compute_threads = 3});
+        CHECK(rt.options().compute_threads == 3);
+    }
+    CHECK_THROWS_AS(cv::runtime(cv::runtime_options{.io_threads = 1}), cv::error);
 }
 
 TEST_CASE("CONVEYOR_IO_BACKEND chooses the file backend only when the options leave it automatic")

@@ -5,6 +5,8 @@
 #ifndef CONVEYOR_TESTS_S3_AWS_SANDBOX_HPP
 #define CONVEYOR_TESTS_S3_AWS_SANDBOX_HPP
 
+#include "../support/env_guard.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -19,42 +21,7 @@
 
 namespace s3test {
 
-/// Sets and unsets environment variables, and puts back every one it touched.
-class env_guard {
-public:
-    env_guard() = default;
-    env_guard(const env_guard&) = delete;
-    env_guard& operator=(const env_guard&) = delete;
-    ~env_guard()
-    {
-        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-            if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
-            else ::unsetenv(it->first.c_str());
-        }
-    }
-    env_guard& set(const char* name, const std::string& value)
-    {
-        save(name);
-        ::setenv(name, value.c_str(), 1);
-        return *this;
-    }
-    env_guard& unset(const char* name)
-    {
-        save(name);
-        ::unsetenv(name);
-        return *this;
-    }
-
-private:
-    void save(const char* name)
-    {
-        for (const auto& s : saved_)
-            if (s.first == name) return;
-        const char* v = std::getenv(name);
-        saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
-    }
-    std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
+using conveyor_test::env_guard;
 
 /// A fresh directory, removed with everything in it at the end.
 class temp_dir {

@@ -35,6 +35,24 @@ class run_context;
     can be read. The runtime's default thread counts follow it. */
 CONVEYOR_DECL std::size_t usable_cpus() noexcept;
 
+/** How many ranks of a distributed job run on this node, as the launcher says in the
+    environment; the first found of:
+    - `LOCAL_WORLD_SIZE` (torchrun);
+    - `SLURM_NTASKS_PER_NODE`, then `SLURM_TASKS_PER_NODE` (Slurm): a count (`4`), or
+      Slurm's list of counts per node (`2(x3),1`: 2 on each of the first three nodes, 1 on
+      the fourth), of which this node's entry is taken (`SLURM_NODEID`, counted from 0) or,
+      without `SLURM_NODEID`, the largest;
+    - `OMPI_COMM_WORLD_LOCAL_SIZE` (Open MPI's mpirun);
+    - where none of these is set but `LOCAL_RANK` is (a launcher that gives each rank one
+      device of the node and no count), `devices`: the devices on this node, which the
+      caller knows (the Python module passes `torch.cuda.device_count()`), unless 0;
+    - else 1.
+    Throws `conveyor::error` (`errc::invalid_argument`) naming the variable when the one
+    it reads is not a count of at least 1 (or `SLURM_NODEID` is not an index into the list).
+    A runtime's default compute threads are this rank's share of the node's cores:
+    `usable_cpus() / local_ranks()`. */
+CONVEYOR_DECL std::size_t local_ranks(std::size_t devices = 0);
+
 /// How the file source reads.
 enum class io_backend {
     automatic, ///< io_uring if the kernel allows it, else `pread` on the blocking pool
@@ -47,9 +65,14 @@ struct runtime_options {
     /// I/O threads, each with its own `io_context` and io_uring ring. 0: min(cores, 4),
     /// cores being `usable_cpus()`.
     std::size_t io_threads = 0;
-    /// Threads for CPU work (decode, parsing, user maps). 0: one per core this process may
-    /// use (`usable_cpus()`).
+    /// Threads for CPU work (decode, parsing, user maps). 0: this rank's share of the cores
+    /// this process may use, `usable_cpus() / local_ranks(local_devices)` and at least 1, so
+    /// that the ranks on one node together start one thread per core.
     std::size_t compute_threads = 0;
+    /// The devices (GPUs) on this node, for `local_ranks(local_devices)` when
+    /// `compute_threads` is 0: what a launcher that sets `LOCAL_RANK` and no count of the
+    /// node's ranks leaves the count to. 0: not known.
+    std::size_t local_devices = 0;
     /// Threads for blocking system calls (the `pread` backend). 0: 16.
     std::size_t blocking_threads = 0;
     /// Submission queue entries per io_uring ring.

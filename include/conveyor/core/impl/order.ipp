@@ -2,6 +2,7 @@
 #ifndef CONVEYOR_CORE_IMPL_ORDER_IPP
 #define CONVEYOR_CORE_IMPL_ORDER_IPP
 
+#include <conveyor/core/detail/environment.hpp>
 #include <conveyor/core/detail/splitmix64.hpp>
 #include <conveyor/core/error.hpp>
 #include <conveyor/core/order.hpp>
@@ -9,8 +10,6 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
-#include <charconv>
-#include <cstdlib>
 #include <numeric>
 
 namespace conveyor {
@@ -19,20 +18,6 @@ namespace detail {
 [[noreturn]] inline void bad_order(std::string what)
 {
     throw error(make_error_code(conveyor::errc::invalid_argument), {.stage = "order", .detail = std::move(what)});
-}
-
-inline bool env_number(const char* name, std::uint64_t& v, bool& present)
-{
-    const char* s = std::getenv(name);
-    present = s != nullptr;
-    if (!s) return false;
-    std::string_view t(s);
-    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-    while (!t.empty() && (t.back() == ' ' || t.back() == '\t' || t.back() == '\n')) t.remove_suffix(1);
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-    if (t.empty() || ec != std::errc{} || p != t.data() + t.size())
-        bad_order(std::string(name) + "=\"" + conveyor::detail::printable(s) + "\" is not a whole number");
-    return true;
 }
 
 } // namespace detail
@@ -46,17 +31,15 @@ CONVEYOR_DECL split split_from_environment(std::uint64_t worker, std::uint64_t w
     static constexpr const char* pairs[][2] = {
         {"RANK", "WORLD_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
     for (const auto& p : pairs) {
-        std::uint64_t rank = 0, size = 0;
-        bool has_rank, has_size;
-        detail::env_number(p[0], rank, has_rank);
-        detail::env_number(p[1], size, has_size);
-        if (!has_rank && !has_size) continue;
-        if (has_rank != has_size)
-            detail::bad_order(std::string(has_rank ? p[0] : p[1]) + " is set but " + (has_rank ? p[1] : p[0]) + " is not");
-        if (size == 0 || rank >= size)
-            detail::bad_order(std::string(p[0]) + "=" + std::to_string(rank) + " is not below " + p[1] + "=" + std::to_string(size));
-        s.rank = rank;
-        s.world_size = size;
+        const auto rank = conveyor::detail::env_number(p[0], "order");
+        const auto size = conveyor::detail::env_number(p[1], "order");
+        if (!rank && !size) continue;
+        if (rank.has_value() != size.has_value())
+            detail::bad_order(std::string(rank ? p[0] : p[1]) + " is set but " + (rank ? p[1] : p[0]) + " is not");
+        if (*size == 0 || *rank >= *size)
+            detail::bad_order(std::string(p[0]) + "=" + std::to_string(*rank) + " is not below " + p[1] + "=" + std::to_string(*size));
+        s.rank = *rank;
+        s.world_size = *size;
         return s;
     }
     return s;

@@ -6,12 +6,16 @@
 // The destructor stops the runs still registered: it needs the complete run_context.
 #include <conveyor/core/run_context.hpp>
 #include <conveyor/core/metrics.hpp> // wait_clock, spin_budget
+#include <conveyor/core/detail/environment.hpp>
 
 #include <sched.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace conveyor {
@@ -149,11 +153,80 @@ CONVEYOR_DECL std::size_t usable_cpus() noexcept
     return std::max<std::size_t>(n, 1);
 }
 
+namespace detail {
+
+/* The count of tasks on this node in a Slurm tasks-per-node value: "4" (every node), or a
+   list of counts per node in node order, "2(x3),1" (a count followed by "(xN)" repeats for
+   N nodes): this node's entry when `node` is given, else the largest. nullopt when `value`
+   is not such a list, or `node` is past its end. */
+inline std::optional<std::uint64_t> slurm_tasks_on_node(std::string_view value, std::optional<std::uint64_t> node)
+{
+    const auto number = [](std::string_view& s) -> std::optional<std::uint64_t> {
+        std::uint64_t v = 0;
+        auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc{} || p == s.data()) return std::nullopt;
+        s.remove_prefix(static_cast<std::size_t>(p - s.data()));
+        return v;
+    };
+    std::string_view s = trim_blanks(value);
+    if (std::string_view one = s; number(one) && one.empty()) return number(s);
+    std::uint64_t first_node = 0, largest = 0;
+    std::optional<std::uint64_t> mine;
+    while (true) {
+        const auto count = number(s);
+        if (!count) return std::nullopt;
+        std::uint64_t nodes = 1;
+        if (s.starts_with("(x")) {
+            s.remove_prefix(2);
+            const auto n = number(s);
+            if (!n || *n == 0 || !s.starts_with(')')) return std::nullopt;
+            s.remove_prefix(1);
+            nodes = *n;
+        }
+        if (node && *node >= first_node && *node - first_node < nodes) mine = count;
+        first_node += nodes;
+        largest = std::max(largest, *count);
+        if (s.empty()) break;
+        if (!s.starts_with(',')) return std::nullopt;
+        s.remove_prefix(1);
+    }
+    return node ? mine : largest;
+}
+
+} // namespace detail
+
+CONVEYOR_DECL std::size_t local_ranks(std::size_t devices)
+{
+    static constexpr std::string_view stage = "runtime";
+    const auto at_least_one = [](const char* name, std::uint64_t v) {
+        if (v == 0) detail::bad_environment(stage, std::string(name) + "=0: a node runs at least 1 rank");
+        return static_cast<std::size_t>(v);
+    };
+    if (const auto n = detail::env_number("LOCAL_WORLD_SIZE", stage)) return at_least_one("LOCAL_WORLD_SIZE", *n);
+    for (const char* name : {"SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+        const char* value = std::getenv(name);
+        if (!value) continue;
+        const auto node = detail::env_number("SLURM_NODEID", stage);
+        const auto n = detail::slurm_tasks_on_node(value, node);
+        if (!n) {
+            if (node && detail::slurm_tasks_on_node(value, std::nullopt))
+                detail::bad_environment(stage, "SLURM_NODEID=" + std::to_string(*node) + " is past the nodes that " + name + "=\"" +
+                                                   detail::printable(value) + "\" counts");
+            detail::bad_environment(stage, std::string(name) + "=\"" + detail::printable(value) +
+                                               "\" is not a count of tasks per node (\"4\", or Slurm's list \"2(x3),1\")");
+        }
+        return at_least_one(name, *n);
+    }
+    if (const auto n = detail::env_number("OMPI_COMM_WORLD_LOCAL_SIZE", stage)) return at_least_one("OMPI_COMM_WORLD_LOCAL_SIZE", *n);
+    if (std::getenv("LOCAL_RANK") && devices > 0) return devices;
+    return 1;
+}
+
 CONVEYOR_DECL runtime_options runtime::resolve(runtime_options o)
 {
     const std::size_t cores = usable_cpus();
     if (o.io_threads == 0) o.io_threads = std::min<std::size_t>(cores, 4);
-    if (o.compute_threads == 0) o.compute_threads = cores;
+    if (o.compute_threads == 0) o.compute_threads = std::max<std::size_t>(cores / local_ranks(o.local_devices), 1);
     if (o.blocking_threads == 0) o.blocking_threads = 16;
     if (o.ring_entries == 0) o.ring_entries = 256;
     if (o.memory_limit == 0) o.memory_limit = memory_budget::default_limit();
