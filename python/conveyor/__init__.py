@@ -1082,9 +1082,9 @@ class _Shape:
             if self._tuple is None:
                 return (images, labels, item.keys) if epoch._keys else (images, labels)
             have = {"images": images, "labels": labels, "keys": item.keys}
-            return tuple(have[r] if isinstance(r, str) else _tensors(item.columns[r[1]], torch) for r in self._roles)
+            return tuple(have[r] if isinstance(r, str) else _column(item.columns[r[1]], torch) for r in self._roles)
         if self._decoded and self._batches:  # columns of decoded fields, named as to_tuple names them
-            cols = {k: _tensors(v, torch) for k, v in item.items()}
+            cols = {k: (v if k.startswith("__") else _column(v, torch)) for k, v in item.items()}
             return tuple(cols[n] for n in self._names) if self._names is not None else cols
         if self._decoded:
             item = {k: (_tensors(v, torch) if _is_image(k) else v) for k, v in item.items()}
@@ -1160,6 +1160,12 @@ def _tensors(v: Any, torch) -> Any:
         except TypeError:  # a type torch has not (uint16, uint32, uint64): the array as it is
             return v
     return v
+
+
+def _column(v: Any, torch) -> Any:
+    """A batch's column from C++: stacked values as a tensor; a list (values that did not
+    stack, or values a Python stage put in) collated as webdataset collates."""
+    return _collate(v, torch) if isinstance(v, list) else _tensors(v, torch)
 
 
 def _collate(values: List[Any], torch) -> Any:
