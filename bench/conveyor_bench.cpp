@@ -13,6 +13,8 @@
 //                  (in s3_bench.cpp)
 //   shards         tar shards read as samples through the shard source, or with cat
 //                  (in shard_bench.cpp)
+//   mix            the same items from one source and drawn from three by conveyor::mix
+//                  (in mix_bench.cpp)
 //   decode         JPEG decode: conveyor's decoder and decode_image stage beside a plain
 //                  tjDecompress2 loop (in decode_bench.cpp)
 //   tensors        the seeds' tensor-loading cases: single_image, random_image, random_gpu,
@@ -25,6 +27,7 @@
 
 #include "s3_bench.hpp"
 #include "shard_bench.hpp"
+#include "mix_bench.hpp"
 #include "pipeline_bench.hpp"
 #include "run_bench.hpp"
 #if CONVEYOR_WITH_CUDA
@@ -902,6 +905,7 @@ int main(int argc, char** argv)
 
     auto run_s3 = add_s3_subcommands(app);
     auto run_shards = add_shard_subcommands(app);
+    auto run_mix = add_mix_subcommands(app);
     auto run_decode = add_decode_subcommands(app);
     auto run_pipeline = add_pipeline_subcommands(app);
     auto run_tensors = add_tensor_subcommands(app);
@@ -929,6 +933,7 @@ int main(int argc, char** argv)
         if (*r) return cmd_random_access(ra);
         if (int rc = run_s3(); rc >= 0) return rc;
         if (int rc = run_shards(); rc >= 0) return rc;
+        if (int rc = run_mix(); rc >= 0) return rc;
         if (int rc = run_decode(); rc >= 0) return rc;
         if (int rc = run_pipeline(); rc >= 0) return rc;
         if (int rc = run_tensors(); rc >= 0) return rc;

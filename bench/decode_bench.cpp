@@ -1,12 +1,15 @@
-// decode_bench.cpp — conveyor-bench decode: images/s of conveyor's JPEG decoder and of the
-// decode_image stage, beside a plain TurboJPEG tjDecompress2 loop over the same JPEGs in
-// the same process (the limit), at 1 and N threads; full size, and random-resized crops to
-// 224x224 decoded whole then cropped, DCT-scaled then cropped, or cut losslessly first.
+// decode_bench.cpp — conveyor-bench decode: images/s of conveyor's decoder and of the
+// decode_image stage, beside a plain loop over the codec library's own decode of the same
+// images in the same process (the limit), at 1 and N threads: TurboJPEG's tjDecompress2,
+// libwebp's WebPDecodeRGB, or libavif's avifDecoderRead and avifImageYUVToRGB (--format).
+// Full size, and random-resized crops to 224x224 (JPEG: decoded whole then cropped,
+// DCT-scaled then cropped, as a region, or cut losslessly first).
 //
-// The JPEGs are real ones: a directory of them (--dir), or made here with TurboJPEG from
-// synthetic pictures (500x375 by default, ImageNet's typical size; gradients, shapes and
-// grain, quality 90, 4:2:0), held in memory so that only decoding is timed. Each repeat
-// runs every mode once, in a rotated order, and the summary gives medians.
+// The images are real ones: a directory of them (--dir), or made here from synthetic
+// pictures (500x375 by default, ImageNet's typical size; gradients, shapes and grain) by
+// TurboJPEG (quality 90, 4:2:0), libwebp (quality 90) or libavif (libaom, quantizer 25,
+// 4:2:0, 8-bit), held in memory so that only decoding is timed. Each repeat runs every mode
+// once, in a rotated order, and the summary gives medians and the spread.
 #include "decode_bench.hpp"
 
 #include "support/bench.hpp"
@@ -16,6 +19,13 @@
 #include <conveyor/image/stage.hpp>
 
 #include <turbojpeg.h>
+#if CONVEYOR_WITH_WEBP
+#include <webp/decode.h>
+#include <webp/encode.h>
+#endif
+#if CONVEYOR_WITH_AVIF
+#include <avif/avif.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -46,6 +56,8 @@ namespace asio = boost::asio;
 using jpeg_set = std::vector<std::vector<unsigned char>>;
 
 struct decode_args {
+    std::string format = "jpeg";
+    int avif_quantizer = 25;
     std::string dir;
     std::size_t count = 256;
     std::uint32_t width = 500;
@@ -100,21 +112,59 @@ std::vector<unsigned char> picture(std::uint64_t seed, std::uint32_t w, std::uin
     return px;
 }
 
-jpeg_set make_jpegs(const decode_args& a)
+/// `px` (w x h RGB) as `a.format` says.
+std::vector<unsigned char> encode(const decode_args& a, const std::vector<unsigned char>& px, tjhandle tj)
+{
+    if (a.format == "webp") {
+#if CONVEYOR_WITH_WEBP
+        std::uint8_t* buf = nullptr;
+        const std::size_t n = WebPEncodeRGB(px.data(), int(a.width), int(a.height), int(a.width * 3), float(a.quality), &buf);
+        if (n == 0) throw std::runtime_error("WebPEncodeRGB failed");
+        std::vector<unsigned char> out(buf, buf + n);
+        WebPFree(buf);
+        return out;
+#endif
+    }
+    if (a.format == "avif") {
+#if CONVEYOR_WITH_AVIF
+        avifImage* im = avifImageCreate(a.width, a.height, 8, AVIF_PIXEL_FORMAT_YUV420);
+        avifRGBImage rgb;
+        avifRGBImageSetDefaults(&rgb, im);
+        rgb.format = AVIF_RGB_FORMAT_RGB;
+        rgb.pixels = const_cast<std::uint8_t*>(px.data());
+        rgb.rowBytes = a.width * 3;
+        avifEncoder* e = avifEncoderCreate();
+        e->speed = 8;
+        e->minQuantizer = e->maxQuantizer = a.avif_quantizer;
+        avifRWData data = AVIF_DATA_EMPTY;
+        const bool ok = avifImageRGBToYUV(im, &rgb) == AVIF_RESULT_OK && avifEncoderWrite(e, im, &data) == AVIF_RESULT_OK;
+        std::vector<unsigned char> out(data.data, data.data + data.size);
+        avifRWDataFree(&data);
+        avifEncoderDestroy(e);
+        avifImageDestroy(im);
+        if (!ok) throw std::runtime_error("libavif could not encode the synthetic picture");
+        return out;
+#endif
+    }
+    unsigned char* buf = nullptr;
+    unsigned long size = 0;
+    if (tjCompress2(tj, px.data(), int(a.width), 0, int(a.height), TJPF_RGB, &buf, &size, TJSAMP_420, a.quality, 0) != 0)
+        throw std::runtime_error(std::string("tjCompress2: ") + tjGetErrorStr2(tj));
+    std::vector<unsigned char> out(buf, buf + size);
+    tjFree(buf);
+    return out;
+}
+
+jpeg_set make_images(const decode_args& a)
 {
     jpeg_set out;
     tjhandle tj = tjInitCompress();
     if (!tj) throw std::runtime_error("tjInitCompress failed");
-    for (std::size_t i = 0; i < a.count; ++i) {
-        const auto px = picture(i + 1, a.width, a.height);
-        unsigned char* buf = nullptr;
-        unsigned long size = 0;
-        if (tjCompress2(tj, px.data(), int(a.width), 0, int(a.height), TJPF_RGB, &buf, &size, TJSAMP_420, a.quality, 0) != 0) {
-            tjDestroy(tj);
-            throw std::runtime_error(std::string("tjCompress2: ") + tjGetErrorStr2(tj));
-        }
-        out.emplace_back(buf, buf + size);
-        tjFree(buf);
+    try {
+        for (std::size_t i = 0; i < a.count; ++i) out.push_back(encode(a, picture(i + 1, a.width, a.height), tj));
+    } catch (...) {
+        tjDestroy(tj);
+        throw;
     }
     tjDestroy(tj);
     return out;
@@ -127,7 +177,7 @@ jpeg_set load_dir(const decode_args& a)
         if (!e.is_regular_file()) continue;
         auto ext = e.path().extension().string();
         std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-        if (ext == ".jpg" || ext == ".jpeg") paths.push_back(e.path());
+        if (a.format == "jpeg" ? (ext == ".jpg" || ext == ".jpeg") : ext == "." + a.format) paths.push_back(e.path());
     }
     std::sort(paths.begin(), paths.end());
     if (a.count && paths.size() > a.count) paths.resize(a.count);
@@ -136,7 +186,7 @@ jpeg_set load_dir(const decode_args& a)
         std::ifstream in(p, std::ios::binary);
         out.emplace_back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     }
-    if (out.empty()) throw std::runtime_error("no .jpg/.jpeg files under " + a.dir);
+    if (out.empty()) throw std::runtime_error("no " + std::string(a.format == "jpeg" ? ".jpg/.jpeg" : "." + a.format) + " files under " + a.dir);
     return out;
 }
 
@@ -207,14 +257,23 @@ private:
     std::exception_ptr error_;
 };
 
-/// The plain TurboJPEG loop's per-thread state.
+/// The plain loops' per-thread state: a TurboJPEG handle, a libavif decoder and image, an
+/// output buffer.
 struct plain_state {
     tjhandle tj = nullptr;
     std::vector<unsigned char> out;
+#if CONVEYOR_WITH_AVIF
+    avifDecoder* avif = nullptr;
+    avifImage* avif_image = nullptr;
+#endif
     plain_state() : tj(tjInitDecompress()) {}
     ~plain_state()
     {
         if (tj) tjDestroy(tj);
+#if CONVEYOR_WITH_AVIF
+        if (avif) avifDecoderDestroy(avif);
+        if (avif_image) avifImageDestroy(avif_image);
+#endif
     }
 };
 
@@ -224,10 +283,44 @@ plain_state& plain()
     return s;
 }
 
-/// Decodes `jpeg` at full size with tjDecompress2, as a program using TurboJPEG directly would.
-void plain_decode(const std::vector<unsigned char>& jpeg)
+/// Decodes `b` at full size to RGB as a program calling the codec library directly would:
+/// tjDecompress2 into a reused buffer; WebPDecodeRGB (which allocates its output); or
+/// avifDecoderReadMemory on a reused decoder, then avifImageYUVToRGB into a reused buffer.
+void plain_decode(const std::string& format, const std::vector<unsigned char>& jpeg)
 {
     auto& s = plain();
+#if CONVEYOR_WITH_WEBP
+    if (format == "webp") {
+        int w = 0, h = 0;
+        std::uint8_t* px = WebPDecodeRGB(jpeg.data(), jpeg.size(), &w, &h);
+        if (!px) throw std::runtime_error("WebPDecodeRGB failed");
+        WebPFree(px);
+        return;
+    }
+#endif
+#if CONVEYOR_WITH_AVIF
+    if (format == "avif") {
+        if (!s.avif) {
+            s.avif = avifDecoderCreate();
+            s.avif_image = avifImageCreateEmpty();
+            s.avif->maxThreads = 1;
+        }
+        avifResult r = avifDecoderReadMemory(s.avif, s.avif_image, jpeg.data(), jpeg.size());
+        if (r != AVIF_RESULT_OK) throw std::runtime_error(std::string("avifDecoderReadMemory: ") + avifResultToString(r));
+        avifRGBImage rgb;
+        avifRGBImageSetDefaults(&rgb, s.avif_image);
+        rgb.depth = 8;
+        rgb.format = AVIF_RGB_FORMAT_RGB;
+        rgb.rowBytes = s.avif_image->width * 3;
+        const std::size_t need = std::size_t{rgb.rowBytes} * s.avif_image->height;
+        if (s.out.size() < need) s.out.resize(need);
+        rgb.pixels = s.out.data();
+        r = avifImageYUVToRGB(s.avif_image, &rgb);
+        if (r != AVIF_RESULT_OK) throw std::runtime_error(std::string("avifImageYUVToRGB: ") + avifResultToString(r));
+        return;
+    }
+#endif
+    (void)format;
     int w = 0, h = 0, sub = 0, cs = 0;
     if (tjDecompressHeader3(s.tj, jpeg.data(), jpeg.size(), &w, &h, &sub, &cs) != 0)
         throw std::runtime_error(std::string("tjDecompressHeader3: ") + tjGetErrorStr2(s.tj));
@@ -243,10 +336,10 @@ struct mode {
 };
 
 const std::vector<mode> all_modes = {
-    {"plain", "tjDecompress2, full size RGB, into one reused buffer per thread (the limit)"},
+    {"plain", "the codec library alone, full size RGB (tjDecompress2 / WebPDecodeRGB / avifDecoderRead + avifImageYUVToRGB): the limit"},
     {"decoder", "image::decoder::decode, full size RGB, into a pooled buffer"},
     {"stage", "the decode_image stage on a runtime of N compute threads, full size, from memory"},
-    {"rrc-full", "random-resized crop to SxS: full decode, crop, resize (decode_into, no DCT scaling)"},
+    {"rrc-full", "random-resized crop to SxS: JPEG: full decode, crop, resize (decode_into, no DCT scaling); WebP: the crop decoded alone, resized; AVIF: full decode, crop, resize"},
     {"rrc-scaled", "random-resized crop to SxS: DCT-scaled decode, crop, resize (decode_into)"},
     {"rrc-region", "random-resized crop to SxS: DCT-scaled decode of the crop's rows and MCU columns only, resize"},
     {"rrc-transform", "random-resized crop to SxS: lossless MCU crop (tjTransform), DCT-scaled decode of it, resize"},
@@ -280,20 +373,35 @@ cv::pipeline<cv::blob> memory_source(std::shared_ptr<const jpeg_set> set, std::s
 struct result {
     std::string mode;
     std::size_t threads;
+    std::size_t repeat;
     double images_per_s;
 };
 
 int run_decode(const decode_args& a)
 {
-    const auto set = std::make_shared<const jpeg_set>(a.dir.empty() ? make_jpegs(a) : load_dir(a));
+#if !CONVEYOR_WITH_WEBP
+    if (a.format == "webp") throw std::runtime_error("this build has no WebP decoder (CONVEYOR_WITH_WEBP)");
+#endif
+#if !CONVEYOR_WITH_AVIF
+    if (a.format == "avif") throw std::runtime_error("this build has no AVIF decoder (CONVEYOR_WITH_AVIF)");
+#endif
+    const auto set = std::make_shared<const jpeg_set>(a.dir.empty() ? make_images(a) : load_dir(a));
     std::size_t bytes = 0;
     for (const auto& j : *set) bytes += j.size();
     std::vector<mode> modes;
+    // The DCT-scaled, region and lossless-cut crops are JPEG's alone.
+    const auto jpeg_only = [](const std::string& m) { return m == "rrc-scaled" || m == "rrc-region" || m == "rrc-transform"; };
     for (const auto& m : all_modes)
-        if (a.modes.empty() || std::find(a.modes.begin(), a.modes.end(), m.name) != a.modes.end()) modes.push_back(m);
+        if ((a.modes.empty() && (a.format == "jpeg" || !jpeg_only(m.name))) ||
+            std::find(a.modes.begin(), a.modes.end(), m.name) != a.modes.end()) {
+            if (a.format != "jpeg" && jpeg_only(m.name)) throw std::runtime_error("mode " + m.name + " is for JPEG only");
+            modes.push_back(m);
+        }
     if (modes.empty()) throw std::runtime_error("no known mode selected");
-    std::fprintf(stderr, "decode: %zu JPEGs (%s), mean %.0f KB; %zu repeat(s) x %zu pass(es); output %ux%u for the rrc modes\n",
-                 set->size(), a.dir.empty() ? (std::to_string(a.width) + "x" + std::to_string(a.height) + " synthetic, q" + std::to_string(a.quality)).c_str()
+    const std::string made = a.format == "avif" ? " synthetic, quantizer " + std::to_string(a.avif_quantizer)
+                                                : " synthetic, q" + std::to_string(a.quality);
+    std::fprintf(stderr, "decode: %zu %s images (%s), mean %.0f KB; %zu repeat(s) x %zu pass(es); output %ux%u for the rrc modes\n",
+                 set->size(), a.format.c_str(), a.dir.empty() ? (std::to_string(a.width) + "x" + std::to_string(a.height) + made).c_str()
                                             : a.dir.c_str(),
                  double(bytes) / set->size() / 1e3, a.repeat, a.passes, a.size, a.size);
 
@@ -314,7 +422,7 @@ int run_decode(const decode_args& a)
         auto timed = [&](const mode& m) -> double {
             cb::stopwatch sw;
             if (m.name == "plain") {
-                crew.run(over_images([&](std::size_t i) { plain_decode((*set)[i]); }));
+                crew.run(over_images([&](std::size_t i) { plain_decode(a.format, (*set)[i]); }));
             } else if (m.name == "decoder") {
                 crew.run(over_images([&](std::size_t i) {
                     const auto& j = (*set)[i];
@@ -348,9 +456,10 @@ int run_decode(const decode_args& a)
             for (std::size_t k = 0; k < modes.size(); ++k) {
                 const auto& m = modes[(k + r) % modes.size()]; // rotate the order each repeat
                 const double ips = timed(m);
-                results.push_back({m.name, threads, ips});
+                results.push_back({m.name, threads, r, ips});
                 cb::json_line()
                     .add("bench", "decode")
+                    .add("format", a.format)
                     .add("mode", m.name)
                     .add("threads", threads)
                     .add("repeat", r)
@@ -370,7 +479,16 @@ int run_decode(const decode_args& a)
             for (const auto& r : results)
                 if (r.mode == m.name && r.threads == t) v.push_back(r.images_per_s);
             med[{m.name, t}] = cb::median(v);
-            cb::json_line().add("bench", "decode").add("summary", true).add("mode", m.name).add("threads", t).add("median_images_per_s", cb::median(v)).print();
+            cb::json_line()
+                .add("bench", "decode")
+                .add("format", a.format)
+                .add("summary", true)
+                .add("mode", m.name)
+                .add("threads", t)
+                .add("median_images_per_s", cb::median(v))
+                .add("min_images_per_s", v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()))
+                .add("max_images_per_s", v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()))
+                .print();
         }
     std::fprintf(stderr, "\n%-14s", "images/s");
     for (std::size_t t : a.threads) std::fprintf(stderr, " %9zu thr", t);
@@ -384,8 +502,24 @@ int run_decode(const decode_args& a)
     auto ratio = [&](const char* what, const char* x, std::size_t tx, const char* y, std::size_t ty, const char* target) {
         if (!have(x, tx) || !have(y, ty)) return;
         const double r = med[{x, tx}] / med[{y, ty}];
-        std::fprintf(stderr, "%-58s %6.2f   %s\n", what, r, target);
-        cb::json_line().add("bench", "decode").add("ratio", what).add("value", r).add("target", target).print();
+        // The spread: the ratio within each repeat (the two modes ran back to back).
+        std::vector<double> paired;
+        for (const auto& rx : results)
+            for (const auto& ry : results)
+                if (rx.mode == x && rx.threads == tx && ry.mode == y && ry.threads == ty && rx.repeat == ry.repeat)
+                    paired.push_back(rx.images_per_s / ry.images_per_s);
+        const double lo = paired.empty() ? r : *std::min_element(paired.begin(), paired.end());
+        const double hi = paired.empty() ? r : *std::max_element(paired.begin(), paired.end());
+        std::fprintf(stderr, "%-58s %6.2f   (repeats %.2f-%.2f)   %s\n", what, r, lo, hi, target);
+        cb::json_line()
+            .add("bench", "decode")
+            .add("format", a.format)
+            .add("ratio", what)
+            .add("value", r)
+            .add("repeat_min", lo)
+            .add("repeat_max", hi)
+            .add("target", target)
+            .print();
     };
     std::fprintf(stderr, "\n");
     const std::size_t t1 = a.threads.front(), tn = a.threads.back();
@@ -398,6 +532,11 @@ int run_decode(const decode_args& a)
     }
     for (std::size_t t : a.threads) {
         const std::string n = std::to_string(t);
+        if (a.format != "jpeg") { // what a crop and resize to SxS costs beside the whole decode
+            ratio(("rrc-full / plain, " + n + " thread(s)").c_str(), "rrc-full", t, "plain", t, "");
+            ratio(("stage-rrc / plain, " + n + " thread(s)").c_str(), "stage-rrc", t, "plain", t, "");
+            continue;
+        }
         ratio(("rrc-scaled / rrc-full, " + n + " thread(s)").c_str(), "rrc-scaled", t, "rrc-full", t, "target >= 2");
         ratio(("rrc-region / rrc-full, " + n + " thread(s)").c_str(), "rrc-region", t, "rrc-full", t, "target >= 2");
         ratio(("rrc-transform / rrc-full, " + n + " thread(s)").c_str(), "rrc-transform", t, "rrc-full", t, "");
@@ -411,16 +550,20 @@ int run_decode(const decode_args& a)
 std::function<int()> add_decode_subcommands(CLI::App& app)
 {
     auto args = std::make_shared<decode_args>();
-    auto* sub = app.add_subcommand("decode", "JPEG decode images/s: conveyor's decoder and decode_image stage beside a plain tjDecompress2 loop");
-    sub->add_option("--dir", args->dir, "decode the .jpg/.jpeg files under this directory (default: make synthetic JPEGs)")
+    auto* sub = app.add_subcommand("decode", "decode images/s (JPEG, WebP, AVIF): conveyor's decoder and decode_image stage beside a plain loop over the codec library");
+    sub->add_option("--format", args->format, "the images' format: jpeg, webp or avif (made here, or read from --dir by extension)")
+        ->check(CLI::IsMember({"jpeg", "webp", "avif"}))
+        ->capture_default_str();
+    sub->add_option("--avif-quantizer", args->avif_quantizer, "synthetic AVIFs' quantizer (0-63, 0 lossless)")->capture_default_str();
+    sub->add_option("--dir", args->dir, "decode the files of --format under this directory (.jpg/.jpeg, .webp, .avif; default: make synthetic ones)")
         ->check(CLI::ExistingDirectory);
-    sub->add_option("--count", args->count, "JPEGs to make, or the most to read from --dir")->capture_default_str();
-    sub->add_option("--width", args->width, "synthetic JPEGs' width")->capture_default_str();
-    sub->add_option("--height", args->height, "synthetic JPEGs' height")->capture_default_str();
-    sub->add_option("--quality", args->quality, "synthetic JPEGs' quality")->capture_default_str();
+    sub->add_option("--count", args->count, "images to make, or the most to read from --dir")->capture_default_str();
+    sub->add_option("--width", args->width, "synthetic images' width")->capture_default_str();
+    sub->add_option("--height", args->height, "synthetic images' height")->capture_default_str();
+    sub->add_option("--quality", args->quality, "synthetic JPEGs' and WebPs' quality")->capture_default_str();
     sub->add_option("--threads", args->threads, "thread counts to measure, e.g. 1,2")->delimiter(',')->capture_default_str();
     sub->add_option("--repeat", args->repeat, "measurements of each mode (medians reported)")->capture_default_str();
-    sub->add_option("--passes", args->passes, "passes over the JPEGs per measurement")->capture_default_str();
+    sub->add_option("--passes", args->passes, "passes over the images per measurement")->capture_default_str();
     sub->add_option("--size", args->size, "output side of the random-resized-crop modes")->capture_default_str();
     sub->add_option("--modes", args->modes, "modes to run (default all): plain, decoder, stage, rrc-full, rrc-scaled, rrc-region, rrc-transform, stage-rrc")
         ->delimiter(',');

@@ -8,6 +8,10 @@
 // cause); then the decode-only rate with the same threads over samples held in memory (what
 // the pipeline would reach if reading and batching cost nothing), and the ratio. The JSON
 // fields match bench/torch_baseline.py's, so the two compare line by line.
+//
+// With --extra txt,json,cls each batch also carries those fields as columns (decoded beside
+// its images: the cost of batches of any fields, against the same run without --extra).
+// `gen-shards` makes shards with jpg, txt, json and cls members from the synthetic dataset.
 #include "pipeline_bench.hpp"
 
 #include "s3_bench.hpp"
@@ -28,6 +32,8 @@
 #endif
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/stage.hpp>
+#include <conveyor/image/synthetic.hpp>
+#include <conveyor/shard/writer.hpp>
 #include <conveyor/s3/client.hpp>
 #include <conveyor/shard/list.hpp>
 #include <conveyor/shard/source.hpp>
@@ -66,6 +72,7 @@ struct pipeline_args {
     std::string endpoint;     // s3:// shards: the endpoint (empty: AWS_ENDPOINT_URL, the profile, or AWS)
     std::string region;
     unsigned timeout_ms = 0;  // s3:// shards: the first-byte and idle timeouts (0: the client's defaults)
+    std::vector<std::string> extra; // fields batched beside the images (decode_image_options::extra_fields)
 };
 
 /// One epoch's figures.
@@ -183,8 +190,11 @@ int cmd_pipeline(const pipeline_args& a)
     cv::runtime_options ro{.io_threads = 1, .compute_threads = threads};
     if (a.pool_mb) ro.buffer_pool_bytes = a.pool_mb << 20;
     cv::runtime rt(ro);
-    const ci::decode_image_options decode{
+    ci::decode_image_options decode{
         .decode = {.size = {a.size, a.size}, .crop = ci::crop_mode::random_resized, .flip = 0.5, .seed = a.seed}};
+    decode.extra_fields = a.extra;
+    std::string extra_names;
+    for (const auto& f : a.extra) extra_names += (extra_names.empty() ? "" : ",") + f;
     std::uint64_t bytes = 0;
     std::string engine;
     std::optional<cv::pipeline<ci::image_batch>> pipe;
@@ -286,6 +296,7 @@ int cmd_pipeline(const pipeline_args& a)
         cb::json_line line;
         line.add("bench", "pipeline")
             .add("engine", engine)
+            .add("extra", extra_names)
             .add("threads", threads)
             .add("batch", a.batch)
             .add("size", a.size)
@@ -389,10 +400,88 @@ int cmd_pipeline(const pipeline_args& a)
     return 0;
 }
 
+// ---- gen-shards ------------------------------------------------------------------------
+
+struct gen_shards_args {
+    std::string out;
+    std::size_t count = 2560;
+    std::size_t classes = 10;
+    std::uint64_t shard_mb = 64;
+    std::uint64_t seed = 1;
+};
+
+/** Draws the synthetic dataset (image::make_synthetic_images, kept if there) under
+    OUT/images and packs it, in a fixed shuffled order, into OUT/shard-%06d.tar: each sample a
+    `jpg`, a `cls`, a `txt` caption and a `json` document (class, caption, size, a few
+    boxes), about what captioned datasets hold beside each image. */
+int cmd_gen_shards(const gen_shards_args& a)
+{
+    namespace fs = std::filesystem;
+    const fs::path out = a.out, images = out / "images";
+    ci::synthetic_images spec{.dir = images, .classes = a.classes, .count = a.count, .seed = a.seed};
+    cb::stopwatch clock;
+    ci::make_synthetic_images(spec);
+    const auto files = cv::file::walk(images, {.extensions = {".jpg"}, .labels = true});
+    std::vector<std::size_t> order(files.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::uint64_t state = a.seed * 6364136223846793005ULL + 12345;
+    for (std::size_t i = order.size(); i > 1; --i) { // Fisher-Yates with a fixed LCG: the same shards for a seed
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        std::swap(order[i - 1], order[(state >> 33) % i]);
+    }
+    cv::file::listing ordered;
+    ordered.root = files.root;
+    ordered.classes = files.classes;
+    for (std::size_t i : order) ordered.entries.push_back(files.entries[i]);
+    cv::shard::writer w({.pattern = (out / "shard-%06d.tar").string(), .max_size = a.shard_mb << 20});
+    cv::runtime rt;
+    std::uint64_t n = 0, bytes = 0;
+    for (auto& b : cv::file::files(ordered).on(rt)) {
+        const std::string cls = std::to_string(b.label);
+        const std::string& name = files.classes.at(static_cast<std::size_t>(b.label));
+        const std::string key = b.key.substr(0, b.key.rfind('.'));
+        std::string caption = "a synthetic photo of a " + name + " over a textured background, image " + std::to_string(n);
+        for (char& c : caption)
+            if (c == '_') c = ' ';
+        const std::uint64_t r = n * 2654435761u;
+        std::string json = "{\"label\": " + cls + ", \"class\": \"" + name + "\", \"caption\": \"" + caption +
+                           "\", \"width\": 500, \"height\": 375, \"boxes\": [";
+        for (int k = 0; k < 3; ++k)
+            json += (k ? ", " : "") + std::string("[") + std::to_string((r >> (k * 7)) % 400) + ", " + std::to_string((r >> (k * 5)) % 300) +
+                    ", 64, 48]";
+        json += "], \"source\": {\"seed\": " + std::to_string(a.seed) + ", \"index\": " + std::to_string(n) + "}}";
+        auto as_bytes = [](const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); };
+        const cv::shard::field_view fields[] = {
+            {"jpg", b.data.span()}, {"cls", as_bytes(cls)}, {"txt", as_bytes(caption)}, {"json", as_bytes(json)}};
+        w.write(key, fields);
+        bytes += b.data.size() + cls.size() + caption.size() + json.size();
+        ++n;
+    }
+    w.close();
+    const auto idx = w.index();
+    std::fprintf(stderr, "gen-shards: %llu samples (jpg, cls, txt, json), %.1f MB, in %zu shards in %s, %.1f s\n",
+                 static_cast<unsigned long long>(n), bytes / 1e6, idx.shards.size(), out.c_str(), clock.seconds());
+    cb::json_line()
+        .add("bench", "gen-shards")
+        .add("samples", n)
+        .add("bytes", bytes)
+        .add("shards", idx.shards.size())
+        .add("seconds", clock.seconds())
+        .print();
+    return 0;
+}
+
 } // namespace
 
 std::function<int()> add_pipeline_subcommands(CLI::App& app)
 {
+    auto g = std::make_shared<gen_shards_args>();
+    auto* gs = app.add_subcommand("gen-shards", "make shards of jpg, cls, txt and json samples from the synthetic dataset (for pipeline --extra)");
+    gs->add_option("out", g->out, "the folder: images/ and shard-%06d.tar go there")->required();
+    gs->add_option("--count", g->count, "images")->capture_default_str();
+    gs->add_option("--classes", g->classes, "classes (at most 100)")->capture_default_str();
+    gs->add_option("--shard-MB", g->shard_mb, "data per shard")->capture_default_str();
+    gs->add_option("--seed", g->seed, "seed of the images and the order")->capture_default_str();
     auto a = std::make_shared<pipeline_args>();
     auto* p = app.add_subcommand("pipeline", "end to end: shards (or an ImageFolder) → decode with random-resized crop and flip → batches");
     auto* urls = p->add_option("urls", a->urls, "shards: paths, brace patterns, s3:// URLs, a dataset index (.json)");
@@ -414,7 +503,9 @@ std::function<int()> add_pipeline_subcommands(CLI::App& app)
         ->capture_default_str();
     p->add_option("--cpu-share", a->cpu_share, "--gpu-decode: the CPU decoders' share of the JPEGs (negative: measured each batch)")
         ->capture_default_str();
-    return [p, a]() -> int {
+    p->add_option("--extra", a->extra, "fields batched beside the images as columns, e.g. --extra txt,json,cls")->delimiter(',');
+    return [p, a, gs, g]() -> int {
+        if (gs->parsed()) return cmd_gen_shards(*g);
         if (!p->parsed()) return -1;
         if (a->urls.empty() && a->folder.empty()) throw CLI::ValidationError("pipeline", "give shard URLs or --folder");
         return cmd_pipeline(*a);

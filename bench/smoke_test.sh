@@ -88,6 +88,18 @@ ran = [r["case"] for r in lines if not r["skipped"]]
 print(f"smoke: tensors ran {', '.join(ran)}; skipped {', '.join(r['case'] for r in lines if r['skipped']) or 'none'}")
 PY
 
+# mix: one source and a mix of three, alternated; each pass reads every item once.
+"$bench" mix --items 30000 --rounds 2 >"$work/mix.json"
+python3 - "$work/mix.json" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+passes = [r for r in lines if r["case"] != "summary"]
+assert [r["case"] for r in passes] == ["one", "mix3", "one", "mix3"], passes
+assert all(r["items"] == 30000 and r["items_per_s"] > 0 for r in passes), passes
+assert lines[-1]["case"] == "summary" and lines[-1]["ratio_median"] > 0, lines[-1]
+print("smoke: mix read every item once in each of its 4 passes")
+PY
+
 if [[ -n $micro ]]; then
     "$micro" --benchmark_filter='on_lane|channel' --benchmark_min_time=0.01
 fi

@@ -39,3 +39,31 @@ if(NOT CONVEYOR_WITH_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "conveyor: CONVEYOR_WITH_CUDA=ON but the CUDA toolkit was not found")
   endif()
 endif()
+
+# WebP and AVIF in the image decoder (image/detail/webp.hpp, avif.hpp), each AUTO (on where
+# pkg-config finds it), ON (required) or OFF. Debian: libwebp-dev (libwebp, libwebpdemux for
+# animations) and libavif-dev (with an AV1 decoder: libdav1d). Without one, the decoder still
+# tells the format by its bytes and refuses it with errc::unsupported, saying the build lacks it.
+foreach(_conveyor_codec WEBP AVIF)
+  if(NOT DEFINED CONVEYOR_WITH_${_conveyor_codec})
+    set(CONVEYOR_WITH_${_conveyor_codec} AUTO)
+  endif()
+endforeach()
+set(_conveyor_codec_modules_WEBP libwebp libwebpdemux)
+set(_conveyor_codec_modules_AVIF libavif)
+foreach(_conveyor_codec WEBP AVIF)
+  set(CONVEYOR_HAS_${_conveyor_codec} OFF)
+  if(NOT CONVEYOR_WITH_${_conveyor_codec} STREQUAL "OFF")
+    pkg_check_modules(CONVEYOR_${_conveyor_codec} QUIET IMPORTED_TARGET GLOBAL ${_conveyor_codec_modules_${_conveyor_codec}})
+    if(CONVEYOR_${_conveyor_codec}_FOUND)
+      target_link_libraries(conveyor::deps INTERFACE PkgConfig::CONVEYOR_${_conveyor_codec})
+      target_compile_definitions(conveyor::deps INTERFACE CONVEYOR_WITH_${_conveyor_codec}=1)
+      set(CONVEYOR_HAS_${_conveyor_codec} ON)
+    elseif(CONVEYOR_WITH_${_conveyor_codec} STREQUAL "ON")
+      message(FATAL_ERROR "conveyor: CONVEYOR_WITH_${_conveyor_codec}=ON but pkg-config finds no "
+                          "${_conveyor_codec_modules_${_conveyor_codec}} (Debian: scripts/install-deps.sh)")
+    else()
+      message(STATUS "conveyor: ${_conveyor_codec_modules_${_conveyor_codec}} not found: the image decoder refuses ${_conveyor_codec} images")
+    endif()
+  endif()
+endforeach()

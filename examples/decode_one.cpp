@@ -58,13 +58,13 @@ void write_pnm(const std::string& path, const image::decoded_image& img)
 
 int main(int argc, char** argv)
 {
-    CLI::App app{"decode_one: decode one JPEG or PNG as the decode_image stage would, and write the result as PPM/PGM"};
+    CLI::App app{"decode_one: decode one JPEG, PNG, WebP or AVIF as the decode_image stage would, and write the result as PPM/PGM"};
     std::string in, out, size_text, crop = "none", format = "rgb", key, method = "decode";
     std::vector<double> scale{0.08, 1.0}, ratio{3.0 / 4.0, 4.0 / 3.0};
     double flip = 0, center_fraction = 0.875;
     std::uint64_t seed = 0, epoch = 0;
     bool no_dct = false, lenient = false;
-    app.add_option("input", in, "the image (JPEG or PNG; the format is told from its bytes)")->required()->check(CLI::ExistingFile);
+    app.add_option("input", in, "the image (JPEG, PNG, WebP or AVIF; the format is told from its bytes)")->required()->check(CLI::ExistingFile);
     app.add_option("-o,--output", out, "where to write the result: a PPM (RGB, BGR) or PGM (gray)")->required();
     app.add_option("--size", size_text, "output size WxH (default: the crop's own size)");
     app.add_option("--crop", crop, "none, center or rrc (torchvision's RandomResizedCrop)")

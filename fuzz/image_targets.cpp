@@ -1,5 +1,6 @@
 // fuzz/image_targets.cpp — the image module: the decoder (JPEG through TurboJPEG, PNG
-// through libspng; crop, DCT scaling, resize, flip) and the label files.
+// through libspng, WebP through libwebp, AVIF through libavif; crop, DCT scaling, resize,
+// flip) and the label files.
 #include "targets.hpp"
 
 #include <conveyor/core/error.hpp>

@@ -19,7 +19,7 @@ namespace conveyor::fuzz {
 
 std::span<const target> all_targets()
 {
-    static constexpr std::array<target, 11> list{{
+    static constexpr std::array<target, 13> list{{
         {"tar", &tar},
         {"tar_gzip", &tar_gzip},
         {"samples", &samples},
@@ -30,6 +30,8 @@ std::span<const target> all_targets()
         {"labels", &labels},
         {"jpeg", &image},
         {"png", &image},
+        {"webp", &image},
+        {"avif", &image},
         {"http_response", &http_response},
     }};
     return list;

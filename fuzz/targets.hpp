@@ -40,7 +40,7 @@ void s3_xml(input in);      ///< ListObjectsV2, error, multipart replies (first 
 void aws_config(input in);  ///< resolve_config over fuzzed config/credentials/JSON credentials files
 // image_targets.cpp
 void labels(input in);      ///< validation map, classes file, JSON labels
-void image(input in);       ///< decoder::decode with max_pixels (targets jpeg and png: same body, other seeds)
+void image(input in);       ///< decoder::decode with max_pixels (targets jpeg, png, webp, avif: same body, other seeds)
 // http_targets.cpp
 void http_response(input in); ///< the client's response reading (client_impl::exchange) over an in-memory stream
 

@@ -5,6 +5,7 @@
 // (`__dlpack__`, `__dlpack_device__`), so that `torch.from_dlpack` takes the batch's own
 // memory without a copy. The GIL is released whenever C++ works or waits.
 #include <conveyor/core/describe.hpp>
+#include <conveyor/core/mix.hpp>
 #include <conveyor/core/detail/describe_json.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
@@ -13,6 +14,8 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/columns.hpp>
+#include <conveyor/image/fields.hpp>
 #include <conveyor/image/describe.hpp>
 #include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/labels.hpp>
@@ -30,6 +33,9 @@
 #include <conveyor/cuda/staging.hpp>
 #endif
 
+#include "samples.hpp"
+#include "values.hpp"
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -38,6 +44,8 @@
 #include <boost/json/value.hpp>
 
 #include <chrono>
+#include <deque>
+#include <mutex>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -52,6 +60,7 @@ namespace cv = conveyor;
 namespace file = conveyor::file;
 namespace image = conveyor::image;
 namespace shard = conveyor::shard;
+namespace cp = conveyor_python;
 using namespace std::chrono_literals;
 
 namespace {
@@ -192,6 +201,7 @@ struct py_tensor {
 struct py_batch {
     py_tensor images, labels;
     std::vector<std::string> keys;
+    py::dict columns; // the other fields asked for (decode_image_options::extra_fields), by name
     std::uint64_t index = 0;
     std::size_t size = 0;
 };
@@ -274,11 +284,15 @@ py::dict stats_dict(const cv::stats_snapshot& s)
 
 // ---- a run ------------------------------------------------------------------------------
 
-/// One epoch's run, iterated from Python.
+/// One epoch's run, iterated from Python: batches, samples (handed over in chunks), or
+/// batches of samples. Every item handed out gets the next number (a chunk's samples one
+/// each); the items count as used (`progress`) once Python says so (`used(n)`: the first n),
+/// so that what the loop has not yet seen (a chunk's rest, items in a Python stage's pool)
+/// is read again after a restart.
 class py_run {
 public:
-    template <class Batch>
-    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Batch> r, std::shared_ptr<cv::progress> progress)
+    template <class Item>
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Item> r, cp::run_state progress)
         : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress))
     {
     }
@@ -287,30 +301,24 @@ public:
     ~py_run()
     {
         // Destroyed with the GIL held (by the Python object's deallocation): the run's
-        // threads never need the GIL, so stopping it here cannot deadlock.
+        // threads take the GIL only to let Python values go, never while the run waits for
+        // them, so stopping it without the GIL cannot deadlock.
         py::gil_scoped_release unlocked;
         run_ = std::monostate{};
     }
 
-    py_batch next()
+    /// The next batch (a `Batch`, or a dict of lists for batches of samples), or a list of
+    /// the next samples; raises StopIteration at the end of the epoch. Waits without the GIL.
+    py::object next()
     {
         for (;;) {
-            std::optional<py_batch> got;
-            bool done = false;
-            {
-                py::gil_scoped_release unlocked; // the run's threads need no GIL; the wait is without it
-                std::visit(
-                    [&](auto& r) {
-                        if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) {
-                            auto b = r.next_for(100ms);
-                            if (b) got = take(std::move(*b));
-                            done = r.done();
-                        } else {
-                            done = true;
-                        }
-                    },
-                    run_);
-            }
+            std::optional<py::object> got;
+            bool done = true;
+            std::visit(
+                [&](auto& r) {
+                    if constexpr (!std::is_same_v<std::decay_t<decltype(r)>, std::monostate>) got = pull(r, done);
+                },
+                run_);
             if (got) return std::move(*got);
             if (done) {
                 finish();
@@ -326,8 +334,20 @@ public:
         }
     }
 
+    /// Records the first `n` items handed out as used (a number below what was recorded
+    /// before changes nothing).
+    void used(std::uint64_t n)
+    {
+        std::lock_guard lk(mu_);
+        while (marked_ < n && !pending_.empty()) {
+            for (const auto& id : pending_.front()) progress_.consumed(id);
+            pending_.pop_front();
+            ++marked_;
+        }
+    }
+
     /// The progress as JSON ("" when none is kept, or before the run began).
-    std::string state() const { return progress_ && !progress_->empty() ? progress_->to_json() : std::string(); }
+    std::string state() const { return progress_.json(); }
 
     py::dict stats() const
     {
@@ -349,29 +369,122 @@ public:
     }
 
 private:
-    // The batch leaves for the training loop: its samples count as used from now on.
-    py_batch take(image::image_batch b)
+    /// Samples handed to Python at once, when that many are ready: one wait and one
+    /// crossing of the GIL for many small items.
+    static constexpr std::size_t chunk = 64;
+
+    // Waits (without the GIL) up to 100 ms for the next item; samples: and takes the ones
+    // ready after it, up to `chunk`. Then, with the GIL, makes what Python gets.
+    template <class Item>
+    std::optional<py::object> pull(cv::range<Item>& r, bool& done)
+    {
+        std::vector<Item> got;
+        {
+            py::gil_scoped_release unlocked; // the run's threads need no GIL; the wait is without it
+            if (auto first = r.next_for(100ms)) {
+                got.push_back(std::move(*first));
+                if constexpr (std::is_same_v<Item, shard::sample> || std::is_same_v<Item, image::decoded_sample>)
+                    while (got.size() < chunk)
+                        if (auto more = r.next_for(std::chrono::nanoseconds(0))) got.push_back(std::move(*more));
+                        else break;
+            }
+            done = r.done();
+            for (auto& item : got) handed(item);
+        }
+        if (got.empty()) return std::nullopt;
+        if constexpr (std::is_same_v<Item, shard::sample>) {
+            py::list out;
+            for (const auto& smp : got) out.append(cp::dict_of(smp));
+            return py::object(std::move(out));
+        } else if constexpr (std::is_same_v<Item, image::decoded_sample>) {
+            py::list out;
+            for (auto& smp : got) out.append(cp::sample_to_python(std::move(smp)));
+            return py::object(std::move(out));
+        } else if constexpr (std::is_same_v<Item, std::vector<shard::sample>>) {
+            return py::object(columns_of(got.front()));
+        } else if constexpr (std::is_same_v<Item, image::sample_batch>) {
+            auto& b = got.front();
+            py::dict d;
+            py::list keys;
+            for (const auto& k : b.keys) keys.append(py::str(k));
+            d["__key__"] = std::move(keys);
+            for (auto& c : b.columns) {
+                std::string name = c.name;
+                d[py::str(name)] = cp::column_to_python(c);
+            }
+            return py::object(std::move(d));
+        } else {
+            auto& b = got.front();
+            py::dict columns;
+            for (const auto& c : columns_of(b)) columns[py::str(c.name)] = cp::column_to_python(c);
+            py_batch out = wrap(std::move(b));
+            out.columns = std::move(columns);
+            return py::cast(std::move(out));
+        }
+    }
+
+    // An item leaves for Python: its ids wait for `used`.
+    void handed(image::image_batch& b)
     {
         // Python may keep batches as long as it likes (a list of an epoch's batches): the
         // slab leaves the stage's bound, which then counts the pipeline's own slabs only.
         b.slab.detach();
-        mark(b.ids);
-        return wrap(std::move(b));
+        pend(b.ids);
     }
 #if CONVEYOR_WITH_CUDA
-    py_batch take(device_batch b)
+    void handed(device_batch& b)
     {
         b.synchronize(); // the copies are done before Python sees the tensors
         b.host().slab.detach();
-        mark(b.host().ids);
-        return wrap(std::move(b));
+        pend(b.host().ids);
     }
 #endif
-
-    void mark(const std::vector<conveyor::sample_id>& ids)
+    void handed(const shard::sample& s) { pend({shard::id_of(s)}); }
+    void handed(const image::decoded_sample& s) { pend({s.id}); }
+    void handed(const image::sample_batch& b) { pend(b.ids); }
+    // The columns of the other fields, which stay on the host.
+    static const std::vector<image::batch_column>& columns_of(const image::image_batch& b) { return b.columns; }
+#if CONVEYOR_WITH_CUDA
+    static const std::vector<image::batch_column>& columns_of(const device_batch& b) { return b.host().columns; }
+#endif
+    void handed(const std::vector<shard::sample>& v)
     {
-        if (progress_)
-            for (const auto& id : ids) progress_->consumed(id);
+        std::vector<cv::sample_id> ids;
+        ids.reserve(v.size());
+        for (const auto& s : v) ids.push_back(shard::id_of(s));
+        pend(std::move(ids));
+    }
+    void pend(std::vector<cv::sample_id> ids)
+    {
+        std::lock_guard lk(mu_);
+        pending_.push_back(std::move(ids));
+    }
+
+    /// A batch of samples as a dict of lists: `__key__`, `__url__` and each field any
+    /// sample has (in order of first appearance), None where a sample lacks it. GIL held.
+    static py::dict columns_of(const std::vector<shard::sample>& v)
+    {
+        std::vector<std::string> names;
+        for (const auto& s : v)
+            for (const auto& f : s.fields)
+                if (std::find(names.begin(), names.end(), f.name) == names.end()) names.push_back(f.name);
+        py::dict d;
+        py::list keys, urls;
+        for (const auto& s : v) {
+            keys.append(py::str(s.key));
+            urls.append(py::str(s.origin));
+        }
+        d["__key__"] = std::move(keys);
+        d["__url__"] = std::move(urls);
+        for (const auto& name : names) {
+            py::list col;
+            for (const auto& s : v) {
+                const auto* f = s.find(name);
+                col.append(f ? cp::value_of(*f) : py::object(py::none()));
+            }
+            d[py::str(name)] = std::move(col);
+        }
+        return d;
     }
 
     void finish()
@@ -384,13 +497,18 @@ private:
     }
 
     std::shared_ptr<cv::runtime> rt_; // outlives the run
+    std::variant<std::monostate, cv::range<image::image_batch>,
 #if CONVEYOR_WITH_CUDA
-    std::variant<std::monostate, cv::range<image::image_batch>, cv::range<device_batch>> run_;
-#else
-    std::variant<std::monostate, cv::range<image::image_batch>> run_;
+                 cv::range<device_batch>,
 #endif
-    std::shared_ptr<conveyor::progress> progress_;
+                 cv::range<shard::sample>, cv::range<std::vector<shard::sample>>, cv::range<image::decoded_sample>,
+                 cv::range<image::sample_batch>>
+        run_;
+    cp::run_state progress_;
     std::optional<cv::stats_snapshot> final_;
+    std::mutex mu_;
+    std::deque<std::vector<cv::sample_id>> pending_; // items handed out, not yet used, in order
+    std::uint64_t marked_ = 0;                       // items recorded as used
 };
 
 // ---- the resolved source ------------------------------------------------------------------
@@ -408,18 +526,34 @@ public:
         kind_ = get<std::string>(spec, "kind", "");
         read_section(spec, "order", order_);
         read_stages(spec);
+        if (kind_ == "mix") {
+            open_mix(spec);
+            return;
+        }
+        const bool mapped = static_cast<bool>(decode_.label_map.map); // labels given to every file or object
         py::gil_scoped_release unlocked; // listings and index reads may take a while
         if (kind_ == "files") open_files(spec);
         else if (kind_ == "s3") open_objects(spec);
         else if (kind_ == "shards") open_shards(spec);
         else throw py::value_error("unknown source kind '" + kind_ + "'");
+        // A file or object made a sample has a `cls` field only when its source gave a label.
+        if (!mapped && kind_ == "files" && (file_spec_.paths || !file_spec_.labels)) decode_.label_field.clear();
+        if (!mapped && kind_ == "s3" && !file_spec_.labels && file_spec_.classes.empty()) decode_.label_field.clear();
+    }
+    py_dataset(const py_dataset&) = delete;
+    py_dataset& operator=(const py_dataset&) = delete;
+    ~py_dataset()
+    {
+        // The Python stages' threads may be waiting for the GIL: they are joined without it.
+        py::gil_scoped_release unlocked;
+        ops_.clear();
     }
 
     /// Items this slot reads in `epoch`, when known.
     std::optional<std::uint64_t> items(std::uint64_t epoch) const
     {
         if (kind_ == "files" || kind_ == "s3") return cv::epoch_share(list_size(), split_, epoch, order_).size();
-        if (shard_.resampled) return std::nullopt;
+        if (kind_ == "mix" || shard_.resampled) return std::nullopt;
         std::uint64_t n = 0;
         for (const auto& piece : cv::epoch_share(shards_.size(), split_, epoch, order_)) {
             const auto s = shards_[piece.item].samples;
@@ -433,35 +567,91 @@ public:
     std::unique_ptr<py_run> run(std::uint64_t epoch, const std::optional<std::string>& state)
     {
         py::gil_scoped_release unlocked;
-        std::shared_ptr<cv::progress> progress;
-        if (kind_ != "shards" || !shard_.resampled) {
-            progress = std::make_shared<cv::progress>();
-            if (state && !state->empty()) *progress = cv::progress::from_json(*state);
+        cp::run_state st;
+        const bool resumed = state && !state->empty();
+        if (kind_ == "mix") {
+            st.mix = std::make_shared<cv::mix_progress>(children_.size());
+            if (resumed) *st.mix = cv::mix_progress::from_json(*state);
+            std::vector<cv::pipeline<shard::sample>> sources;
+            for (std::size_t k = 0; k < children_.size(); ++k) sources.push_back(children_[k]->samples({.one = st.mix->source(k)}));
+            cv::mix_options mo = mix_;
+            mo.share = split_;
+            mo.resume = st.mix;
+            return outputs(with_ops(cv::mix<shard::sample>(std::move(sources), std::move(mo)), st), st, epoch);
         }
-        std::optional<cv::pipeline<image::image_batch>> p;
+        if (kind_ != "shards" || !shard_.resampled) {
+            st.one = std::make_shared<cv::progress>();
+            if (resumed) *st.one = cv::progress::from_json(*state);
+        }
+        if (kind_ != "shards" && has_decode_ && has_collate_ && image_batches_ && ops_.empty()) {
+            // Files and objects decoded straight from their blobs into batches.
+            auto blobs = list_source(st.one);
+            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
+            return images(std::move(blobs) | image::decode_batches(decode_, batch_), st, epoch);
+        }
+        return outputs(samples(st), st, epoch);
+    }
+
+    /// The source's items as samples (files and objects as webdataset takes a loose file),
+    /// with the Python stages and the shuffle after it; `st` is where it records progress.
+    cv::pipeline<shard::sample> samples(const cp::run_state& st)
+    {
         if (kind_ == "shards") {
             shard::source_options so = shard_;
             so.order = order_;
             so.share = split_;
             so.errors = errors_;
             so.s3 = s3_;
-            so.resume = progress;
+            so.resume = st.one;
             so.cache = cache_dir();
-            auto samples = shard::shards(shards_, so).on(*rt_);
-            if (shuffle_) samples = std::move(samples) | cv::shuffle(*shuffle_);
-            p = std::move(samples) | image::decode_batches(decode_, batch_);
-        } else {
-            const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
-            auto blobs = kind_ == "files"
-                             ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
-                             : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
-            if (shuffle_) blobs = std::move(blobs) | cv::shuffle(*shuffle_);
-            p = std::move(blobs) | image::decode_batches(decode_, batch_);
+            return with_ops(shard::shards(shards_, so).on(*rt_), st);
         }
+        return with_ops(list_source(st.one) | cv::map([](cv::blob b) { return shard::sample_of(std::move(b)); }, {.name = "samples"}), st);
+    }
+
+    /// The files or S3 objects, in this epoch's order and share.
+    cv::pipeline<cv::blob> list_source(const std::shared_ptr<cv::progress>& progress)
+    {
+        const cv::epoch_options epochs{.order = order_, .share = split_, .resume = progress};
+        return kind_ == "files" ? file::files(listing_, {.errors = errors_, .epochs = epochs}).on(*rt_)
+                                : cv::s3::objects(*s3_, objects_, {.errors = errors_, .epochs = epochs, .cache = cache_dir()}).on(*rt_);
+    }
+
+    /// The Python stages on samples, the shuffle where the builder put it among them.
+    cv::pipeline<shard::sample> with_ops(cv::pipeline<shard::sample> p, const cp::run_state& st)
+    {
+        for (std::size_t i = 0; i <= ops_.size(); ++i) {
+            if (i == shuffle_at_ && shuffle_) p = std::move(p) | cv::shuffle(*shuffle_);
+            if (i < ops_.size()) p = cp::with_python_op(std::move(p), ops_[i], st, errors_);
+        }
+        return p;
+    }
+
+    /// What the run hands Python: decoded images in batches, decoded samples (or batches of
+    /// their fields), batches of samples, or the samples themselves.
+    std::unique_ptr<py_run> outputs(cv::pipeline<shard::sample> p, const cp::run_state& st, std::uint64_t epoch)
+    {
+        if (has_decode_ && has_collate_ && image_batches_)
+            return images(std::move(p) | image::decode_batches(decode_, batch_), st, epoch);
+        if (has_decode_) { // every field decoded, one sample at a time
+            image::field_options fo = decode_.extra_decode;
+            fo.image = decode_.decode;
+            auto decoded = std::move(p) | image::decode_fields(std::move(fo), {.concurrency = decode_.concurrency, .errors = errors_});
+            if (!has_collate_) return std::make_unique<py_run>(rt_, std::move(decoded).run(epoch), st);
+            image::collate_fields_options co{.fields = tuple_, .partial = batch_.partial, .errors = errors_};
+            return std::make_unique<py_run>(rt_, (std::move(decoded) | image::collate_fields(batch_.size, std::move(co))).run(epoch), st);
+        }
+        if (has_collate_)
+            return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), st);
+        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), st);
+    }
+
+    std::unique_ptr<py_run> images(cv::pipeline<image::image_batch> p, const cp::run_state& progress, std::uint64_t epoch)
+    {
 #if CONVEYOR_WITH_CUDA
-        if (cuda_) return std::make_unique<py_run>(rt_, (*p | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
+        if (cuda_) return std::make_unique<py_run>(rt_, (std::move(p) | cv::cuda::to_cuda(*cuda_)).run(epoch), progress);
 #endif
-        return std::make_unique<py_run>(rt_, p->run(epoch), progress);
+        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), progress);
     }
 
     /// The node cache, when one was given with a folder.
@@ -491,8 +681,15 @@ private:
     void read_stages(const py::dict& spec)
     {
         if (has(spec, "shuffle")) read_section(spec, "shuffle", shuffle_.emplace());
+        shuffle_at_ = get<std::size_t>(spec, "shuffle_at", 0);
+        has_decode_ = has(spec, "decode");
+        has_collate_ = has(spec, "collate");
+        image_batches_ = get<bool>(spec, "image_batches", true);
+        if (has(spec, "tuple")) tuple_ = spec["tuple"].cast<std::vector<std::string>>();
+        read_python_ops(spec);
         read_section(spec, "decode", decode_);
         errors_ = decode_.errors; // one setting: a bad item, unreadable or undecodable
+        if (!has_decode_) errors_ = get<std::string>(spec, "on_error", "fail") == "skip" ? cv::on_error::skip : cv::on_error::fail;
         if (const auto map = get<std::string>(spec, "label_map_file", ""); !map.empty()) decode_.label_map.map = image::load_label_map(map);
         read_section(spec, "collate", batch_);
         if (batch_.type == image::dtype::int64) throw py::value_error("dtype must be 'uint8', 'float32' or 'float16'");
@@ -513,6 +710,62 @@ private:
         read_section(spec, "s3", s3_config_);
         read_section(spec, "source", file_spec_);
         if (has(spec, "urls")) urls_ = spec["urls"].cast<std::vector<std::string>>();
+    }
+
+    // The Python stages on samples, each with its pool of threads (kept for every epoch).
+    void read_python_ops(const py::dict& spec)
+    {
+        if (!has(spec, "ops")) return;
+        for (const auto& o : spec["ops"].cast<py::list>()) {
+            const auto d = o.cast<py::dict>();
+            cp::python_op op;
+            const auto what = d["op"].cast<std::string>();
+            op.what = what == "filter" ? cp::python_op::kind::filter : cp::python_op::kind::map;
+            op.fn = d["fn"];
+            op.threads = d["threads"].cast<std::size_t>();
+            op.ordered = d["ordered"].cast<bool>();
+            if (op.threads == 0) throw py::value_error(what + "() needs at least one thread");
+            py::object name = py::getattr(op.fn, "__name__", py::none());
+            op.name = what + "(" + (name.is_none() ? type_name_of(op.fn) : py::str(name).cast<std::string>()) + ")";
+            ops_.push_back(std::make_shared<cp::python_pool>(std::move(op)));
+        }
+        if (shuffle_at_ > ops_.size()) throw py::value_error("shuffle_at is past the Python stages");
+    }
+
+    static std::string type_name_of(const py::handle& o) { return cp::type_name(o); }
+
+    // A mix: its sources resolved (each with its own order, shuffle and Python stages), the
+    // weights, or the Python function of the global index that gives them.
+    void open_mix(const py::dict& spec)
+    {
+        for (const auto& child : spec["sources"].cast<py::list>())
+            children_.push_back(std::make_unique<py_dataset>(rt_, child.cast<py::dict>(), split_.rank, split_.world_size, split_.worker,
+                                                             split_.workers));
+        const auto m = spec["mix"].cast<py::dict>();
+        mix_.weights = m["weights"].cast<std::vector<double>>();
+        mix_.seed = m["seed"].cast<std::uint64_t>();
+        mix_.schedule_step = m["schedule_step"].cast<std::uint64_t>();
+        const auto stop = m["stop"].cast<std::string>();
+        mix_.stop = stop == "first" ? cv::mix_stop::first : stop == "never" ? cv::mix_stop::never : cv::mix_stop::all;
+        if (has(spec, "schedule")) {
+            // Called on an I/O thread every `schedule_step` draws: the function is held as a
+            // field object is (its last reference dropped with the GIL), called with it.
+            auto fn = cp::hold(py::reinterpret_borrow<py::object>(spec["schedule"]));
+            mix_.schedule = [fn](std::uint64_t index) -> std::vector<double> {
+                py::gil_scoped_acquire gil;
+                try {
+                    return cp::held(fn)(index).cast<std::vector<double>>();
+                } catch (py::error_already_set& e) {
+                    throw cv::error(cv::make_error_code(cv::errc::stage_failed),
+                                    {.stage = "mix", .detail = "the weight schedule failed at index " + std::to_string(index) + ": " +
+                                                               cp::python_error_text(e)});
+                } catch (const py::cast_error&) {
+                    throw cv::error(cv::make_error_code(cv::errc::stage_failed),
+                                    {.stage = "mix", .detail = "the weight schedule returned no list of numbers at index " +
+                                                               std::to_string(index)});
+                }
+            };
+        }
     }
 
     cv::s3::client& s3_client()
@@ -610,6 +863,13 @@ private:
     cv::on_error errors_ = cv::on_error::fail;
     conveyor::order_options order_;
     std::optional<cv::shuffle_options> shuffle_;
+    std::size_t shuffle_at_ = 0; // the shuffle comes before Python stage `shuffle_at_`
+    bool has_decode_ = false, has_collate_ = false;
+    bool image_batches_ = true;       // decode + batch: images decoded into batch tensors (else columns of any fields)
+    std::vector<std::string> tuple_;  // to_tuple's fields
+    std::vector<std::shared_ptr<cp::python_pool>> ops_;
+    std::vector<std::unique_ptr<py_dataset>> children_; // a mix's sources
+    cv::mix_options mix_;
     image::decode_image_options decode_;
     image::collate_options batch_;
 #if CONVEYOR_WITH_CUDA
@@ -667,6 +927,7 @@ PYBIND11_MODULE(_conveyor, m)
     py::class_<py_batch>(m, "Batch", "A batch: images and labels as DLPack tensors, with the items' keys.")
         .def_readonly("images", &py_batch::images)
         .def_readonly("labels", &py_batch::labels)
+        .def_readonly("columns", &py_batch::columns, "The other fields asked for (to_tuple), by name: NumPy arrays or lists.")
         .def_readonly("keys", &py_batch::keys)
         .def_readonly("index", &py_batch::index, "The batch's position in its run (0, 1, ...).")
         .def("__len__", [](const py_batch& b) { return b.size; });
@@ -695,6 +956,7 @@ PYBIND11_MODULE(_conveyor, m)
     py::class_<py_run>(m, "Run", "One epoch's run; dropping it or close() stops all its work.")
         .def("next", &py_run::next, "The next batch; raises StopIteration at the end of the epoch. Waits without the GIL.")
         .def("close", &py_run::close, "Stops the run and waits until all its work has stopped.")
+        .def("used", &py_run::used, py::arg("n"), "Records the first n items handed out as used (for state()).")
         .def("state", &py_run::state, "The progress of the epoch as JSON (every batch handed out counts as used; \"\": none kept).")
         .def("stats", &py_run::stats, "The run's statistics as a dict.");
 
@@ -726,6 +988,12 @@ PYBIND11_MODULE(_conveyor, m)
         return conveyor::progress::merge(ps).to_json();
     });
     m.def("check_progress", [](const std::string& text) { (void)conveyor::progress::from_json(text); });
+    m.def("merge_mix_progress", [](const std::vector<std::string>& parts) {
+        std::vector<cv::mix_progress> states;
+        for (const auto& p : parts) states.push_back(cv::mix_progress::from_json(p));
+        return cv::mix_progress::merge(states).to_json();
+    }, py::arg("parts"), "The union of several ranks' mix states (JSON) of one epoch.");
+    m.def("check_mix_progress", [](const std::string& text) { (void)cv::mix_progress::from_json(text); });
 
     m.def("center_crop",
           [](std::int64_t height, std::int64_t width, std::uint32_t size, double fraction) {

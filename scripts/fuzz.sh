@@ -8,7 +8,7 @@
 #   --seconds N  how long each target runs (default 10)
 #   --jobs J     targets run at once (default 1)
 #   TARGET       tar tar_gzip samples index_json labels aws_config sigv4 s3_xml
-#                http_response jpeg png (default: all)
+#                http_response jpeg png webp avif (default: all)
 # Environment: CONVEYOR_JOBS (parallel compile jobs, default: all cores, as in test.sh),
 #              CONVEYOR_SKIP_DEPS=1 skips the package check (as in install-deps.sh).
 # Corpora grow under build/fuzz/corpus/<target>/ from run to run; what a target finds is
@@ -16,11 +16,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-all_targets=(tar tar_gzip samples index_json labels aws_config sigv4 s3_xml http_response jpeg png)
+all_targets=(tar tar_gzip samples index_json labels aws_config sigv4 s3_xml http_response jpeg png webp avif)
 declare -A dict=([tar]=tar [tar_gzip]=tar [samples]=tar [index_json]=json [labels]=json [aws_config]=ini
-                 [sigv4]=sigv4 [s3_xml]=xml [http_response]=http [jpeg]=jpeg [png]=png)
+                 [sigv4]=sigv4 [s3_xml]=xml [http_response]=http [jpeg]=jpeg [png]=png [webp]=webp [avif]=avif)
 declare -A max_len=([tar]=65536 [tar_gzip]=65536 [samples]=4096 [index_json]=16384 [labels]=16384
-                    [aws_config]=8192 [sigv4]=4096 [s3_xml]=65536 [http_response]=65536 [jpeg]=262144 [png]=262144)
+                    [aws_config]=8192 [sigv4]=4096 [s3_xml]=65536 [http_response]=65536 [jpeg]=262144 [png]=262144
+                    [webp]=262144 [avif]=262144)
 
 usage() {
   echo "usage: $0 [--seconds N] [--jobs J] [TARGET...]" >&2

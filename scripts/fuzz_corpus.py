@@ -4,7 +4,8 @@
 Usage: fuzz_corpus.py OUT_DIR
 
 Seeds come from three places: files of the Debian package golang-1.19-src (Go's tar test
-archives, valid and malformed, and its JPEG and PNG test images), AWS's SigV4 test suite
+archives, valid and malformed, and its JPEG and PNG test images, also written as WebP by
+PIL and as AVIF by avifenc, where they are installed: python3-pil, libavif-bin), AWS's SigV4 test suite
 beside the checkout (../shared/testdata/aws-sigv4-suite, when present), and small inputs
 made here (a pax header, a GNU long name, webdataset shards, S3 replies, AWS config
 files, HTTP responses...). Nothing is copied into the repository: OUT_DIR/<target>/ is
@@ -16,8 +17,10 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 GO = Path("/usr/share/go-1.19/src")
@@ -206,6 +209,35 @@ def add_images(c: Corpus):
             c.add("png", p.read_bytes())
     for p in sorted((GO / "image/png/testdata").rglob("*.png")):
         c.add("png", p.read_bytes())
+    # WebP and AVIF made from a few of those pictures: colour, grey, alpha; lossy, lossless,
+    # animated; 8, 10 and 12 bits, 4:2:0, 4:4:4 and 4:0:0.
+    sources = [GO / "image/testdata/video-001.png"] + [GO / "image/png/testdata/pngsuite" / n
+                                                       for n in ("basn2c08.png", "basn6a08.png", "basn0g08.png", "basn4a08.png")]
+    try:
+        from PIL import Image
+    except ImportError:
+        print("fuzz_corpus: no PIL (Debian python3-pil for /usr/bin/python3): no WebP seeds")
+    else:
+        for p in sources:
+            im = Image.open(p)
+            im = im.convert("RGBA" if "A" in im.mode or "transparency" in im.info else "RGB")
+            for opts in ({"quality": 60}, {"lossless": True}):
+                buf = io.BytesIO()
+                im.save(buf, "WEBP", **opts)
+                c.add("webp", buf.getvalue())
+        buf = io.BytesIO()
+        im.save(buf, "WEBP", save_all=True, append_images=[im.rotate(90)], duration=50)
+        c.add("webp", buf.getvalue())
+    if not shutil.which("avifenc"):
+        print("fuzz_corpus: no avifenc (Debian libavif-bin): no AVIF seeds")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "seed.avif"
+        for p in sources:
+            for args in (["-d", "8", "-y", "420"], ["-d", "10", "-y", "444"], ["-d", "12", "-y", "400"]):
+                subprocess.run(["avifenc", "-s", "10", "--min", "20", "--max", "40", *args, str(p), str(out)],
+                               check=True, capture_output=True)
+                c.add("avif", out.read_bytes())
 
 
 def main():

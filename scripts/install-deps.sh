@@ -9,9 +9,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   liburing-dev libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev libssl-dev libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libdlpack-dev libisal-dev
+  libwebp-dev libavif-dev libdav1d-dev libavif-bin
   doctest-dev libcli11-dev libbenchmark-dev
   fio golang-1.19-src zlib1g-dev libarchive-tools
-  python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil
+  python3-botocore python3-awscrt openssl curl python3-torch python3-torchvision python3-pil python3-numpy
   pybind11-dev python3-dev python3-pytest
   python3-setuptools python3-wheel python3-wheel-whl python3-build python3-pybind11 python3-venv
 )

@@ -16,6 +16,13 @@ for lib in libboost_json.so.1.81.0 libboost_url.so.1.81.0 libssl.so.3 libcrypto.
   cp -L "/lib/x86_64-linux-gnu/$lib" "$PACK/lib/"
 done
 cp -L /usr/local/cuda/lib/libcudart.so.13 "$PACK/lib/" 2>/dev/null || true
+# WebP and AVIF, where the build has them: libwebp, libavif and what libavif links (its AV1
+# codecs, libyuv, absl).
+for lib in $(ldd "$BUILD/bench/conveyor-bench" | awk '$3 ~ /^\// {print $3}'); do
+  case "$(basename "$lib")" in
+    libwebp*|libsharpyuv*|libavif*|libdav1d*|libaom*|librav1e*|libSvtAv1*|libgav1*|libyuv*|libabsl*) cp -nL "$lib" "$PACK/lib/" ;;
+  esac
+done
 # With TSAN_BUILD=build/tsan: the CUDA tests built under ThreadSanitizer, and its runtime.
 if [ -n "${TSAN_BUILD:-}" ]; then
   cp "$TSAN_BUILD/tests/cuda/conveyor-cuda-tests" "$PACK/bin/conveyor-cuda-tests-tsan"

@@ -11,6 +11,7 @@
 #include <conveyor/core/location.hpp>
 #include <conveyor/core/memory_budget.hpp>
 #include <conveyor/core/metrics.hpp>
+#include <conveyor/core/mix.hpp>
 #include <conveyor/core/order.hpp>
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/core/range.hpp>
@@ -34,12 +35,15 @@
 #include <conveyor/file/index.hpp>
 #include <conveyor/file/source.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/columns.hpp>
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/dlpack.hpp>
 #include <conveyor/image/encode.hpp>
 #include <conveyor/image/split.hpp>
 #include <conveyor/image/synthetic.hpp>
 #include <conveyor/image/error.hpp>
+#include <conveyor/image/fields.hpp>
+#include <conveyor/image/npy.hpp>
 #include <conveyor/image/stage.hpp>
 #include <conveyor/http/chunks.hpp>
 #include <conveyor/http/client.hpp>

@@ -27,10 +27,12 @@ launchers' variables, or ``rank=``/``world_size=``), and among the workers of a
 
 from __future__ import annotations
 
+import collections as _collections
 import copy as _copy
 import json as _json
 import math as _math
 import os as _os
+import sys as _sys
 import weakref as _weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -41,16 +43,22 @@ from ._conveyor import __version__  # the C++ headers' version (include/conveyor
 __all__ = [
     "Error",
     "IMAGENET_MEAN",
+    "IMAGE_FIELDS",
     "IMAGENET_STD",
     "Pipeline",
     "Epoch",
     "files",
     "s3",
     "shards",
+    "mix",
     "merge_states",
     "environment_split",
     "center_crop",
 ]
+
+#: The fields ``decode()`` takes a sample's image from, the first present: webdataset's image
+#: extensions for the formats conveyor decodes.
+IMAGE_FIELDS: Tuple[str, ...] = ("jpg", "jpeg", "png", "webp", "avif")
 
 #: ImageNet's per-channel RGB mean and standard deviation (pixels in [0, 1]), as
 #: torchvision's pretrained models expect them: ``batch(dtype="float16", mean=IMAGENET_MEAN, std=IMAGENET_STD)``.
@@ -58,6 +66,9 @@ IMAGENET_MEAN: Tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: Tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 _STATE_FORMAT = "conveyor-python-state"
+
+# Parts of a description that hold the user's callables: shared between pipelines, not copied.
+_SHARED_KEYS = ("ops", "post", "sources", "schedule")
 
 # What pipelines resolved before a fork left in the child (a DataLoader worker): their
 # runtimes' threads exist only in the parent, so they are kept, never destroyed (that would
@@ -151,7 +162,7 @@ def files(
     index: Union[str, "os.PathLike[str]", None] = None,
     classes: Union[str, "os.PathLike[str]", None] = None,
     labels: bool = True,
-    extensions: Sequence[str] = (".jpg", ".jpeg", ".png"),
+    extensions: Sequence[str] = (".jpg", ".jpeg", ".png", ".webp", ".avif"),
     seed: int = 0,
     shuffle: bool = True,
     uneven: str = "drop",
@@ -213,7 +224,7 @@ def s3(
     classes: Union[str, "os.PathLike[str]", None] = None,
     prefix: str = "",
     labels: bool = False,
-    extensions: Sequence[str] = (".jpg", ".jpeg", ".png"),
+    extensions: Sequence[str] = (".jpg", ".jpeg", ".png", ".webp", ".avif"),
     config: Union[str, "os.PathLike[str]", None] = None,
     endpoint: Optional[str] = None,
     region: Optional[str] = None,
@@ -330,6 +341,73 @@ def shards(
     return Pipeline(spec)
 
 
+def mix(
+    sources: Sequence["Pipeline"],
+    weights: Optional[Sequence[float]] = None,
+    *,
+    seed: int = 0,
+    stop: str = "all",
+    schedule=None,
+    schedule_step: int = 1000,
+    on_error: str = "fail",
+    threads: int = 0,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+) -> "Pipeline":
+    """Samples drawn from several sources by weight: each sample comes from source ``k``
+    with probability ``weights[k] / sum(weights)`` (default: all equal).
+
+    ``sources`` are pipelines of samples (:func:`shards`, :func:`files`, :func:`s3`, with
+    their own ``seed``, ``shuffle()`` and :meth:`Pipeline.map`/``filter()``, but no
+    ``decode()`` or ``batch()``: those come after the mix). Each keeps its own order and
+    its share of each epoch (this rank's, as the mix's); which source the ``i``-th sample
+    comes from is a pure function of (``seed``, epoch, rank, ``i``), never of timing.
+
+    ``stop``: ``"first"`` ends the epoch when the first source runs out, ``"all"`` when all
+    have (an exhausted source drops out and the weights of the others are renormalised),
+    ``"never"`` starts an exhausted source again with its next epoch, for ever (bound the
+    loop yourself). ``schedule``: a function of the global sample index (samples drawn by
+    all ranks together) returning the weights, asked every ``schedule_step`` samples (it
+    must be quick: it runs with the GIL on conveyor's I/O thread), e.g. a curriculum
+    ``lambda i: [1.0, min(1.0, i / 1e6)]``.
+
+    :meth:`Pipeline.state_dict` holds every source's position and the mix's draws, and
+    resumes exactly (each sample once), merged across ranks onto any number of ranks."""
+    sources = list(sources)
+    if not sources:
+        raise ValueError("mix() needs at least one source")
+    for i, p in enumerate(sources):
+        if not isinstance(p, Pipeline):
+            raise TypeError(f"mix() takes pipelines; source {i} is {type(p).__name__}")
+        sp = p._spec
+        if sp["kind"] == "mix":
+            raise ValueError(f"source {i} is itself a mix: give its sources to one mix() with their weights")
+        if sp["decode"] is not None or sp["collate"] is not None or sp["tuple"] is not None or sp["post"]:
+            raise ValueError(f"source {i} decodes or batches: decode(), batch() and to_tuple() come after mix()")
+    if stop not in ("first", "all", "never"):
+        raise ValueError(f"stop must be 'first', 'all' or 'never', not {stop!r}")
+    if weights is None:
+        weights = [1.0] * len(sources)
+    weights = [float(w) for w in weights]
+    if len(weights) != len(sources):
+        raise ValueError(f"mix() has {len(sources)} sources and {len(weights)} weights")
+    if any(not _math.isfinite(w) or w < 0 for w in weights) or not any(w > 0 for w in weights):
+        raise ValueError(f"mix() weights must be finite, 0 or more, and not all 0: {weights}")
+    if schedule is not None and not callable(schedule):
+        raise TypeError("schedule= takes a function of the global sample index")
+    if int(schedule_step) < 1:
+        raise ValueError("schedule_step must be at least 1")
+    spec = {
+        "kind": "mix",
+        "sources": [p._spec for p in sources],
+        "mix": {"weights": weights, "seed": int(seed), "stop": stop, "schedule_step": int(schedule_step)},
+        "schedule": schedule,
+        "order": _order(seed, True, "drop"),
+        **_common(on_error, threads, rank, world_size),
+    }
+    return Pipeline(spec)
+
+
 def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """The union of the states of all ranks of one epoch (each rank's
     :meth:`Pipeline.state_dict`, gathered e.g. with ``torch.distributed.all_gather_object``):
@@ -344,7 +422,8 @@ def merge_states(states: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     if len(epochs) != 1:
         raise Error(f"merge_states: the states belong to different epochs ({sorted(epochs)})")
     begun = [s["progress"] for s in states if s["progress"]]
-    merged = _conveyor.merge_progress(begun) if begun else ""  # "": no rank had used anything yet
+    merge = _conveyor.merge_mix_progress if states[0].get("kind") == "mix" else _conveyor.merge_progress
+    merged = merge(begun) if begun else ""  # "": no rank had used anything yet
     out = dict(states[0])
     out["progress"] = merged
     out["rank"] = None
@@ -387,6 +466,10 @@ class Pipeline:
         self._spec.setdefault("to_cuda", None)
         self._spec.setdefault("with_keys", False)
         self._spec.setdefault("output", "torch")
+        self._spec.setdefault("ops", [])  # Python stages on samples, run by C++ on their own threads
+        self._spec.setdefault("shuffle_at", 0)  # the shuffle comes before ops[shuffle_at]
+        self._spec.setdefault("post", [])  # Python stages on what the pipeline yields (batches, tuples)
+        self._spec.setdefault("tuple", None)  # to_tuple's fields
         self._dataset = None  # the resolved source (listing, shard list, clients): made once
         self._runtime = None
         self._epoch = 0
@@ -398,7 +481,9 @@ class Pipeline:
     # ---- building -------------------------------------------------------------------
 
     def _with(self, **changes) -> "Pipeline":
-        spec = _copy.deepcopy(self._spec)
+        # The description is copied, the user's callables shared (a tokenizer's bound method
+        # is not copied with its tokenizer); a change makes new lists, never edits old ones.
+        spec = {k: (v if k in _SHARED_KEYS else _copy.deepcopy(v)) for k, v in self._spec.items()}
         spec.update(changes)
         return Pipeline(spec)
 
@@ -410,31 +495,105 @@ class Pipeline:
         if buffer < 1:
             raise ValueError("shuffle buffer must be at least 1")
         seed = int(seed if seed is not None else self._spec["order"]["seed"])
-        return self._with(shuffle=_section("shuffle", {"buffer": int(buffer), "seed": seed}, options))
+        if self._spec["post"] or self._spec["decode"] is not None or self._spec["collate"] is not None:
+            raise ValueError("shuffle() mixes samples: it comes before decode() and batch()")
+        return self._with(
+            shuffle=_section("shuffle", {"buffer": int(buffer), "seed": seed}, options), shuffle_at=len(self._spec["ops"])
+        )
+
+    def map(self, fn, *, threads: int = 4, ordered: bool = True) -> "Pipeline":
+        """Calls ``fn`` on every item, on a pool of ``threads`` Python threads, and hands on
+        what it returns.
+
+        Before :meth:`decode`, :meth:`batch` and :meth:`to_tuple`, items are samples (dicts
+        as webdataset yields them: ``__key__``, ``__url__``, one entry per field, bytes) and
+        ``fn`` returns a sample: a dict (bytes-like values stay fields that :meth:`decode`
+        can decode, a value handed back untouched is not copied, any other value is carried
+        as it is) or None to drop the sample (as webdataset's ``map``). Later, ``fn`` gets
+        what the pipeline yields there (a batch, a tuple) and returns its replacement.
+
+        The reading, parsing and decoding before and after run on conveyor's threads without
+        the GIL; only the calls take it, so a function that releases it (PIL, NumPy, a
+        tokenizer in Rust) runs on ``threads`` cores at once. ``ordered=False`` hands items
+        on as they are done. An exception names the stage, the sample's key and its shard,
+        and follows the source's ``on_error``: it fails the epoch, or the item is skipped and
+        counted."""
+        return self._with_op("map", fn, threads, ordered)
+
+    def filter(self, pred, *, threads: int = 4, ordered: bool = True) -> "Pipeline":
+        """Keeps the items for which ``pred(item)`` is true (samples before :meth:`decode`,
+        :meth:`batch` and :meth:`to_tuple`; else what the pipeline yields there), called as
+        :meth:`map` calls its function. A dropped sample counts as read for
+        :meth:`state_dict`."""
+        return self._with_op("filter", pred, threads, ordered)
+
+    def _with_op(self, what: str, fn, threads: int, ordered: bool) -> "Pipeline":
+        if not callable(fn):
+            raise TypeError(f"{what}() takes a callable, not {type(fn).__name__}")
+        if int(threads) < 1:
+            raise ValueError(f"{what}() needs threads >= 1")
+        op = {"op": what, "fn": fn, "threads": int(threads), "ordered": bool(ordered)}
+        late = self._spec["decode"] is not None or self._spec["collate"] is not None or self._spec["tuple"] is not None
+        if late or self._spec["post"]:
+            return self._with(post=self._spec["post"] + [op])
+        return self._with(ops=self._spec["ops"] + [op])
+
+    def to_tuple(self, *fields: str) -> "Pipeline":
+        """Yields tuples of these fields instead of dicts (webdataset's ``to_tuple``): each
+        name a field (``"jpg"``, ``"seg.png"``, ``"__key__"``), or alternatives
+        separated by ``;`` of which the first present is taken (``"jpg;png;webp"``). A
+        sample without any of them is an error naming its key and the fields it has (with
+        ``on_error="skip"``: skipped and counted). After :meth:`decode` and :meth:`batch`,
+        the image field (any of ``decode(fields=...)``) is the batch's image tensor and the
+        label field the labels."""
+        if not fields:
+            raise ValueError("to_tuple() needs at least one field")
+        for f in fields:
+            if not isinstance(f, str) or not f or any(not a for a in f.split(";")):
+                raise ValueError(f"to_tuple() fields are names, or names separated by ';': not {f!r}")
+        if self._spec["post"]:
+            raise ValueError("to_tuple() comes before map() and filter() on what the pipeline yields")
+        return self._with(tuple=list(fields))
 
     def decode(
         self,
-        size: Union[int, Tuple[int, int]] = 224,
+        size: Union[int, Tuple[int, int], None] = 224,
         *,
-        crop: str = "random_resized",
+        crop: Optional[str] = None,
         flip: Union[bool, float] = False,
         scale: Tuple[float, float] = (0.08, 1.0),
         ratio: Tuple[float, float] = (3 / 4, 4 / 3),
         center_fraction: float = 0.875,
         dct_scaling: bool = True,
         seed: Optional[int] = None,
-        fields: Sequence[str] = ("jpg", "jpeg", "png"),
+        fields: Sequence[str] = IMAGE_FIELDS,
         label_field: str = "cls",
         label_map: Union[str, "os.PathLike[str]", None] = None,
         first_number: Optional[int] = None,
+        decoders: Optional[Dict[str, Any]] = None,
         **options: Any,
     ) -> "Pipeline":
-        """Decodes each JPEG or PNG (libjpeg-turbo, libspng) on the compute threads, cropped
-        and resized to ``size`` (an int: square; or (height, width)), RGB.
+        """Decodes each sample's image (JPEG, PNG, WebP, AVIF) on the compute threads, cropped
+        and resized to ``size`` (an int: square; or (height, width); None: as it is), RGB,
+        and its other fields as webdataset's default decoders do.
 
-        ``crop``: ``"random_resized"`` (torchvision's RandomResizedCrop with ``scale`` and
+        With :meth:`batch` (and ``size`` given), each image is decoded straight into its
+        place in the batch tensor; the batch yields ``(images, labels)``, or the fields
+        :meth:`to_tuple` names (a caption, a JSON record, an array beside the image, each
+        decoded as below and collated). Without :meth:`batch`, each sample is a dict of its
+        decoded fields.
+
+        Fields are decoded by the last extension of their name: ``jpg jpeg png webp avif``
+        to uint8 tensors (height, width, 3); ``cls cls2 index`` to int; ``txt text`` to str;
+        ``json`` to Python objects; ``npy`` to NumPy arrays (any dtype and shape); anything
+        else stays bytes. ``decoders``: your own, by field name or extension
+        (``{"seg.png": fn, "msgpack": fn}``), each called with the field's bytes on the
+        Python threads (see :meth:`map`) before conveyor decodes the rest; a decoder that
+        returns None leaves the field to the next in line.
+
+        ``crop``: ``"random_resized"`` (the default with a ``size``: torchvision's RandomResizedCrop with ``scale`` and
         ``ratio``), ``"center"`` (the central ``center_fraction`` of the shorter side, as
-        ``Resize(256) + CenterCrop(224)`` keeps) or ``"none"`` (the whole image resized).
+        ``Resize(256) + CenterCrop(224)`` keeps) or ``"none"`` (the whole image resized; the default without a ``size``).
         ``flip``: True (0.5) or a probability of a horizontal flip. ``dct_scaling``: let
         libjpeg decode at 1/2, 1/4 or 1/8 scale where the output is that much smaller
         (faster, nearly the same pixels). Crops and flips are a pure function of (``seed``,
@@ -446,7 +605,13 @@ class Pipeline:
         by number (1 for ImageNet's ILSVRC2012_val_00000001). ``options``: further fields of
         ``conveyor::image::decode_options`` (``strict``, ``max_pixels``, ``jpeg_crop``,
         ``format``) or of ``decode_image_options`` (``concurrency``, ``label_json``) by name."""
-        if isinstance(size, int):
+        if self._spec["collate"] is not None or self._spec["tuple"] is not None or self._spec["post"]:
+            raise ValueError("decode() comes before batch(), to_tuple() and map() on what the pipeline yields")
+        if crop is None:
+            crop = "none" if size is None else "random_resized"
+        if size is None:
+            size = (0, 0)
+        elif isinstance(size, int):
             size = (size, size)
         if crop not in ("random_resized", "center", "none"):
             raise ValueError(f"crop must be 'random_resized', 'center' or 'none', not {crop!r}")
@@ -476,7 +641,10 @@ class Pipeline:
             },
             {k: v for k, v in options.items() if k not in pixels},
         )
-        return self._with(decode=section, label_map_file=_os.fspath(label_map) if label_map is not None else "")
+        ops = self._spec["ops"]
+        if decoders:
+            ops = ops + [{"op": "map", "fn": _FieldDecoders(decoders), "threads": 4, "ordered": True}]
+        return self._with(decode=section, ops=ops, label_map_file=_os.fspath(label_map) if label_map is not None else "")
 
     def batch(
         self,
@@ -489,19 +657,26 @@ class Pipeline:
         partial: bool = True,
         **options: Any,
     ) -> "Pipeline":
-        """Collates ``size`` decoded images into one tensor, each decoded straight into its
-        place: ``uint8`` pixels as decoded, or ``float32``/``float16`` normalized as
-        torchvision's ``ToTensor()`` + ``Normalize(mean, std)`` (defaults: 0 and 1);
-        ``layout`` ``"nhwc"`` or ``"nchw"``. ``partial=False`` drops a last, smaller batch. ``options``: further fields of
+        """Groups ``size`` items into a batch. After :meth:`decode`: the images collated into
+        one tensor, each decoded straight into its place: ``uint8`` pixels as decoded, or
+        ``float32``/``float16`` normalized as torchvision's ``ToTensor()`` +
+        ``Normalize(mean, std)`` (defaults: 0 and 1); ``layout`` ``"nhwc"`` or ``"nchw"``.
+        Without :meth:`decode`: batches of samples, a dict with a list per field (None where
+        a sample lacks it); numbers a map put in become a tensor, same-shape arrays are
+        stacked. ``partial=False`` drops a last, smaller batch. ``options``: further fields of
         ``conveyor::image::collate_options`` by name (``capacity``, ``slabs``)."""
-        if self._spec["decode"] is None:
-            raise ValueError("batch() comes after decode()")
+        if self._spec["collate"] is not None:
+            raise ValueError("batch() is given once")
+        if self._spec["post"]:
+            raise ValueError("batch() comes before map() and filter() on what the pipeline yields")
         if size < 1:
             raise ValueError("batch size must be at least 1")
         if dtype not in ("uint8", "float32", "float16"):
             raise ValueError(f"dtype must be 'uint8', 'float32' or 'float16', not {dtype!r}")
         if layout not in ("nhwc", "nchw"):
             raise ValueError(f"layout must be 'nhwc' or 'nchw', not {layout!r}")
+        if self._spec["decode"] is None and (dtype != "uint8" or layout != "nhwc" or mean is not None or std is not None):
+            raise ValueError("dtype, layout, mean and std shape decoded images: batch() after decode()")
 
         def three(v, fill):
             if v is None:
@@ -537,8 +712,8 @@ class Pipeline:
         for one to be dropped: keep fewer, ``.clone()`` what you keep, or raise ``buffers``.
         (CPU batches have no such limit: a batch handed to the loop is its own memory.)
         ``options``: further fields of ``conveyor::cuda::staging_options`` by name (``capacity``)."""
-        if self._spec["collate"] is None:
-            raise ValueError("to_cuda() comes after batch()")
+        if self._spec["collate"] is None or self._spec["decode"] is None:
+            raise ValueError("to_cuda() comes after decode() and batch()")
         if buffers < 2:
             raise ValueError("to_cuda needs at least 2 buffers (one being copied, one held)")
         # Checked when the pipeline is resolved: a build without CUDA has no staging_options.
@@ -575,8 +750,6 @@ class Pipeline:
     def _resolved(self):
         self._forget_if_forked()
         if self._dataset is None:
-            if self._spec["collate"] is None:
-                raise ValueError("a pipeline must end in batch() (and optionally to_cuda()) to be iterated")
             threads = self._spec["threads"]
             # threads=0 is this rank's share of the node's cores; where a launcher set LOCAL_RANK
             # and no LOCAL_WORLD_SIZE, C++ counts the node's ranks by its GPUs, which only torch knows.
@@ -590,7 +763,7 @@ class Pipeline:
             if rank is None:
                 rank, world = environment_split()
             worker, workers = _worker_split()
-            self._dataset = _conveyor.Dataset(self._runtime, self._spec, rank, world, worker, workers)
+            self._dataset = _conveyor.Dataset(self._runtime, _run_spec(self._spec), rank, world, worker, workers)
             self._pid = _os.getpid()
         return self._dataset
 
@@ -626,6 +799,8 @@ class Pipeline:
         items = self._resolved().items(self._epoch)
         if items is None:
             raise TypeError("len() of this pipeline is unknown: its shards were not listed by a dataset index (.json)")
+        if self._spec["collate"] is None:
+            return items
         n = self._spec["collate"]["size"]
         return _math.ceil(items / n) if self._spec["collate"]["partial"] else items // n
 
@@ -687,10 +862,81 @@ class Pipeline:
         if kind != self._spec["kind"]:
             raise ValueError(f"this state comes from a {kind} pipeline, not a {self._spec['kind']} pipeline")
         if state["progress"]:
-            _conveyor.check_progress(state["progress"])
+            (_conveyor.check_mix_progress if kind == "mix" else _conveyor.check_progress)(state["progress"])
         self._stop_active()
         self._epoch = int(state["epoch"])
         self._state = state["progress"] or None
+
+
+def _tuple_roles(spec: Dict[str, Any]) -> Optional[List[Any]]:
+    """What each of to_tuple's fields is in a batch of decoded images: "images", "labels",
+    "keys", or ("column", name) for a field decoded beside the image; None when the batch is
+    not one of decoded images (no size, or no image among the fields asked)."""
+    decode = spec["decode"]
+    if decode is None or spec["collate"] is None or decode["decode"]["size"]["width"] == 0:
+        return None
+    if spec["tuple"] is None:
+        return ["images", "labels"]
+    image_fields = set(decode["fields"])
+    label = decode["label_field"]
+    roles: List[Any] = []
+    for f in spec["tuple"]:
+        alts = f.split(";")
+        if any(a in image_fields for a in alts):
+            roles.append("images")
+        elif label and alts == [label]:
+            roles.append("labels")
+        elif alts == ["__key__"]:
+            roles.append("keys")
+        else:
+            roles.append(("column", f))
+    return roles if "images" in roles else None
+
+
+def _run_spec(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """The description C++ runs: with which batches a decode() and batch() make (decoded
+    images in one tensor, with the other fields to_tuple names beside them, or columns of
+    any fields), and those fields."""
+    spec = dict(spec)
+    roles = _tuple_roles(spec)
+    spec["image_batches"] = roles is not None
+    if roles is not None and spec["tuple"] is not None:
+        decode = dict(spec["decode"])
+        decode["extra_fields"] = [r[1] for r in roles if isinstance(r, tuple)]
+        spec["decode"] = decode
+    elif spec["decode"] is not None and spec["collate"] is not None and spec["tuple"] is None and roles is None:
+        raise ValueError("batch() of decoded images of no fixed size (decode(size=None)) needs to_tuple() to name its fields")
+    return spec
+
+
+class _FieldDecoders:
+    """decode(decoders=...): the user's decoders by field name or last extension, each called
+    with the field's bytes; None leaves the field to the next decoder in line."""
+
+    def __init__(self, decoders: Dict[str, Any]):
+        for k, fn in decoders.items():
+            if not isinstance(k, str) or not k or not callable(fn):
+                raise TypeError("decoders= maps field names or extensions (str) to callables")
+        self._decoders = dict(decoders)
+        self.__name__ = "decoders"
+
+    def __call__(self, sample: Dict[str, Any]) -> Dict[str, Any]:
+        out = None
+        for name, value in sample.items():
+            if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
+                continue
+            fn = self._decoders.get(name) or self._decoders.get(name.rsplit(".", 1)[-1].lower())
+            if fn is None:
+                continue
+            try:
+                decoded = fn(value)
+            except Exception as e:
+                raise type(e)(f"decoder {getattr(fn, '__name__', fn)!r} of field {name!r}: {e}") from e
+            if decoded is not None:
+                if out is None:
+                    out = dict(sample)
+                out[name] = decoded
+        return out if out is not None else sample
 
 
 class Epoch:
@@ -703,39 +949,70 @@ class Epoch:
         self._run = run
         self._pid = _os.getpid()
         self._torch = None
-        if pipe._spec["output"] == "torch":
+        spec = pipe._spec
+        if spec["output"] == "torch" and spec["decode"] is not None:
             try:
                 import torch
             except ImportError as e:  # pragma: no cover - depends on the installation
                 raise ImportError("conveyor yields torch tensors: install PyTorch, or use .dlpack() for DLPack objects") from e
             self._torch = torch
-        self._keys = pipe._spec["with_keys"]
+        elif spec["output"] == "torch":
+            import sys
+
+            self._torch = sys.modules.get("torch")  # raw samples need no torch; numbers collate into its tensors if loaded
+        self._keys = spec["with_keys"]
+        self._images = spec["decode"] is not None and spec["collate"] is not None
+        self._batches = spec["collate"] is not None
+        self._shape = _Shape(spec, self._images)
+        self._chunk: "collections.deque" = _collections.deque()
+        self._pulled = 0  # items taken from the run (a chunk's samples one each)
+        self._skipped = 0  # items skipped here (a to_tuple field missing, a Python stage's error)
+        self._post = _PostStages(spec["post"], spec["on_error"], self) if spec["post"] else None
 
     def __iter__(self) -> "Epoch":
         return self
 
+    def _pull(self):
+        """The next item of the run, shaped (a tuple, a collated batch); raises StopIteration
+        at the end."""
+        while True:
+            if not self._chunk:
+                if self._run is None:
+                    raise StopIteration
+                self._run.used(self._used())
+                try:
+                    got = self._run.next()
+                except StopIteration:
+                    self._finish(ended=True)
+                    raise
+                except BaseException:
+                    self._finish(ended=False)
+                    raise
+                if isinstance(got, list):
+                    self._chunk.extend(got)
+                else:
+                    self._chunk.append(got)
+            item = self._chunk.popleft()
+            self._pulled += 1
+            shaped = self._shape(item, self)
+            if shaped is not _SKIP:
+                return shaped
+            if self._post is not None:
+                self._post.skipped(self._pulled - 1)
+
     def __next__(self):
-        if self._run is None:
-            raise StopIteration
-        try:
-            b = self._run.next()
-        except StopIteration:
-            self._finish(ended=True)
-            raise
-        except BaseException:
-            self._finish(ended=False)
-            raise
-        if self._torch is None:
-            return b
-        images = self._torch.from_dlpack(b.images)
-        labels = self._torch.from_dlpack(b.labels)
-        if self._keys:
-            return images, labels, b.keys
-        return images, labels
+        if self._post is not None:
+            return self._post.next()
+        return self._pull()
+
+    def _used(self) -> int:
+        """Items of the run the loop has had (or that were dropped on the way to it)."""
+        return self._post.used() if self._post is not None else self._pulled
 
     def _save(self) -> None:
         if self._run is None:
             return
+        self._run.used(self._used())
         self._pipe._state = self._run.state() or None
 
     def _finish(self, ended: bool) -> None:
@@ -747,7 +1024,9 @@ class Epoch:
             return
         if not ended:
             self._save()
-        self._pipe._last_stats = self._run.stats()
+        stats = self._run.stats()
+        stats["skipped"] = stats.get("skipped", 0) + self._skipped
+        self._pipe._last_stats = stats
         self._run.close()
         self._run = None
         if ended:
@@ -758,14 +1037,260 @@ class Epoch:
 
     def close(self) -> None:
         """Stops the run now; the pipeline keeps the position reached."""
+        if self._post is not None:
+            self._post.close()
         self._finish(ended=False)
 
     def stats(self) -> Dict[str, Any]:
         """This run's statistics (see :meth:`Pipeline.stats`)."""
-        return self._run.stats() if self._run is not None else dict(self._pipe._last_stats)
+        if self._run is None:
+            return dict(self._pipe._last_stats)
+        stats = self._run.stats()
+        stats["skipped"] = stats.get("skipped", 0) + self._skipped
+        return stats
 
     def __del__(self):
         try:
             self.close()
         except Exception:
             pass
+
+
+_SKIP = object()  # an item left out on the way (its to_tuple field missing, skipped on error)
+
+
+class _Shape:
+    """Makes what the loop gets from what the run hands over: image batches as tensors (or
+    the fields to_tuple asks for), samples as dicts or tuples, batches collated."""
+
+    def __init__(self, spec: Dict[str, Any], images: bool):
+        self._tuple = [f.split(";") for f in spec["tuple"]] if spec["tuple"] is not None else None
+        self._names = spec["tuple"]
+        self._skip = spec["on_error"] == "skip"
+        self._roles = _tuple_roles(spec)
+        self._images = self._roles is not None
+        self._batches = spec["collate"] is not None
+        self._decoded = spec["decode"] is not None
+
+    def __call__(self, item, epoch: "Epoch"):
+        torch = epoch._torch
+        if self._images:
+            if torch is None:
+                return item
+            images = torch.from_dlpack(item.images)
+            labels = torch.from_dlpack(item.labels)
+            if self._tuple is None:
+                return (images, labels, item.keys) if epoch._keys else (images, labels)
+            have = {"images": images, "labels": labels, "keys": item.keys}
+            return tuple(have[r] if isinstance(r, str) else _column(item.columns[r[1]], torch) for r in self._roles)
+        if self._decoded and self._batches:  # columns of decoded fields, named as to_tuple names them
+            cols = {k: (v if k.startswith("__") else _column(v, torch)) for k, v in item.items()}
+            return tuple(cols[n] for n in self._names) if self._names is not None else cols
+        if self._decoded:
+            item = {k: (_tensors(v, torch) if _is_image(k) else v) for k, v in item.items()}
+        elif self._batches:
+            item = {k: (_collate(v, torch) if not k.startswith("__") else v) for k, v in item.items()}
+        if self._tuple is None:
+            return item
+        return self._pick_batch(item, epoch) if self._batches else self._pick(item, epoch)
+
+    def _pick(self, sample: Dict[str, Any], epoch: "Epoch"):
+        out = []
+        for alts in self._tuple:
+            for a in alts:
+                if a in sample:
+                    out.append(sample[a])
+                    break
+            else:
+                return self._missing(alts, sample.get("__key__"), sample.get("__url__"), [k for k in sample if not k.startswith("__")], epoch)
+        return tuple(out)
+
+    def _pick_batch(self, batch: Dict[str, Any], epoch: "Epoch"):
+        out = []
+        for alts in self._tuple:
+            col = None
+            for a in alts:
+                if a in batch and not (isinstance(batch[a], list) and any(v is None for v in batch[a])):
+                    col = batch[a]
+                    break
+            if col is None:
+                # Each sample may have another of the alternatives: take the first present per sample.
+                present = [a for a in alts if a in batch]
+                keys = batch["__key__"]
+                picked = []
+                for i, key in enumerate(keys):
+                    for a in present:
+                        v = batch[a][i] if isinstance(batch[a], list) else batch[a][i]
+                        if v is not None:
+                            picked.append(v)
+                            break
+                    else:
+                        fields = [k for k in batch if not k.startswith("__") and batch[k][i] is not None]
+                        return self._missing(alts, key, batch["__url__"][i], fields, epoch)
+                col = picked
+            out.append(col)
+        return tuple(out)
+
+    def _missing(self, alts, key, url, fields, epoch: "Epoch"):
+        what = f"to_tuple: sample {key!r} of {url!r} has no field {';'.join(alts)!r} (it has: {', '.join(fields) or 'none'})"
+        if self._skip and not self._batches:
+            epoch._skipped += 1
+            _log_skip(what)
+            return _SKIP
+        raise Error(what)
+
+
+_IMAGE_EXTENSIONS = {"jpg", "jpeg", "jpe", "jfif", "png", "webp", "avif"}
+
+
+def _is_image(field: str) -> bool:
+    return field.rsplit(".", 1)[-1].lower() in _IMAGE_EXTENSIONS
+
+
+def _tensors(v: Any, torch) -> Any:
+    """A decoded column or value: NumPy arrays of images and stacked values as torch tensors
+    (no copy) when torch is loaded; lists as they are."""
+    if torch is not None and type(v).__module__ == "numpy" and hasattr(v, "flags"):
+        if not v.flags.writeable:  # a view into a shard's bytes: torch wants memory it may write
+            v = v.copy()
+        if not v.dtype.isnative:
+            v = v.astype(v.dtype.newbyteorder("="))
+        try:
+            return torch.from_numpy(v)
+        except TypeError:  # a type torch has not (uint16, uint32, uint64): the array as it is
+            return v
+    return v
+
+
+def _column(v: Any, torch) -> Any:
+    """A batch's column from C++: stacked values as a tensor; a list (values that did not
+    stack, or values a Python stage put in) collated as webdataset collates."""
+    return _collate(v, torch) if isinstance(v, list) else _tensors(v, torch)
+
+
+def _collate(values: List[Any], torch) -> Any:
+    """A batch's column as webdataset's default collation makes it: numbers a tensor (NumPy
+    array without torch), same-shape arrays or tensors stacked, anything else a list."""
+    if not values or any(v is None for v in values):
+        return values
+    first = values[0]
+    if isinstance(first, (bool, int, float)) and all(isinstance(v, (bool, int, float)) for v in values):
+        if torch is not None:
+            return torch.tensor(values)
+        import numpy
+
+        return numpy.array(values)
+    if torch is not None and isinstance(first, torch.Tensor):
+        if all(isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values):
+            return torch.stack(values)
+        return values
+    np = _sys.modules.get("numpy")
+    if np is not None and isinstance(first, np.ndarray):
+        if all(isinstance(v, np.ndarray) and v.shape == first.shape and v.dtype == first.dtype for v in values):
+            stacked = np.stack(values)
+            return torch.from_numpy(stacked) if torch is not None else stacked
+    return values
+
+
+_logged_skips: set = set()
+
+
+def _log_skip(what: str) -> None:
+    import logging
+
+    stage = what.split(":", 1)[0]
+    if stage not in _logged_skips:  # once per kind: a dataset with many such items logs one line
+        _logged_skips.add(stage)
+        logging.getLogger("conveyor").warning("skipped (on_error='skip'; counted in stats()['skipped']): %s", what)
+
+
+class _PostStages:
+    """The Python stages on what the pipeline yields (batches, tuples): each item's calls
+    on a pool of threads, ahead of the loop by twice the threads, in order (unless every
+    stage says ``ordered=False``). Tracks which items the loop has had, for the state."""
+
+    def __init__(self, ops: List[Dict[str, Any]], on_error: str, epoch: "Epoch"):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._ops = ops
+        self._skip = on_error == "skip"
+        self._epoch = epoch
+        self._threads = max(op["threads"] for op in ops)
+        self._ordered = any(op["ordered"] for op in ops)
+        self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="conveyor-map")
+        self._pending: "collections.deque" = _collections.deque()  # (seq, future), in submission order
+        self._ended = False
+        self._done: set = set()  # seqs done (had by the loop, dropped, skipped) beyond the prefix
+        self._prefix = 0  # every item below this has been had by the loop or dropped
+
+    def _call(self, item):
+        for op in self._ops:
+            try:
+                r = op["fn"](item)
+            except Exception as e:
+                name = getattr(op["fn"], "__name__", type(op["fn"]).__name__)
+                raise _StageError(f"{op['op']}({name}) failed: {type(e).__name__}: {e}") from e
+            if op["op"] == "filter":
+                if not r:
+                    return _SKIP
+            else:
+                item = r
+        return item
+
+    def _fill(self) -> None:
+        while not self._ended and len(self._pending) < 2 * self._threads:
+            try:
+                item = self._epoch._pull()
+            except StopIteration:
+                self._ended = True
+                break
+            self._pending.append((self._epoch._pulled - 1, self._pool.submit(self._call, item)))
+
+    def next(self):
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while True:
+            self._fill()
+            if not self._pending:
+                raise StopIteration
+            if self._ordered:
+                seq, fut = self._pending.popleft()
+            else:
+                finished, _ = wait([f for _, f in self._pending], return_when=FIRST_COMPLETED)
+                seq, fut = next((s, f) for s, f in self._pending if f in finished)
+                self._pending.remove((seq, fut))
+            try:
+                r = fut.result()
+            except _StageError as e:
+                if not self._skip:
+                    self.close()
+                    self._epoch.close()
+                    raise Error(str(e)) from e.__cause__
+                self._epoch._skipped += 1
+                _log_skip(str(e))
+                r = _SKIP
+            self._mark(seq)
+            if r is not _SKIP:
+                return r
+
+    def skipped(self, seq: int) -> None:
+        self._mark(seq)
+
+    def _mark(self, seq: int) -> None:
+        self._done.add(seq)
+        while self._prefix in self._done:
+            self._done.discard(self._prefix)
+            self._prefix += 1
+
+    def used(self) -> int:
+        return self._prefix
+
+    def close(self) -> None:
+        for _, f in self._pending:
+            f.cancel()
+        self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _StageError(Exception):
+    pass

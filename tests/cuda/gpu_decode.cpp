@@ -225,6 +225,14 @@ TEST_CASE("cuda::decode_batches checks its options as decode_batches does, and i
     CHECK_THROWS_AS(cc::decode_batches({.decode = {.size = {8, 8}}}, {.size = 4}, {.ring = 0}), error);
     CHECK_THROWS_AS(cc::decode_batches({.decode = {.size = {8, 8}}}, {.size = 4}, {.cpu_share = 2}), error);
     CHECK_NOTHROW(cc::decode_batches({.decode = {.size = {8, 8}}}, {.size = 4}));
+    cv::image::decode_image_options extra{.decode = {.size = {8, 8}}};
+    extra.extra_fields = {"txt"};
+    try {
+        cc::decode_batches(extra, {.size = 4});
+        FAIL("extra fields were taken");
+    } catch (const error& e) {
+        CHECK(std::string(e.what()).find("cuda::to_cuda") != std::string::npos); // it says what batches them
+    }
 }
 
 TEST_SUITE("gpu")

@@ -35,6 +35,7 @@ std::size_t decode(conveyor::blob b) { return b.data.size(); }
 std::atomic<std::size_t> seen{0};
 
 void train_step(const conveyor::image::tensor&, const conveyor::image::tensor&) { ++seen; }
+void train_step(const conveyor::image::stacked_tensor&, const conveyor::image::stacked_tensor&) { ++seen; }
 void train_on(const conveyor::image::decoded_image&, std::int64_t) { ++seen; }
 void train(const conveyor::shard::sample&) { ++seen; }
 template <class Data>
@@ -187,6 +188,24 @@ void example_decode_image()
     for (auto& d : pipe) train_on(d.image, d.label);
 }
 
+// image/fields.hpp: decode_fields
+auto example_decode_fields()
+{
+    auto pipe = conveyor::shard::shards("/data/shard-{000000..000099}.tar")
+              | conveyor::image::decode_fields({.only = {"jpg", "json", "cls"}})
+              | conveyor::image::collate_fields(32, {.fields = {"jpg", "json", "cls"}});
+    return pipe;
+}
+
+// image/columns.hpp: collate_fields
+void example_collate_fields()
+{
+    auto pipe = conveyor::shard::shards("/data/shard-{000000..000099}.tar")
+              | conveyor::image::decode_fields()
+              | conveyor::image::collate_fields(64, {.fields = {"npy", "cls", "json"}});
+    for (auto& b : pipe) train_step(*b.column("npy")->stacked, *b.column("cls")->stacked);
+}
+
 // ---- shard --------------------------------------------------------------------------
 
 // shard/source.hpp: shards with resume state
@@ -195,6 +214,19 @@ void example_shards_resume()
     auto state = std::make_shared<conveyor::progress>();
     auto pipe = conveyor::shard::shards(conveyor::shard::resolve("/data/shard-{000000..000146}.tar"),
                                         {.order = {.seed = 7}, .resume = state})
+              | conveyor::shuffle({.buffer = 10'000, .seed = 7});
+    for (auto& s : pipe) { train(s); state->consumed(s); }
+}
+
+// core/mix.hpp: three shard sets mixed by weight, with one resume state
+void example_mix(const std::vector<conveyor::shard::shard_ref>& web_list, const std::vector<conveyor::shard::shard_ref>& book_list,
+                 const std::vector<conveyor::shard::shard_ref>& code_list)
+{
+    auto state = std::make_shared<conveyor::mix_progress>(3);
+    auto web = conveyor::shard::shards(web_list, {.order = {.seed = 7}, .resume = state->source(0)});
+    auto books = conveyor::shard::shards(book_list, {.order = {.seed = 7}, .resume = state->source(1)});
+    auto code = conveyor::shard::shards(code_list, {.order = {.seed = 7}, .resume = state->source(2)});
+    auto pipe = conveyor::mix<conveyor::shard::sample>({web, books, code}, {.weights = {0.6, 0.3, 0.1}, .seed = 7, .resume = state})
               | conveyor::shuffle({.buffer = 10'000, .seed = 7});
     for (auto& s : pipe) { train(s); state->consumed(s); }
 }
@@ -308,7 +340,10 @@ void example_gpu_decode_batches(conveyor::runtime& rt, const std::vector<conveyo
 [[maybe_unused]] const void* compiled_only[] = {
     reinterpret_cast<const void*>(&example_label_map),
     reinterpret_cast<const void*>(&example_decode_image),
+    reinterpret_cast<const void*>(&example_decode_fields),
+    reinterpret_cast<const void*>(&example_collate_fields),
     reinterpret_cast<const void*>(&example_shards_resume),
+    reinterpret_cast<const void*>(&example_mix),
     reinterpret_cast<const void*>(&example_untar),
     reinterpret_cast<const void*>(&example_readme_quick_start),
     reinterpret_cast<const void*>(&example_s3_list_labels),

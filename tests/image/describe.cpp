@@ -23,6 +23,9 @@ TEST_CASE("the image option structs round-trip through JSON")
     conveyor::test::check_round_trip<image::decode_image_options>();
     conveyor::test::check_round_trip<image::decoded_queue_options>();
     conveyor::test::check_round_trip<image::collate_options>();
+    conveyor::test::check_round_trip<image::field_options>();
+    conveyor::test::check_round_trip<image::fields_queue_options>();
+    conveyor::test::check_round_trip<image::collate_fields_options>();
 }
 
 TEST_CASE("the S3, store and shard option structs round-trip through JSON")
@@ -44,4 +47,9 @@ TEST_CASE("decode and collate options are read by their field names, enums by th
     CHECK(c.type == image::dtype::float16);
     CHECK(c.layout == image::tensor_layout::nchw);
     CHECK(c.mean[2] == 0.5f);
+    const auto x = conveyor::detail::options_from_json<image::decode_image_options>(boost::json::parse(
+        R"({"extra_fields": ["txt", "json;jsn"], "extra_decode": {"only": ["json"], "max_json_depth": 9}})"));
+    CHECK(x.extra_fields == std::vector<std::string>{"txt", "json;jsn"});
+    CHECK(x.extra_decode.only == std::vector<std::string>{"json"});
+    CHECK(x.extra_decode.max_json_depth == 9);
 }

@@ -13,15 +13,15 @@ TEST_CASE("every image error code has a message of its own, in the conveyor.imag
 {
     std::set<std::string> messages;
     int n = 0;
-    for (int v = static_cast<int>(image::errc::not_an_image); v <= static_cast<int>(image::errc::bad_label); ++v, ++n) {
+    for (int v = static_cast<int>(image::errc::not_an_image); v <= static_cast<int>(image::errc::field_decoder_failed); ++v, ++n) {
         const std::error_code ec = image::make_error_code(static_cast<image::errc>(v));
         CHECK(std::string(ec.category().name()) == "conveyor.image");
         CHECK(ec.message().find("unknown") == std::string::npos);
         messages.insert(ec.message());
     }
-    CHECK(n == 9);
-    CHECK(messages.size() == 9);
-    CHECK(image::make_error_code(image::errc::not_an_image).message() == "not a JPEG or PNG image");
+    CHECK(n == 11);
+    CHECK(messages.size() == 11);
+    CHECK(image::make_error_code(image::errc::not_an_image).message() == "not a JPEG, PNG, WebP or AVIF image");
     CHECK(image::make_error_code(image::errc::truncated).message() == "image data are truncated");
     CHECK(image::make_error_code(image::errc::corrupt).message() == "image data are corrupt");
     CHECK(image::make_error_code(image::errc::unsupported).message() == "unsupported kind of image");
@@ -30,6 +30,8 @@ TEST_CASE("every image error code has a message of its own, in the conveyor.imag
     CHECK(image::make_error_code(image::errc::bad_options).message() == "invalid image decode options");
     CHECK(image::make_error_code(image::errc::missing_field).message() == "sample has no such field or key");
     CHECK(image::make_error_code(image::errc::bad_label).message() == "label is not an integer or not in the label map");
+    CHECK(image::make_error_code(image::errc::bad_field).message() == "field is not what its decoder reads");
+    CHECK(image::make_error_code(image::errc::field_decoder_failed).message() == "a user's field decoder failed");
     CHECK(image::make_error_code(static_cast<image::errc>(999)).message() == "unknown conveyor.image error");
     const std::error_code ec = image::errc::corrupt; // is_error_code_enum
     CHECK(ec == image::errc::corrupt);

@@ -147,7 +147,7 @@ TEST_CASE("a sample without an image field or with a bad label is an error sayin
         return what;
     };
     const auto missing = first_error(no_image, {});
-    CHECK(missing.find("none of the image fields (jpg, jpeg, png)") != std::string::npos);
+    CHECK(missing.find("none of the image fields (jpg, jpeg, png, webp, avif)") != std::string::npos);
     CHECK(missing.find("which has: txt, cls") != std::string::npos);
     const auto label = first_error(bad_label, {});
     CHECK(label.find("not a decimal integer") != std::string::npos);

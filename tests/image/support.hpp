@@ -2,6 +2,9 @@
 #ifndef CONVEYOR_TESTS_IMAGE_SUPPORT_HPP
 #define CONVEYOR_TESTS_IMAGE_SUPPORT_HPP
 
+#include <conveyor/core/buffer.hpp>
+#include <conveyor/core/slice.hpp>
+
 #include <turbojpeg.h>
 
 #include <doctest/doctest.h>
@@ -12,10 +15,42 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace conveyor_test_image {
+
+/// `s` in storage of its own, as a field's bytes are.
+inline conveyor::slice slice_of(std::string_view s)
+{
+    return conveyor::slice(conveyor::buffer::copy_of(s));
+}
+inline conveyor::slice slice_of(const std::vector<std::byte>& b)
+{
+    return conveyor::slice(conveyor::buffer::copy_of(std::span<const std::byte>(b)));
+}
+
+/// A .npy file of format `major`.0 with header text `header` (padded as NumPy pads it, to
+/// 64 bytes with its prefix) and `data` after it.
+inline std::string npy_file(std::string header, std::string_view data, int major = 1)
+{
+    const std::size_t prefix = major == 1 ? 10 : 12;
+    header += '\n';
+    while ((prefix + header.size()) % 64 != 0) header.insert(header.size() - 1, " ");
+    std::string out("\x93NUMPY", 6);
+    out += static_cast<char>(major);
+    out += '\0';
+    const std::size_t n = header.size();
+    out += static_cast<char>(n & 0xFF);
+    out += static_cast<char>((n >> 8) & 0xFF);
+    if (major != 1) {
+        out += static_cast<char>((n >> 16) & 0xFF);
+        out += static_cast<char>((n >> 24) & 0xFF);
+    }
+    return out + header + std::string(data);
+}
 
 inline std::uint64_t mix(std::uint64_t z)
 {

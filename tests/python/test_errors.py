@@ -100,7 +100,7 @@ def test_builder_arguments_are_checked_in_python():
     with pytest.raises(ValueError, match="crop"):
         conveyor.shards("x.tar").decode(32, crop="square")
     with pytest.raises(ValueError, match="after decode"):
-        conveyor.shards("x.tar").batch(4)
+        conveyor.shards("x.tar").batch(4, layout="nchw")
     with pytest.raises(ValueError, match="dtype"):
         conveyor.shards("x.tar").decode(32).batch(4, dtype="int8")
     with pytest.raises(ValueError, match="both rank and world_size"):

@@ -43,7 +43,8 @@ def test_every_keyword_of_a_builder_is_a_field_of_its_struct_or_an_alias():
             assert {field.split(".")[0] for field in table.values()} <= fields[role], role
 
     # Keywords that are no option struct's field: the envelope the binding itself reads.
-    envelope = {"threads", "rank", "world_size", "urls", "label_map", "self", "options", "on_error", "device"}
+    # (decoders=: Python callables, run by the binding's Python stages, not by a C++ struct.)
+    envelope = {"threads", "rank", "world_size", "urls", "label_map", "self", "options", "on_error", "device", "decoders"}
 
     def check(fn, roles):
         known = set().union(*(fields[r] for r in roles)) | set().union(*(aliases.get(r, {}).keys() for r in roles)) | envelope

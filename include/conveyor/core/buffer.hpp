@@ -239,13 +239,16 @@ struct blob {
     /// Position in the epoch's work list (`conveyor::epoch_work`): what resume state keeps
     /// (`progress`); the position in the list where the run reads the list as it stands.
     std::uint64_t work = 0;
+    /// The index of its source and the pass over it, set by `mix` (see `sample_id`).
+    std::uint32_t source = 0;
+    std::uint64_t pass = 0;
 };
 
 /// What identifies blob `b` for resume (`progress::consumed`): its whole unit, at its place
-/// in the epoch.
+/// in the epoch (and, from a `mix`, its source and pass).
 inline sample_id id_of(const blob& b) noexcept
 {
-    return {.work = b.work, .shard = b.index, .whole = true};
+    return {.work = b.work, .shard = b.index, .pass = b.pass, .source = b.source, .whole = true};
 }
 
 } // namespace conveyor

@@ -19,6 +19,11 @@
 
 namespace conveyor {
 
+class mix_progress;
+namespace detail {
+struct mix_access;
+} // namespace detail
+
 /** Which share of the data this reader takes: rank `rank` of `world_size` processes, and
     worker `worker` of `workers` inside that process. The `world_size × workers` slots
     divide every epoch between them; slot `rank × workers + worker` is this one. */
@@ -84,6 +89,11 @@ struct sample_id {
     std::uint64_t shard = 0; ///< index of its unit in the list: the shard, or the file or object itself
     std::uint64_t index = 0; ///< its position in the shard (0 for a whole unit)
     std::uint64_t end = 0;   ///< byte offset just past it in the shard (0 for a whole unit)
+    /// Which pass over its source it belongs to, in a `mix` whose exhausted sources start
+    /// again (`mix_stop::never`: 0, 1, 2, ...); 0 for the first pass and outside a mix.
+    std::uint64_t pass = 0;
+    /// The index of its source in a `mix` (0 outside one): which source's state records it.
+    std::uint32_t source = 0;
     bool whole = false;      ///< the item is its whole unit (a file or object of a list source)
 };
 
@@ -150,17 +160,17 @@ public:
     /// slots (the source does this when a run starts).
     CONVEYOR_DECL void begin(std::uint64_t epoch, std::uint64_t units, std::uint64_t slots, const order_options& o);
 
-    /// Records that the item `id` was used.
-    CONVEYOR_DECL void consumed(const sample_id& id);
+    /// Records that the item `id` was used; false when it was recorded already.
+    CONVEYOR_DECL bool consumed(const sample_id& id);
     /// Records that `item` was used: anything with an `id_of(item)` (a `blob`, a
-    /// `shard::sample`).
+    /// `shard::sample`); false when it was recorded already.
     template <class Item>
         requires requires(const Item& i) {
             { id_of(i) } -> std::convertible_to<sample_id>;
         }
-    void consumed(const Item& item)
+    bool consumed(const Item& item)
     {
-        consumed(sample_id(id_of(item)));
+        return consumed(sample_id(id_of(item)));
     }
 
     /// Items recorded (all units, all slots merged in).
@@ -200,14 +210,18 @@ public:
     CONVEYOR_DECL order_options options() const;
 
 private:
+    // A mix keeps one per source and pass, and reads their division.
+    friend class mix_progress;
+    friend struct detail::mix_access;
+
     struct shard_state {
         std::uint64_t shard = 0;
         std::uint64_t next = 0;     // every sample below `next` was consumed
         std::uint64_t offset = 0;   // where sample `next` starts
         std::map<std::uint64_t, std::uint64_t> done; // consumed samples past `next`: index -> end
     };
-    static void add(shard_state& st, std::uint64_t index, std::uint64_t end);
-    void add_whole(std::uint64_t work);
+    static bool add(shard_state& st, std::uint64_t index, std::uint64_t end);
+    bool add_whole(std::uint64_t work);
     void raise_whole(std::uint64_t slot, std::uint64_t next);
     bool used_whole(std::uint64_t work) const;
     template <class F>
@@ -224,6 +238,9 @@ private:
     // s, s + slots_, … below s + whole_next_[s] × slots_; `whole_done_` the others.
     std::vector<std::uint64_t> whole_next_;
     std::set<std::uint64_t> whole_done_;
+    // Calls of remaining() and remaining_items() on this object (not copied): how a mix
+    // sees that a source plans its run from the state it was given.
+    mutable std::uint64_t plans_ = 0;
 };
 
 /** How a list source (files, S3 objects, a `keyed_source` of your own) takes each epoch:

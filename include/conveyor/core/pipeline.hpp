@@ -82,6 +82,8 @@ public:
 
     /// The runtime runs use (the shared one unless `on()` chose another).
     runtime& rt() const { return rt_ ? *rt_ : runtime::shared(); }
+    /// The runtime `on()` chose; null when runs use the shared one (not started by asking).
+    runtime* chosen_runtime() const noexcept { return rt_; }
 
     /// Sets the epoch of the next run (later runs count up from it).
     void set_epoch(std::uint64_t e) noexcept { next_epoch_ = e; }

@@ -195,6 +195,14 @@ public:
     /// The run's error, if it failed.
     CONVEYOR_DECL std::exception_ptr failure() const;
 
+    /** A run nested in this one, for epoch `epoch`: what a stage that reads a nested
+        pipeline at another epoch than its own builds it on (a `mix` starting a source's
+        next epoch). Its tasks count as this run's (`wait_idle()` waits for them), a failure
+        in it fails this run (the consumer throws its error), and cancelling this run
+        cancels it; cancelling the nested run leaves this one going. It counts its skipped
+        items in this run's stats; its stages are not in this run's snapshot. */
+    CONVEYOR_DECL std::shared_ptr<run_context> nested(std::uint64_t epoch);
+
     /// Blocks until every task has finished. Returns at once on an I/O thread (where
     /// waiting would deadlock); the tasks then finish on their own.
     CONVEYOR_DECL void wait_idle();
@@ -305,6 +313,9 @@ private:
     struct stats_ticker;
     CONVEYOR_DECL static asio::awaitable<void> tick(std::weak_ptr<run_context> self, std::shared_ptr<stats_ticker> t);
 
+    // A nested run (see `nested`): shares the parent's idle gate and executor.
+    CONVEYOR_DECL run_context(const std::shared_ptr<run_context>& parent, std::uint64_t epoch);
+
     std::atomic<runtime*> rt_;
     runtime::io_executor_type home_;
     std::uint64_t epoch_;
@@ -325,6 +336,8 @@ private:
     std::string last_spawned_;       // the stage name of the last task spawned
     std::vector<stage_entry> stages_; // in registration order
     std::shared_ptr<stats_ticker> ticker_;
+    std::shared_ptr<run_context> parent_;              // a nested run's parent, else null
+    std::vector<std::weak_ptr<run_context>> children_; // the runs nested in this one
 };
 
 namespace detail {

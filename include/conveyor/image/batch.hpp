@@ -5,6 +5,7 @@
 
 #include <conveyor/core/pipeline.hpp>
 #include <conveyor/detail/config.hpp>
+#include <conveyor/image/columns.hpp>
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/dtype.hpp>
 #include <conveyor/image/stage.hpp>
@@ -169,10 +170,11 @@ private:
 
 // ---- batches --------------------------------------------------------------------------
 
-/** N images collated into one contiguous tensor, with their labels and keys: what
-    `decode_batches` hands on. Both tensors live in one slab from the stage's pool (the
-    labels after the images), which goes back to the pool when the last copy of the batch
-    (or an exported DLPack tensor) is dropped.
+/** N images collated into one contiguous tensor, with their labels, keys and other fields:
+    what `decode_batches` hands on. Both tensors live in one slab from the stage's pool (the
+    labels after the images), which goes back to the pool when the last copy of the slab
+    (or an exported DLPack tensor) is dropped; the columns of the other fields
+    (`decode_image_options::extra_fields`) hold memory of their own.
 
     @par Thread Safety
     Distinct objects: safe. Shared objects: unsafe.
@@ -194,9 +196,19 @@ struct image_batch {
     image::slab slab;
     /// The position of this batch in the run (0, 1, 2, ...).
     std::uint64_t index = 0;
+    /// One column per `decode_image_options::extra_fields` entry, in that order, named as
+    /// it is there (see `batch_column` for which values stack); empty when none is asked.
+    std::vector<batch_column> columns;
 
     /// Images in the batch (`collate_options::size`, or fewer in a last, partial batch).
     std::size_t size() const noexcept { return keys.size(); }
+    /// The column called `name` (as `extra_fields` names it), or null.
+    const batch_column* column(std::string_view name) const noexcept
+    {
+        for (const auto& c : columns)
+            if (c.name == name) return &c;
+        return nullptr;
+    }
 };
 
 /// The per-channel mean and standard deviation of ImageNet's RGB pixels (in [0, 1]), as
@@ -313,6 +325,13 @@ private:
 
     Slabs come from a bounded pool (`b.slabs`, or `b.pool`): when none is free the stage
     waits, without holding a thread, until the consumer drops a batch.
+
+    Other fields of each item (`d.extra_fields`: a caption, a JSON document, a class, an
+    array) are decoded by the field decoders (`decode_field`, with `d.extra_decode`) on the
+    same compute task as its image, kept with its slot, and made the batch's `columns` on
+    the compute pool as the batch is handed on. An item without one of them is an error
+    like a bad image (`errc::missing_field`, naming the fields it has), failed or skipped
+    by `d.errors`.
 
     A bad image fails the run (`d.errors = on_error::fail`: the error names its key and
     path or shard), or is skipped (`on_error::skip`): counted in the run's stats, logged,

@@ -1,4 +1,4 @@
-// conveyor/image/decode.hpp — JPEG and PNG decoding with crops, DCT scaling, resize and flip.
+// conveyor/image/decode.hpp — JPEG, PNG, WebP and AVIF decoding with crops, DCT scaling, resize and flip.
 #ifndef CONVEYOR_IMAGE_DECODE_HPP
 #define CONVEYOR_IMAGE_DECODE_HPP
 
@@ -124,10 +124,12 @@ struct decode_options {
     std::uint64_t seed = 0;
     /** Codec warnings (a JPEG's premature end of data, extraneous bytes) are errors
         (true), or the image decodes as the codec recovered it and the warning is counted
-        in `decode_stats::warnings` (false). */
+        in `decode_stats::warnings` (false). PNG, WebP and AVIF have no warnings: a damaged
+        or cut file is an error either way. */
     bool strict = true;
     /** Largest image accepted, in pixels (width x height of the header, before any
-        scaling), checked before any pixel memory is taken: a decompression-bomb guard.
+        scaling; an animation's canvas), checked before any pixel memory is taken: a
+        decompression-bomb guard (for AVIF, libavif's and its AV1 decoder's frame limit too).
         The default is PIL's error threshold (2 x 89,478,485). */
     std::uint64_t max_pixels = 178'956'970;
 };
@@ -148,14 +150,21 @@ struct decode_context {
 };
 
 /// The kinds of encoded image the decoder reads.
-enum class image_kind { jpeg, png };
+enum class image_kind {
+    jpeg, ///< TurboJPEG (libjpeg-turbo)
+    png,  ///< libspng
+    webp, ///< libwebp, where the build has it (CONVEYOR_WITH_WEBP)
+    avif, ///< libavif, where the build has it (CONVEYOR_WITH_AVIF)
+};
 
 /// What an image's header says.
 struct image_info {
     image_kind kind = image_kind::jpeg;
-    std::uint32_t width = 0;
+    std::uint32_t width = 0;  ///< an animation's canvas
     std::uint32_t height = 0;
-    std::uint32_t components = 0; ///< colour components as stored (JPEG: 1 or 3; PNG: 1 to 4)
+    /// Components as stored, alpha included: JPEG 1 or 3; PNG 1 to 4; WebP 3 or 4; AVIF
+    /// 1 (4:0:0) or 3, plus 1 with alpha.
+    std::uint32_t components = 0;
 };
 
 /** The random numbers of one sample: a pure function of (seed, epoch, key, stream), with
@@ -190,11 +199,20 @@ CONVEYOR_DECL crop_rect crop_for(std::int64_t height, std::int64_t width, const 
 /// Whether `opts` flips the sample of `ctx`.
 CONVEYOR_DECL bool flip_for(const decode_options& opts, const decode_context& ctx);
 
-/** Decodes JPEG (TurboJPEG) and PNG (libspng) images, told apart by their first bytes,
-    into uint8 HWC pixels: crop, DCT scaling, resize (PIL's antialiased bilinear filter,
-    which torchvision's Resize uses) and flip in one call.
+/** Decodes JPEG (TurboJPEG), PNG (libspng), WebP (libwebp) and AVIF (libavif) images, told
+    apart by their first bytes, into uint8 HWC pixels: crop, DCT scaling, resize (PIL's
+    antialiased bilinear filter, which torchvision's Resize uses) and flip in one call.
 
-    Errors throw `conveyor::error` with an `image::errc` naming `ctx.key` and `ctx.origin`.
+    The pixels are PIL's `Image.open(...).convert(mode)`: alpha is dropped (no compositing),
+    16-bit PNG samples and 10- or 12-bit AVIF samples come down to 8 bits, an animated WebP
+    or an AVIF image sequence gives its first frame (a WebP's on its canvas, as PIL
+    composes it). Orientation metadata (EXIF, AVIF's irot and imir) is not applied, as PIL
+    does not on open. A WebP crop is decoded alone (libwebp's cropping), its pixels those
+    of the whole decode; libwebp's own scaling is not used, since its filter is not PIL's.
+
+    Errors throw `conveyor::error` with an `image::errc` naming `ctx.key` and `ctx.origin`;
+    the detail names the codec. A build without libwebp or libavif refuses those formats
+    with `errc::unsupported`, saying so.
 
     @par Thread Safety
     Safe: every thread uses its own TurboJPEG handles and scratch memory (thread_local),

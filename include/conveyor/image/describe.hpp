@@ -2,15 +2,18 @@
 // for `detail::read_options` and `detail::option_to_json`: the Python module's `decode()`
 // and `batch()` keywords are these fields. Members that hold objects rather than values
 // (`decode_image_options::stats`, `label_map_options::map`, `collate_options::allocator`
-// and `pool`) are given in C++ only and not described. The fields' meaning is documented
+// and `pool`, `field_options::by_name` and `by_extension`) are given in C++ only and not
+// described. The fields' meaning is documented
 // once, where each struct is declared.
 #ifndef CONVEYOR_IMAGE_DESCRIBE_HPP
 #define CONVEYOR_IMAGE_DESCRIBE_HPP
 
 #include <conveyor/core/describe.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/columns.hpp>
 #include <conveyor/image/decode.hpp>
 #include <conveyor/image/dtype.hpp>
+#include <conveyor/image/fields.hpp>
 #include <conveyor/image/labels.hpp>
 #include <conveyor/image/stage.hpp>
 
@@ -31,7 +34,11 @@ BOOST_DESCRIBE_STRUCT(decode_options, (),
                       (format, size, crop, scale, ratio, center_fraction, dct_scaling, jpeg_crop, flip, seed, strict, max_pixels))
 BOOST_DESCRIBE_STRUCT(json_label, (), (field, path))
 BOOST_DESCRIBE_STRUCT(label_map_options, (), (by, first_number))
-BOOST_DESCRIBE_STRUCT(decode_image_options, (), (decode, fields, label_field, label_json, label_map, concurrency, errors))
+BOOST_DESCRIBE_STRUCT(field_options, (), (image, only, max_json_bytes, max_json_depth, max_npy_header_bytes))
+BOOST_DESCRIBE_STRUCT(fields_queue_options, (), (concurrency, ordered, capacity, errors))
+BOOST_DESCRIBE_STRUCT(collate_fields_options, (), (fields, partial, capacity, errors))
+BOOST_DESCRIBE_STRUCT(decode_image_options, (),
+                      (decode, fields, label_field, label_json, label_map, concurrency, errors, extra_fields, extra_decode))
 BOOST_DESCRIBE_STRUCT(decoded_queue_options, (), (ordered, capacity))
 BOOST_DESCRIBE_STRUCT(collate_options, (), (size, layout, type, mean, std, partial, capacity, slabs))
 

@@ -151,6 +151,9 @@ namespace detail {
     integer, `errc::missing_field` if the path leads nowhere (saying how far it got). */
 CONVEYOR_DECL std::int64_t json_label_of(std::string_view text, const json_label& l, std::string_view key, std::string_view where);
 
+/// Line and column (from 1) of byte `at` of `text`, for messages: "line 3, column 14".
+CONVEYOR_DECL std::string line_and_column(std::string_view text, std::size_t at);
+
 /// The stem of `key`: its last path component up to the first dot.
 CONVEYOR_DECL std::string_view key_stem(std::string_view key) noexcept;
 

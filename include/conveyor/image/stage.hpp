@@ -7,6 +7,7 @@
 #include <conveyor/core/stages.hpp>
 #include <conveyor/detail/config.hpp>
 #include <conveyor/image/decode.hpp>
+#include <conveyor/image/fields.hpp>
 #include <conveyor/image/labels.hpp>
 #include <conveyor/shard/sample.hpp>
 
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,6 +31,8 @@ struct decoded {
     decoded_image image;       ///< the pixels, HWC uint8
     std::int64_t label = -1;   ///< class id (`cls`, a JSON field, a label map, the ImageFolder class), -1 if none
     std::uint64_t index = 0;   ///< the sample's position in its shard, or the file's in its listing
+    /// The values of `decode_image_options::extra_fields`, in that order, named as there.
+    std::vector<named_value> extras;
 };
 
 /** How each item's image is picked, labelled and decoded: the settings of `decode_image`
@@ -38,8 +42,9 @@ struct decode_image_options {
     /// How each image is decoded and augmented.
     decode_options decode;
     /// Shard samples: the image is the first of these fields that the sample has
-    /// (webdataset's `to_tuple("jpg;jpeg;png", ...)`).
-    std::vector<std::string> fields{"jpg", "jpeg", "png"};
+    /// (webdataset's `to_tuple("jpg;jpeg;png;webp;avif", ...)`). The format is told from
+    /// the bytes, whatever the field's name.
+    std::vector<std::string> fields{"jpg", "jpeg", "png", "webp", "avif"};
     /// Shard samples: the field holding the label as decimal text (webdataset's `cls`);
     /// empty: no label (-1). A sample without it, or with anything but an integer in it,
     /// is an error (`errc::missing_field`, `errc::bad_label`). File blobs take the
@@ -63,6 +68,16 @@ struct decode_image_options {
     /// Counters to add to (images decoded, warnings tolerated); null: the stage's own,
     /// readable through `decode_image_stage::stats()`.
     std::shared_ptr<decode_stats> stats;
+    /** Other fields to hand on with each image, decoded by the field decoders
+        (`decode_field`, with `extra_decode`): the batch stages' `image_batch::columns`,
+        `decode_image`'s `decoded::extras`. Each is a field name (`"txt"`, `"seg.png"`),
+        or alternatives (`"json;jsn"`: the first the sample has), or `"__key__"` or
+        `"__url__"` (the key and the shard URL or path, as text). File blobs have `cls`
+        (their source's label, when it has one) besides those two. An item without one
+        of them is `errc::missing_field`, failed or skipped as `errors` says. */
+    std::vector<std::string> extra_fields;
+    /// How the extra fields are decoded (`decode_field`'s options).
+    field_options extra_decode;
 };
 
 /// How `decode_image` hands its decoded images on (the batch stages have `collate_options`).
@@ -77,7 +92,7 @@ struct decoded_queue_options {
     memory of their own (a batch slab, with `decoder::decode_into`) and pick the image and
     label as `decode_image` does. Views into the item, valid while it lives. */
 struct encoded_image {
-    std::span<const std::byte> bytes; ///< the JPEG or PNG
+    std::span<const std::byte> bytes; ///< the encoded image (JPEG, PNG, WebP, AVIF)
     std::string_view key;             ///< sample or file key (the augmentation's key)
     std::string_view origin;          ///< where it came from: shard URL or file path (for errors)
     std::int64_t label = -1;          ///< class id, or -1
@@ -105,11 +120,21 @@ inline conveyor::sample_id item_id(const blob& b) noexcept
 
 namespace detail {
 
-/// The label of `text` (decimal, surrounding white space allowed), for sample `key` of `where`.
+/// The label of `text` (`parse_decimal`'s rule), for sample `key` of `where`; `errc::bad_label` if none.
 CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view field, std::string_view key, std::string_view where);
 
 /// Decodes what `encoded_image_of(item)` picks into a new `decoded`.
 CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options& o, const encoded_image& e, std::uint64_t epoch);
+
+/// Throws `errc::bad_options` (naming `stage`) when `o.extra_fields` or `o.extra_decode` cannot be used.
+CONVEYOR_DECL void check_extra_fields(const decode_image_options& o, std::string_view stage);
+
+/** The values of `o.extra_fields` in shard sample `s` (or file blob `b`), in that order,
+    decoded with `o.extra_decode` and `dec` in epoch `epoch`; `errc::missing_field` for a
+    field the item lacks, the decoders' errors for one that does not decode. */
+CONVEYOR_DECL std::vector<field_value> extra_values(const shard::sample& s, const decode_image_options& o, const decoder& dec,
+                                                    std::uint64_t epoch);
+CONVEYOR_DECL std::vector<field_value> extra_values(const blob& b, const decode_image_options& o, const decoder& dec, std::uint64_t epoch);
 
 } // namespace detail
 
@@ -130,7 +155,11 @@ public:
         const std::uint64_t epoch = ctx->epoch();
         const std::size_t threads = std::max<std::size_t>(ctx->rt().options().compute_threads, 1);
         auto f = [o = o_, dec = decoder(ctx->rt().buffers()), epoch](T item) -> decoded {
-            return detail::decode_item(dec, *o, encoded_image_of(item, *o), epoch);
+            std::vector<field_value> extras;
+            if (!o->extra_fields.empty()) extras = detail::extra_values(item, *o, dec, epoch);
+            decoded d = detail::decode_item(dec, *o, encoded_image_of(item, *o), epoch);
+            for (std::size_t i = 0; i < extras.size(); ++i) d.extras.push_back({o->extra_fields[i], std::move(extras[i])});
+            return d;
         };
         return conveyor::map(std::move(f), {.concurrency = o_->concurrency ? o_->concurrency : 2 * threads,
                                             .ordered = q_.ordered,

@@ -45,6 +45,9 @@ struct sample {
     /// The sample is a whole unit of a list source (a file or an S3 object made a sample):
     /// its id is the unit's (`sample_id::whole`), not a place inside a shard.
     bool whole = false;
+    /// The index of its source and the pass over it, set by `mix` (see `sample_id`).
+    std::uint32_t source = 0;
+    std::uint64_t pass = 0;
 
     /// The field called `name`, or null.
     const field* find(std::string_view name) const noexcept
@@ -86,6 +89,8 @@ inline sample sample_of(blob b)
     if (b.label >= 0) s.fields.push_back({.name = "cls", .data = slice(buffer::copy_of(std::to_string(b.label)))});
     s.shard = b.index;
     s.work = b.work;
+    s.source = b.source;
+    s.pass = b.pass;
     s.whole = true;
     return s;
 }
@@ -93,7 +98,7 @@ inline sample sample_of(blob b)
 /// The id of `s` for resume (`progress::consumed`).
 inline sample_id id_of(const sample& s) noexcept
 {
-    return {.work = s.work, .shard = s.shard, .index = s.index, .end = s.end, .whole = s.whole};
+    return {.work = s.work, .shard = s.shard, .index = s.index, .end = s.end, .pass = s.pass, .source = s.source, .whole = s.whole};
 }
 
 } // namespace conveyor::shard

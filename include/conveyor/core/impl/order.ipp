@@ -137,13 +137,10 @@ CONVEYOR_DECL void progress::begin(std::uint64_t epoch, std::uint64_t shards, st
     whole_done_.clear();
 }
 
-CONVEYOR_DECL void progress::add(shard_state& st, std::uint64_t index, std::uint64_t end)
+CONVEYOR_DECL bool progress::add(shard_state& st, std::uint64_t index, std::uint64_t end)
 {
-    if (index < st.next) return; // already counted
-    if (index > st.next) {
-        st.done.emplace(index, end);
-        return;
-    }
+    if (index < st.next) return false; // already counted
+    if (index > st.next) return st.done.emplace(index, end).second;
     st.next = index + 1;
     st.offset = end;
     for (auto it = st.done.begin(); it != st.done.end() && it->first <= st.next;) {
@@ -153,6 +150,7 @@ CONVEYOR_DECL void progress::add(shard_state& st, std::uint64_t index, std::uint
         }
         it = st.done.erase(it);
     }
+    return true;
 }
 
 CONVEYOR_DECL bool progress::used_whole(std::uint64_t w) const
@@ -162,16 +160,14 @@ CONVEYOR_DECL bool progress::used_whole(std::uint64_t w) const
     return whole_done_.contains(w);
 }
 
-CONVEYOR_DECL void progress::add_whole(std::uint64_t w)
+CONVEYOR_DECL bool progress::add_whole(std::uint64_t w)
 {
     const std::uint64_t s = w % slots_;
     if (whole_next_.size() <= s) whole_next_.resize(static_cast<std::size_t>(slots_), 0);
-    if (w / slots_ < whole_next_[s]) return; // already counted
-    if (w / slots_ > whole_next_[s]) {
-        whole_done_.insert(w);
-        return;
-    }
+    if (w / slots_ < whole_next_[s]) return false; // already counted
+    if (w / slots_ > whole_next_[s]) return whole_done_.insert(w).second;
     raise_whole(s, whole_next_[s] + 1);
+    return true;
 }
 
 CONVEYOR_DECL void progress::raise_whole(std::uint64_t s, std::uint64_t next)
@@ -192,16 +188,14 @@ CONVEYOR_DECL void progress::raise_whole(std::uint64_t s, std::uint64_t next)
     whole_next_[s] = next;
 }
 
-CONVEYOR_DECL void progress::consumed(const sample_id& id)
+CONVEYOR_DECL bool progress::consumed(const sample_id& id)
 {
     std::lock_guard lk(mu_);
-    if (id.whole) {
-        add_whole(id.work);
-        return;
-    }
+    if (id.whole) return add_whole(id.work);
+    if (used_whole(id.work)) return false; // its whole unit counts as used (a mix's finished pass)
     auto& st = work_[id.work];
     st.shard = id.shard;
-    add(st, id.index, id.end);
+    return add(st, id.index, id.end);
 }
 
 CONVEYOR_DECL std::uint64_t progress::samples() const
@@ -426,6 +420,7 @@ void progress::for_each_left(std::uint64_t shards, std::uint64_t slot, std::uint
 CONVEYOR_DECL std::vector<work_piece> progress::remaining(std::uint64_t shards, std::uint64_t slot, std::uint64_t slots) const
 {
     std::lock_guard lk(mu_);
+    ++plans_;
     std::vector<work_piece> out;
     for_each_left(shards, slot, slots, [&](std::uint64_t w, std::uint64_t shard) {
         work_piece p;
@@ -444,6 +439,7 @@ CONVEYOR_DECL std::vector<work_piece> progress::remaining(std::uint64_t shards, 
 CONVEYOR_DECL std::vector<work_item> progress::remaining_items(std::uint64_t units, std::uint64_t slot, std::uint64_t slots) const
 {
     std::lock_guard lk(mu_);
+    ++plans_;
     std::vector<work_item> out;
     for_each_left(units, slot, slots, [&](std::uint64_t w, std::uint64_t item) { out.push_back({w, item}); });
     return out;

@@ -56,6 +56,28 @@ CONVEYOR_DECL run_context::run_context(runtime& rt, std::uint64_t epoch)
 {
 }
 
+CONVEYOR_DECL run_context::run_context(const std::shared_ptr<run_context>& parent, std::uint64_t epoch)
+    : rt_(parent->rt_.load()), home_(parent->home_), epoch_(epoch), budget_waits_at_start_(parent->budget_waits_at_start_),
+      gate_(parent->gate_), parent_(parent)
+{
+}
+
+CONVEYOR_DECL std::shared_ptr<run_context> run_context::nested(std::uint64_t epoch)
+{
+    std::shared_ptr<run_context> child(new run_context(shared_from_this(), epoch));
+    bool cancel_now;
+    {
+        std::lock_guard lk(mu_);
+        std::erase_if(children_, [](const std::weak_ptr<run_context>& w) { return w.expired(); });
+        children_.push_back(child);
+        cancel_now = stopping_;
+    }
+    // Attached too, so that a runtime going away cancels it, waits for it and orphans it.
+    if (auto* r = rt_.load()) r->attach(child);
+    if (cancel_now) child->cancel();
+    return child;
+}
+
 CONVEYOR_DECL run_context::~run_context()
 {
     if (auto* r = rt_.load()) r->detach(this);
@@ -82,14 +104,17 @@ CONVEYOR_DECL void run_context::remove_on_cancel(std::uint64_t id)
 CONVEYOR_DECL void run_context::fail(std::exception_ptr e, std::string_view stage, std::string_view key)
 {
     std::shared_ptr<detail::channel_base> sink;
+    std::exception_ptr error;
     {
         std::lock_guard lk(mu_);
         if (stopping_) return;
         error_ = detail::with_context(std::move(e), stage, key);
         stopping_ = true; // the first failure wins; cancel() below still runs once
         sink = sink_;
+        error = error_;
     }
-    if (sink) sink->fail(error_);
+    if (sink) sink->fail(error);
+    if (parent_) parent_->fail(error, stage, key); // it names its stage already: passed on as it is
     cancel();
 }
 
@@ -98,6 +123,7 @@ CONVEYOR_DECL void run_context::cancel()
     std::vector<std::shared_ptr<detail::channel_base>> channels;
     std::vector<cancel_hook> hooks;
     std::vector<signal_entry> signals;
+    std::vector<std::weak_ptr<run_context>> children;
     std::shared_ptr<detail::channel_base> keep; // the sink keeps its error for the consumer
     {
         std::lock_guard lk(mu_);
@@ -108,8 +134,11 @@ CONVEYOR_DECL void run_context::cancel()
         channels = channels_;
         hooks = std::move(hooks_);
         hooks_.clear();
+        children = children_;
         if (error_) keep = sink_;
     }
+    for (auto& w : children)
+        if (auto c = w.lock()) c->cancel();
     for (auto& c : channels)
         if (c != keep) c->cancel();
     for (auto& h : hooks) asio::post(h.ex, std::move(h.fn));
@@ -132,6 +161,10 @@ CONVEYOR_DECL void run_context::wait_idle()
 
 CONVEYOR_DECL void run_context::note_skip(std::string_view message)
 {
+    if (parent_) {
+        parent_->note_skip(message);
+        return;
+    }
     const auto n = stats_.skipped.fetch_add(1) + 1;
     if (n <= max_logged_skips) log("conveyor: skipped: " + detail::printable(message, detail::sentence_max));
     else if (n == max_logged_skips + 1) log("conveyor: further skipped items are counted but not shown");

@@ -13,6 +13,7 @@
 #include <conveyor/core/impl/location.ipp>
 #include <conveyor/core/impl/memory_budget.ipp>
 #include <conveyor/core/impl/metrics.ipp>
+#include <conveyor/core/impl/mix.ipp>
 #include <conveyor/core/impl/order.ipp>
 #include <conveyor/core/impl/run_context.ipp>
 #include <conveyor/core/impl/runtime.ipp>

@@ -747,6 +747,9 @@ CONVEYOR_DECL decode_batches_stage::decode_batches_stage(image::decode_image_opt
     // The CPU stage's checks (size set, types, mean and std), and its plan.
     const image::decode_batches_stage cpu(d, b);
     if (g.ring == 0) throw bad("ring must be at least 1");
+    if (!d.extra_fields.empty())
+        throw bad("extra_fields: the GPU stage batches images and labels only; image::decode_batches(...) | cuda::to_cuda() "
+                  "batches other fields too");
     if (!(g.cpu_share <= 1)) throw bad("cpu_share must be at most 1 (negative: measured)");
     d_ = std::make_shared<const image::decode_image_options>(cpu.decode());
     b_ = std::make_shared<const image::collate_options>(cpu.batch());

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,13 +47,15 @@ public:
         bool moved() const noexcept { return from != to; }
     };
 
-    /// A batch taken from the assembler: its slab, and its first `count` slots' keys, ids
-    /// and labels (the vectors hold `count` entries).
+    /// A batch taken from the assembler: its slab, and its first `count` slots' keys, ids,
+    /// labels and extra values (the vectors hold `count` entries; `extras` none when no
+    /// item had extra values).
     struct assembled {
         image::slab slab;
         std::vector<std::string> keys;
         std::vector<conveyor::sample_id> ids;
         std::vector<std::int64_t> labels;
+        std::vector<std::vector<field_value>> extras;
         std::uint64_t index = 0; ///< the batch's number in the run: 0, 1, 2, ...
         std::size_t count = 0;
     };
@@ -90,9 +93,11 @@ public:
     // ---- the assembling side --------------------------------------------------------------
 
     /** The item dispatched at `position` (the oldest not yet placed or skipped) is good: it
-        goes to the next final position, which takes its key, id and label. The caller
-        moves its pixels when `moved()`. */
-    CONVEYOR_DECL placement place(std::uint64_t position, std::string key, conveyor::sample_id id, std::int64_t label);
+        goes to the next final position, which takes its key, id, label and the values of
+        its extra fields (`decode_image_options::extra_fields`). The caller moves its pixels
+        when `moved()`. */
+    CONVEYOR_DECL placement place(std::uint64_t position, std::string key, conveyor::sample_id id, std::int64_t label,
+                                  std::vector<field_value> extras = {});
     /// The item dispatched at `position` failed: it takes no place; a realignment is pending.
     CONVEYOR_DECL void skip(std::uint64_t position);
 
@@ -117,6 +122,7 @@ private:
         std::vector<std::string> keys;
         std::vector<conveyor::sample_id> ids;
         std::vector<std::int64_t> labels;
+        std::vector<std::vector<field_value>> extras; // by slot, once an item has some
     };
     CONVEYOR_DECL const open_batch& batch_of(std::uint64_t position) const;
     CONVEYOR_DECL assembled close(std::uint64_t batch, std::size_t count);
@@ -133,8 +139,10 @@ private:
 };
 
 /// The batch of `a`: its labels written into its slab (after the images, as `plan` lays
-/// them out), its tensors shaped as `o` asks.
-CONVEYOR_DECL image_batch batch_of(batch_assembler::assembled a, const collate_options& o, const batch_plan& plan);
+/// them out), its tensors shaped as `o` asks, its extra values made the columns `columns`
+/// names (`decode_image_options::extra_fields`).
+CONVEYOR_DECL image_batch batch_of(batch_assembler::assembled a, const collate_options& o, const batch_plan& plan,
+                                   std::span<const std::string> columns = {});
 
 } // namespace conveyor::image::detail
 

@@ -42,8 +42,7 @@ struct scratch {
 struct codec_state {
     tjhandle decompressor = nullptr;
     tjhandle transformer = nullptr;
-    scratch pixels;   // a whole (scaled) decode, before crop and resize
-    scratch convert;  // PNG colour conversion
+    scratch pixels;   // a whole (scaled) decode, or a crop's rectangle, before the resize
     codec_state() = default;
     codec_state(const codec_state&) = delete;
     codec_state& operator=(const codec_state&) = delete;

@@ -1,5 +1,5 @@
-// conveyor/image/detail/sniff.hpp — JPEG or PNG by the first bytes, and what the decoder
-// needs of their headers without decoding.
+// conveyor/image/detail/sniff.hpp — JPEG, PNG, WebP or AVIF by the first bytes, and what the
+// decoder needs of their headers without decoding.
 #ifndef CONVEYOR_IMAGE_DETAIL_SNIFF_HPP
 #define CONVEYOR_IMAGE_DETAIL_SNIFF_HPP
 
@@ -7,6 +7,7 @@
 #include <conveyor/image/decode.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -19,10 +20,27 @@ struct header {
     unsigned mcu_height = 8;
     unsigned png_color_type = 0;
     unsigned png_bit_depth = 8;
+    bool animated = false;   ///< WebP: an animation; AVIF: an image sequence (the first frame is decoded)
 };
 
-/// The header of `bytes`, a JPEG or a PNG told apart by their first bytes; throws an
-/// `image::errc` error naming `key` and `where` for anything else or a bad header.
+/// `b` starts as a WebP file does: "RIFF", a size, "WEBP".
+CONVEYOR_DECL bool is_webp(std::span<const std::uint8_t> b) noexcept;
+/// `b` starts with an ISO-BMFF `ftyp` box whose major or compatible brands hold `avif` or
+/// `avis` (an AVIF image or image sequence). A box cut short is judged on what it holds.
+CONVEYOR_DECL bool is_avif(std::span<const std::uint8_t> b) noexcept;
+
+/// The header of `b` (a WebP: `is_webp(b)`), as libwebp's WebPGetFeatures reads it; throws
+/// an `image::errc` error naming `key` and `where` for a bad header. Defined in
+/// impl/webp.ipp (with the WebP decoder, detail/webp.hpp).
+CONVEYOR_DECL header read_webp_header(std::span<const std::uint8_t> b, std::string_view key, std::string_view where);
+/// The header of `b` (an AVIF: `is_avif(b)`), as libavif's avifDecoderParse reads its
+/// boxes (no AV1 data is decoded); throws an `image::errc` error naming `key` and `where`.
+/// Defined in impl/avif.ipp (with the AVIF decoder, detail/avif.hpp).
+CONVEYOR_DECL header read_avif_header(std::span<const std::uint8_t> b, std::string_view key, std::string_view where);
+
+/// The header of `bytes`, a JPEG, PNG, WebP or AVIF told apart by their first bytes (never
+/// by a name); throws an `image::errc` error naming `key` and `where` for anything else or
+/// a bad header, and `errc::unsupported` for a WebP or AVIF when this build lacks the codec.
 CONVEYOR_DECL header read_header(std::span<const std::byte> bytes, std::string_view key, std::string_view where);
 
 } // namespace conveyor::image::detail

@@ -68,6 +68,7 @@ struct batch_result {
     std::int64_t label = -1;
     conveyor::sample_id id;
     std::exception_ptr error;
+    std::vector<field_value> extras; // the values of `decode_image_options::extra_fields`
 };
 
 /** The run's shared state, for `workers` decoders; `stop_feeding` ends the workers' input
@@ -138,6 +139,7 @@ asio::awaitable<void> decode_batch_items(std::shared_ptr<run_context> ctx, std::
         try {
             r.label = co_await conveyor::detail::offload(ctx->rt().compute_executor(), [&]() -> std::int64_t {
                 const encoded_image e = encoded_image_of(job.item, *d);
+                if (!d->extra_fields.empty()) r.extras = extra_values(job.item, *d, dec, epoch); // before the pixels: a missing field costs no decode
                 decode_into_slot(dec, d->decode, *b, *plan, e, epoch, d->stats.get(), job.place.slot);
                 return e.label;
             });

@@ -4,7 +4,9 @@
 #define CONVEYOR_IMAGE_IMPL_BATCH_IPP
 
 #include <conveyor/core/buffer.hpp>
+#include <conveyor/core/detail/offload.hpp>
 #include <conveyor/core/memory_budget.hpp>
+#include <conveyor/core/runtime.hpp>
 #include <conveyor/image/batch.hpp>
 #include <conveyor/image/detail/batch_assembler.hpp>
 #include <conveyor/image/error.hpp>
@@ -437,7 +439,7 @@ inline bool batch_run::take(run_context& ctx, batch_result& r)
         assembler.skip(r.position);
         return true;
     }
-    const auto p = assembler.place(r.position, std::move(r.key), r.id, r.label);
+    const auto p = assembler.place(r.position, std::move(r.key), r.id, r.label, std::move(r.extras));
     if (p.moved()) std::memcpy(assembler.slot(p.to), assembler.slot(p.from), plan->item_bytes); // only after a skip
     return true;
 }
@@ -448,6 +450,15 @@ inline void batch_run::wind_down()
     stop_feeding();
     drained->close();
     assembler.abandon();
+}
+
+/// The batch of `a`; its columns, when the run has extra fields, made on the compute pool
+/// (stacking arrays and images is a copy of each).
+inline asio::awaitable<image_batch> finish_batch(run_context& ctx, const batch_run& run, batch_assembler::assembled a)
+{
+    if (run.d->extra_fields.empty()) co_return batch_of(std::move(a), *run.b, *run.plan);
+    co_return co_await conveyor::detail::offload(ctx.rt().compute_executor(),
+                                                 [&] { return batch_of(std::move(a), *run.b, *run.plan, run.d->extra_fields); });
 }
 
 inline asio::awaitable<void> assemble(run_context& ctx, std::shared_ptr<batch_run> run, sink<image_batch>& out)
@@ -463,7 +474,7 @@ inline asio::awaitable<void> assemble(run_context& ctx, std::shared_ptr<batch_ru
             }
             std::optional<batch_assembler::assembled> full = a.take_full();
             if (!full) continue;
-            image_batch batch = batch_of(std::move(*full), *run->b, *run->plan);
+            image_batch batch = co_await finish_batch(ctx, *run, std::move(*full));
             if (!co_await out.send(std::move(batch))) {
                 run->wind_down(); // a `take` downstream: the run goes on without us
                 co_return;
@@ -473,7 +484,7 @@ inline asio::awaitable<void> assemble(run_context& ctx, std::shared_ptr<batch_ru
     }
     if (run->b->partial && !ctx.stopping())
         if (std::optional<batch_assembler::assembled> last = a.take_partial()) {
-            image_batch batch = batch_of(std::move(*last), *run->b, *run->plan);
+            image_batch batch = co_await finish_batch(ctx, *run, std::move(*last));
             co_await out.send(std::move(batch));
         }
     a.abandon(); // slabs taken ahead of need go back
@@ -561,6 +572,7 @@ CONVEYOR_DECL decode_batches_stage::decode_batches_stage(decode_image_options d,
         if (!(b.std[c] != 0.0f) || !std::isfinite(b.std[c]) || !std::isfinite(b.mean[c]))
             throw bad("mean and std must be finite, std not zero");
     if (d.fields.empty()) throw bad("no image fields to look for");
+    detail::check_extra_fields(d, "decode_batches");
     if (!d.stats) d.stats = std::make_shared<decode_stats>();
     auto plan = std::make_shared<detail::batch_plan>(detail::make_batch_plan(d.decode, b));
     if (b.pool) {

@@ -1,15 +1,18 @@
 // conveyor/image/impl/decode.ipp — the decoder (see decode.hpp): a planned decode handed to the
-// JPEG or PNG path, then flipped. The parts are in image/detail/: sniff (headers), plan,
-// codec_state, jpeg (TurboJPEG and libjpeg regions), png (libspng), resample.
+// JPEG, PNG, WebP or AVIF path, then flipped. The parts are in image/detail/: sniff (headers),
+// plan, codec_state, jpeg (TurboJPEG and libjpeg regions), png (libspng), webp (libwebp),
+// avif (libavif), resample.
 #ifndef CONVEYOR_IMAGE_IMPL_DECODE_IPP
 #define CONVEYOR_IMAGE_IMPL_DECODE_IPP
 
 #include <conveyor/image/decode.hpp>
+#include <conveyor/image/detail/avif.hpp>
 #include <conveyor/image/detail/jpeg.hpp>
 #include <conveyor/image/detail/plan.hpp>
 #include <conveyor/image/detail/png.hpp>
 #include <conveyor/image/detail/resample.hpp>
 #include <conveyor/image/detail/sniff.hpp>
+#include <conveyor/image/detail/webp.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -23,8 +26,12 @@ inline void decode_planned(std::span<const std::byte> bytes, const plan& p, cons
                            std::uint8_t* dst)
 {
     const std::span<const std::uint8_t> b(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
-    if (p.hdr.info.kind == image_kind::jpeg) jpeg_decode(b, p, opts, ctx, dst);
-    else png_decode(b, p, opts, ctx, dst);
+    switch (p.hdr.info.kind) {
+    case image_kind::jpeg: jpeg_decode(b, p, opts, ctx, dst); break;
+    case image_kind::png: png_decode(b, p, opts, ctx, dst); break;
+    case image_kind::webp: webp_decode(b, p, opts, ctx, dst); break;
+    case image_kind::avif: avif_decode(b, p, opts, ctx, dst); break;
+    }
     if (p.flip) flip_rows(dst, p.out, p.channels);
     if (ctx.stats) ctx.stats->decoded.fetch_add(1, std::memory_order_relaxed);
 }

@@ -15,7 +15,7 @@ public:
     std::string message(int ev) const override
     {
         switch (static_cast<errc>(ev)) {
-        case errc::not_an_image: return "not a JPEG or PNG image";
+        case errc::not_an_image: return "not a JPEG, PNG, WebP or AVIF image";
         case errc::truncated: return "image data are truncated";
         case errc::corrupt: return "image data are corrupt";
         case errc::unsupported: return "unsupported kind of image";
@@ -24,6 +24,8 @@ public:
         case errc::bad_options: return "invalid image decode options";
         case errc::missing_field: return "sample has no such field or key";
         case errc::bad_label: return "label is not an integer or not in the label map";
+        case errc::bad_field: return "field is not what its decoder reads";
+        case errc::field_decoder_failed: return "a user's field decoder failed";
         }
         return "unknown conveyor.image error";
     }

@@ -55,8 +55,7 @@ inline std::optional<std::int64_t> json_integer(const boost::json::value& v) noe
     return std::nullopt;
 }
 
-/// Line and column (from 1) of byte `at` of `text`.
-inline std::string line_and_column(std::string_view text, std::size_t at)
+CONVEYOR_DECL std::string line_and_column(std::string_view text, std::size_t at)
 {
     at = std::min(at, text.size());
     std::size_t line = 1, col = 1;

@@ -15,11 +15,16 @@
 #include <conveyor/image/detail/impl/jpeg.ipp>
 #include <conveyor/image/detail/impl/jpeg_region.ipp>
 #include <conveyor/image/detail/impl/png.ipp>
+#include <conveyor/image/detail/impl/webp.ipp>
+#include <conveyor/image/detail/impl/avif.ipp>
 #include <conveyor/image/impl/augment.ipp>
 #include <conveyor/image/impl/decode.ipp>
 #include <conveyor/image/impl/labels.ipp>
+#include <conveyor/image/impl/npy.ipp>
+#include <conveyor/image/impl/fields.ipp>
 #include <conveyor/image/impl/stage.ipp>
 #include <conveyor/image/detail/impl/batch_assembler.ipp>
+#include <conveyor/image/impl/columns.ipp>
 #include <conveyor/image/impl/batch.ipp>
 #include <conveyor/image/impl/dlpack.ipp>
 #include <conveyor/image/impl/encode.ipp>

@@ -13,16 +13,9 @@ namespace detail {
 
 CONVEYOR_DECL std::int64_t parse_label(std::string_view text, std::string_view field, std::string_view key, std::string_view where)
 {
-    auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-    while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-    while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-    std::int64_t v = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (text.empty() || ec != std::errc{} || end != text.data() + text.size())
-        throw image_error(errc::bad_label, key, where,
-                          "field '" + std::string(field) + "' holds \"" + conveyor::detail::printable(text, 40) +
-                              "\", not a decimal integer");
-    return v;
+    if (const std::optional<std::int64_t> v = parse_decimal(text)) return *v;
+    throw image_error(errc::bad_label, key, where,
+                      "field '" + std::string(field) + "' holds \"" + conveyor::detail::printable(text, 40) + "\", not a decimal integer");
 }
 
 CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options& o, const encoded_image& e, std::uint64_t epoch)
@@ -34,6 +27,72 @@ CONVEYOR_DECL decoded decode_item(const decoder& dec, const decode_image_options
     d.label = e.label;
     d.index = e.index;
     return d;
+}
+
+CONVEYOR_DECL void check_extra_fields(const decode_image_options& o, std::string_view stage)
+{
+    for (const auto& f : o.extra_fields)
+        if (std::string why = spec_problem(f); !why.empty())
+            throw conveyor::error(make_error_code(errc::bad_options), {.stage = std::string(stage), .detail = "extra_fields: " + why});
+    if (std::string why = field_options_problem(o.extra_decode); !why.empty())
+        throw conveyor::error(make_error_code(errc::bad_options), {.stage = std::string(stage), .detail = "extra_decode: " + why});
+}
+
+CONVEYOR_DECL std::vector<field_value> extra_values(const shard::sample& s, const decode_image_options& o, const decoder& dec,
+                                                    std::uint64_t epoch)
+{
+    std::vector<field_value> out;
+    out.reserve(o.extra_fields.size());
+    const field_context c{.key = s.key, .origin = s.origin, .epoch = epoch, .image = &o.extra_decode.image, .decoder = &dec,
+                          .stats = o.stats.get()};
+    for (const auto& spec : o.extra_fields) {
+        const shard::field* f = nullptr;
+        bool found = false;
+        for (std::string_view name : alternatives(spec)) {
+            if (name == "__key__") {
+                out.emplace_back(s.key);
+            } else if (name == "__url__") {
+                out.emplace_back(s.origin);
+            } else if ((f = s.find(name))) {
+                out.push_back(decode_field(*f, c, o.extra_decode));
+            } else {
+                continue;
+            }
+            found = true;
+            break;
+        }
+        if (!found) {
+            std::vector<std::string_view> have;
+            for (const auto& x : s.fields) have.push_back(x.name);
+            throw missing_field_error(spec, s.key, s.origin, have);
+        }
+    }
+    return out;
+}
+
+CONVEYOR_DECL std::vector<field_value> extra_values(const blob& b, const decode_image_options& o, const decoder& dec, std::uint64_t epoch)
+{
+    (void)dec;
+    (void)epoch;
+    std::vector<field_value> out;
+    out.reserve(o.extra_fields.size());
+    for (const auto& spec : o.extra_fields) {
+        bool found = false;
+        for (std::string_view name : alternatives(spec)) {
+            if (name == "__key__") out.emplace_back(b.key);
+            else if (name == "__url__") out.emplace_back(b.origin);
+            else if (name == "cls" && b.label >= 0) out.emplace_back(b.label);
+            else continue;
+            found = true;
+            break;
+        }
+        if (!found) {
+            std::vector<std::string_view> have;
+            if (b.label >= 0) have.push_back("cls");
+            throw missing_field_error(spec, b.key, b.origin, have);
+        }
+    }
+    return out;
 }
 
 } // namespace detail
@@ -80,6 +139,7 @@ CONVEYOR_DECL decode_image_stage::decode_image_stage(decode_image_options o, dec
     if (!o.stats) o.stats = std::make_shared<decode_stats>();
     if (o.fields.empty())
         throw conveyor::error(make_error_code(errc::bad_options), {.stage = "decode_image", .detail = "no image fields to look for"});
+    detail::check_extra_fields(o, "decode_image");
     if (o.label_map.map && o.label_map.by == label_lookup::key_number && !o.label_map.first_number)
         throw conveyor::error(make_error_code(errc::bad_options),
                               {.stage = "decode_image",

@@ -63,7 +63,7 @@ CONVEYOR_DECL std::byte* batch_assembler::slot(std::uint64_t position) const
 }
 
 CONVEYOR_DECL batch_assembler::placement batch_assembler::place(std::uint64_t position, std::string key, conveyor::sample_id id,
-                                                                std::int64_t label)
+                                                                std::int64_t label, std::vector<field_value> extras)
 {
     assert(assembled_ < dispatched_ && position >= final_);
     const std::uint64_t q = final_++;
@@ -73,6 +73,10 @@ CONVEYOR_DECL batch_assembler::placement batch_assembler::place(std::uint64_t po
     to.keys[i] = std::move(key);
     to.ids[i] = id;
     to.labels[i] = label;
+    if (!extras.empty()) {
+        if (to.extras.empty()) to.extras.resize(n_);
+        to.extras[i] = std::move(extras);
+    }
     return {.from = position, .to = q};
 }
 
@@ -98,12 +102,14 @@ CONVEYOR_DECL batch_assembler::assembled batch_assembler::close(std::uint64_t ba
                   .keys = std::move(it->second.keys),
                   .ids = std::move(it->second.ids),
                   .labels = std::move(it->second.labels),
+                  .extras = std::move(it->second.extras),
                   .index = batch,
                   .count = count};
     open_.erase(it);
     out.keys.resize(count);
     out.ids.resize(count);
     out.labels.resize(count);
+    if (!out.extras.empty()) out.extras.resize(count);
     ++taken_;
     return out;
 }
@@ -126,12 +132,17 @@ CONVEYOR_DECL void batch_assembler::abandon() noexcept
     open_.clear();
 }
 
-CONVEYOR_DECL image_batch batch_of(batch_assembler::assembled a, const collate_options& o, const batch_plan& plan)
+CONVEYOR_DECL image_batch batch_of(batch_assembler::assembled a, const collate_options& o, const batch_plan& plan,
+                                   std::span<const std::string> columns)
 {
     auto* labels = reinterpret_cast<std::int64_t*>(a.slab.data() + plan.labels_offset);
     std::copy(a.labels.begin(), a.labels.end(), labels);
     image_batch out = batch_over_slab(std::move(a.slab), std::move(a.keys), a.count, a.index, o, plan);
     out.ids = std::move(a.ids);
+    if (!columns.empty()) {
+        a.extras.resize(a.count); // none when every item came without extra values
+        out.columns = columns_of(columns, std::move(a.extras));
+    }
     return out;
 }
 

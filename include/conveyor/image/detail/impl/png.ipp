@@ -62,18 +62,10 @@ CONVEYOR_DECL void png_decode(std::span<const std::uint8_t> b, const plan& p, co
     // The chunks after the image data, to IEND: a PNG cut after its pixels is still cut.
     check(spng_decode_chunks(c.get()), "trailing chunks");
     if (direct) return;
-    std::uint8_t* conv = px;
-    if (opts.format == pixel_format::bgr) {
-        for (std::size_t i = 0; i < len; i += 3) std::swap(px[i], px[i + 2]);
-    } else if (opts.format == pixel_format::gray && !gray_direct) {
-        // ITU-R BT.601 luma in 16-bit fixed point, rounded (PIL's "L").
-        conv = s.convert.get(std::size_t{w} * h);
-        for (std::size_t i = 0, o = 0; i < len; i += 3, ++o)
-            conv[o] = static_cast<std::uint8_t>((px[i] * 19595u + px[i + 1] * 38470u + px[i + 2] * 7471u + 0x8000u) >> 16);
-    }
-    resample(conv, w, h, p.channels, {double(p.crop.left), double(p.crop.top), double(p.crop.width), double(p.crop.height)}, dst, p.out, ctx);
+    // BGR and grey in place (convert_pixels writes each pixel no later than it reads it).
+    if (!gray_direct) convert_pixels(px, 3, std::size_t{w} * h, opts.format, px);
+    resample(px, w, h, p.channels, {double(p.crop.left), double(p.crop.top), double(p.crop.width), double(p.crop.height)}, dst, p.out, ctx);
     s.pixels.trim();
-    s.convert.trim();
 }
 
 } // namespace conveyor::image::detail

@@ -263,6 +263,33 @@ CONVEYOR_DECL void resample(const std::uint8_t* src, std::uint32_t w, std::uint3
     if (rs.mid.capacity() > (std::size_t{64} << 20)) rs.mid = {};
 }
 
+CONVEYOR_DECL void convert_pixels(const std::uint8_t* src, unsigned src_channels, std::size_t n, pixel_format f, std::uint8_t* dst) noexcept
+{
+    const std::size_t sc = src_channels;
+    switch (f) {
+    case pixel_format::rgb:
+        if (sc == 3) {
+            if (dst != src) std::memmove(dst, src, n * 3);
+            return;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::uint8_t r = src[i * sc], g = src[i * sc + 1], b = src[i * sc + 2];
+            dst[i * 3] = r, dst[i * 3 + 1] = g, dst[i * 3 + 2] = b;
+        }
+        return;
+    case pixel_format::bgr:
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::uint8_t r = src[i * sc], g = src[i * sc + 1], b = src[i * sc + 2];
+            dst[i * 3] = b, dst[i * 3 + 1] = g, dst[i * 3 + 2] = r;
+        }
+        return;
+    case pixel_format::gray:
+        for (std::size_t i = 0; i < n; ++i)
+            dst[i] = static_cast<std::uint8_t>((src[i * sc] * 19595u + src[i * sc + 1] * 38470u + src[i * sc + 2] * 7471u + 0x8000u) >> 16);
+        return;
+    }
+}
+
 CONVEYOR_DECL void flip_rows(std::uint8_t* px, extent e, unsigned c) noexcept
 {
     for (std::uint32_t y = 0; y < e.height; ++y) {

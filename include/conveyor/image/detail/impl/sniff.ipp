@@ -98,16 +98,67 @@ inline header read_png_header(std::span<const std::uint8_t> b, std::string_view 
     return h;
 }
 
+CONVEYOR_DECL bool is_webp(std::span<const std::uint8_t> b) noexcept
+{
+    return b.size() >= 12 && std::memcmp(b.data(), "RIFF", 4) == 0 && std::memcmp(b.data() + 8, "WEBP", 4) == 0;
+}
+
+/// The brands of the `ftyp` box `b` starts with (the major one first), up to the end of the
+/// box or of `b`, each passed to `f` until it returns true; false when `b` has no `ftyp` box.
+template <class F>
+bool any_ftyp_brand(std::span<const std::uint8_t> b, F f) noexcept
+{
+    if (b.size() < 12 || std::memcmp(b.data() + 4, "ftyp", 4) != 0) return false;
+    std::uint64_t size = (std::uint64_t{b[0]} << 24) | (std::uint64_t{b[1]} << 16) | (std::uint64_t{b[2]} << 8) | b[3];
+    std::size_t at = 8;
+    if (size == 1) { // a 64-bit size follows the type
+        if (b.size() < 20) return false;
+        size = 0;
+        for (int i = 8; i < 16; ++i) size = (size << 8) | b[std::size_t(i)];
+        at = 16;
+    } else if (size == 0) { // the box runs to the end of the file
+        size = b.size();
+    }
+    if (size < at + 8) return false;
+    const std::size_t end = static_cast<std::size_t>(std::min<std::uint64_t>(size, b.size()));
+    if (at + 4 <= end && f(b.data() + at)) return true; // the major brand; then the minor version
+    for (std::size_t p = at + 8; p + 4 <= end; p += 4)
+        if (f(b.data() + p)) return true;
+    return false;
+}
+
+CONVEYOR_DECL bool is_avif(std::span<const std::uint8_t> b) noexcept
+{
+    return any_ftyp_brand(b, [](const std::uint8_t* brand) {
+        return std::memcmp(brand, "avif", 4) == 0 || std::memcmp(brand, "avis", 4) == 0;
+    });
+}
+
 CONVEYOR_DECL header read_header(std::span<const std::byte> bytes, std::string_view key, std::string_view where)
 {
     const std::span<const std::uint8_t> b(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
     if (b.empty()) throw image_error(errc::zero_size, key, where, "the input has no bytes");
     if (b.size() >= 2 && b[0] == 0xFF && b[1] == 0xD8) return read_jpeg_header(b, key, where);
     if (b.size() >= 8 && std::memcmp(b.data(), png_signature, 8) == 0) return read_png_header(b, key, where);
+    if (is_webp(b)) return read_webp_header(b, key, where);
+    if (is_avif(b)) return read_avif_header(b, key, where);
     if (b.size() < 8 && std::memcmp(b.data(), png_signature, b.size()) == 0)
         throw image_error(errc::truncated, key, where, "PNG: the data end inside the signature");
+    if (b.size() < 12 && std::memcmp(b.data(), "RIFF", std::min<std::size_t>(b.size(), 4)) == 0)
+        throw image_error(errc::truncated, key, where, "WebP: the data end inside the RIFF header");
+    if (b.size() > 4 && b.size() < 16 && std::memcmp(b.data() + 4, "ftyp", std::min<std::size_t>(b.size() - 4, 4)) == 0)
+        throw image_error(errc::truncated, key, where, "AVIF: the data end inside the file type box (ftyp)");
+    std::string brand;
+    any_ftyp_brand(b, [&](const std::uint8_t* p) {
+        brand.assign(reinterpret_cast<const char*>(p), 4); // conveyor::error escapes what is not printable
+        return true;
+    });
+    if (!brand.empty())
+        throw image_error(errc::not_an_image, key, where,
+                          "an ISO-BMFF file of brand '" + brand + "' with neither 'avif' nor 'avis' among its brands (not an AVIF)");
     throw image_error(errc::not_an_image, key, where,
-                      "the first bytes are neither a JPEG (FF D8) nor a PNG signature (" + std::to_string(b.size()) + " bytes in all)");
+                      "the first bytes are those of none of JPEG (FF D8), PNG, WebP (RIFF....WEBP) and AVIF (an ftyp box of brand "
+                      "avif or avis) (" + std::to_string(b.size()) + " bytes in all)");
 }
 
 } // namespace conveyor::image::detail
