@@ -79,10 +79,16 @@ def skip(why):
     sys.exit(SKIP)
 
 
-def run(cmd, check=True, **kw):
+# How long one step may take: a venv, an install, a packaging of the built module (seconds on
+# a quiet machine); the compile from scratch (minutes). ctest's TIMEOUT covers both.
+STEP_SECONDS = 300
+COMPILE_SECONDS = 1500
+
+
+def run(cmd, check=True, timeout=STEP_SECONDS, **kw):
     print("+", " ".join(str(c) for c in cmd), flush=True)
     t0 = time.monotonic()
-    out = subprocess.run([str(c) for c in cmd], check=check, **kw)
+    out = subprocess.run([str(c) for c in cmd], check=check, timeout=timeout, **kw)
     print(f"  ({time.monotonic() - t0:.1f} s)", flush=True)
     return out
 
@@ -158,11 +164,12 @@ def install_check_uninstall(venv, install_args, images, away, version, extra=Non
     check_uninstalled(venv, before, away)
 
 
-def build(python, args, source, outdir, work, extra=None):
+def build(python, args, source, outdir, work, extra=None, timeout=STEP_SECONDS):
     """`python -m build` of `source` into `outdir`, without isolation; the one file it made."""
     os.makedirs(outdir, exist_ok=True)
     before = set(os.listdir(outdir))
-    run([python, "-m", "build", "--no-isolation", *args, "--outdir", outdir, source], cwd=work, env=env(work, **(extra or {})))
+    run([python, "-m", "build", "--no-isolation", *args, "--outdir", outdir, source], cwd=work, env=env(work, **(extra or {})),
+        timeout=timeout)
     made = sorted(set(os.listdir(outdir)) - before)
     assert len(made) == 1, f"python -m build {' '.join(args)} made {made}"
     return os.path.join(outdir, made[0])
@@ -227,7 +234,7 @@ def main():
         with tarfile.open(sdist) as tar:
             tar.extractall(unpacked)
         tree, = glob.glob(os.path.join(unpacked, "conveyor-*"))
-        wheel = build(system.python, ["--wheel"], tree, os.path.join(work, "dist-scratch"), work)
+        wheel = build(system.python, ["--wheel"], tree, os.path.join(work, "dist-scratch"), work, timeout=COMPILE_SECONDS)
         install_check_uninstall(plain, [wheel], images, away, a.version)
     else:
         print(f"  skipped (opt-in, minutes of compiling): set {FROM_SCRATCH}=1 to build the sdist's wheel from scratch")
