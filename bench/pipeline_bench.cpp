@@ -25,6 +25,7 @@
 #include <conveyor/file/source.hpp>
 #include <conveyor/core/metrics.hpp>
 #include <conveyor/image/batch.hpp>
+#include <conveyor/image/columns.hpp>
 #if CONVEYOR_WITH_CUDA
 #include <conveyor/cuda/decode.hpp>
 #include <conveyor/cuda/device.hpp>
@@ -43,6 +44,7 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <thread>
@@ -167,6 +169,58 @@ double decode_only_rate(const std::vector<std::vector<std::byte>>& jpegs, const 
             });
     }
     return static_cast<double>(total) / clock.seconds();
+}
+
+/// CPU time of the calling thread, in seconds.
+double thread_cpu_seconds()
+{
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+/** The CPU time per sample, on one thread, of what `--extra` adds (decoding the extra
+    fields, making the columns of each batch of `batch`, dropping them) against the image's
+    decode: thread CPU time, which other processes on the cores do not inflate as they do
+    wall time. Prints a JSON line. */
+void extra_cost(const std::vector<cv::shard::sample>& kept, const ci::decode_image_options& d, std::size_t batch)
+{
+    const ci::decoder dec;
+    std::vector<std::uint8_t> pixels(std::size_t{d.decode.size.width} * d.decode.size.height * ci::channels_of(d.decode.format));
+    double image_s = 0, extra_s = 0;
+    std::vector<std::vector<ci::field_value>> rows;
+    for (int pass = 0; pass < 2; ++pass) { // the first warms the caches and the pools
+        image_s = extra_s = 0;
+        for (const auto& s : kept) {
+            const double t0 = thread_cpu_seconds();
+            rows.push_back(ci::detail::extra_values(s, d, dec, 0));
+            if (rows.size() == batch) {
+                auto columns = ci::detail::columns_of(d.extra_fields, std::move(rows));
+                rows.clear();
+            }
+            const double t1 = thread_cpu_seconds();
+            const ci::encoded_image e = ci::encoded_image_of(s, d);
+            dec.decode_into(e.bytes, d.decode, {.key = e.key}, pixels);
+            const double t2 = thread_cpu_seconds();
+            extra_s += t1 - t0;
+            image_s += t2 - t1;
+        }
+        rows.clear();
+    }
+    const double n = static_cast<double>(kept.size());
+    std::string names;
+    for (const auto& f : d.extra_fields) names += (names.empty() ? "" : ",") + f;
+    cb::json_line()
+        .add("bench", "pipeline")
+        .add("engine", "extra-cost")
+        .add("extra", names)
+        .add("samples", kept.size())
+        .add("image_cpu_us", image_s / n * 1e6)
+        .add("extra_cpu_us", extra_s / n * 1e6)
+        .add("extra_over_image", extra_s / std::max(1e-12, image_s), 5)
+        .print();
+    std::fprintf(stderr, "pipeline: per sample, one thread: the image %.0f us of CPU, the extra fields (%s) %.1f us: %.2f%% more\n",
+                 image_s / n * 1e6, names.c_str(), extra_s / n * 1e6, 100 * extra_s / std::max(1e-12, image_s));
 }
 
 int cmd_pipeline(const pipeline_args& a)
@@ -372,6 +426,7 @@ int cmd_pipeline(const pipeline_args& a)
     // Decode only: the same decode on the same threads over JPEGs already in memory.
     if (samples && a.decode_only > 0) {
         std::vector<std::vector<std::byte>> jpegs;
+        std::vector<cv::shard::sample> kept; // with --extra: for the cost of the extra fields
         for (auto& s : *samples) {
             for (const char* f : {"jpg", "jpeg"})
                 if (const auto* field = s.find(f)) {
@@ -379,8 +434,10 @@ int cmd_pipeline(const pipeline_args& a)
                     jpegs.emplace_back(d.begin(), d.end());
                     break;
                 }
+            if (!a.extra.empty()) kept.push_back(s);
             if (jpegs.size() >= a.decode_only) break;
         }
+        if (!kept.empty()) extra_cost(kept, decode, a.batch);
         const double only = decode_only_rate(jpegs, decode.decode, threads);
         // The first epoch also warms the pools (fresh memory is dear in VMs): with more than
         // one, the later ones are compared.
