@@ -207,10 +207,7 @@ public:
         `conveyor::error` (`errc::invalid_argument`) when `id.source` is not below `sources()`. */
     CONVEYOR_DECL bool consumed(const sample_id& id);
     /// Records that `item` was used: anything with an `id_of(item)` (a `blob`, a `shard::sample`).
-    template <class Item>
-        requires requires(const Item& i) {
-            { id_of(i) } -> std::convertible_to<sample_id>;
-        }
+    template <identified_item Item>
     bool consumed(const Item& item)
     {
         return consumed(sample_id(id_of(item)));
@@ -236,9 +233,12 @@ public:
     /// saying what is wrong with it.
     CONVEYOR_DECL static mix_progress from_json(std::string_view text);
 
-    /** The union of the states of all slots of one mix epoch. Throws `conveyor::error`
-        (`errc::invalid_argument`) when they belong to different epochs, seeds, stop rules,
-        numbers of sources or divisions, or a source's states cannot be merged. */
+    /** The union of the states of all slots of one mix epoch. A state restored on another
+        number of slots and saved before a run began holds the old division: it is left out
+        (the states that ran from the same restore hold what it holds). Throws
+        `conveyor::error` (`errc::invalid_argument`) when they belong to different epochs,
+        seeds, stop rules, numbers of sources or divisions, or a source's states cannot be
+        merged. */
     CONVEYOR_DECL static mix_progress merge(const std::vector<mix_progress>& parts);
 
 private:

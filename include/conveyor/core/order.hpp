@@ -97,6 +97,13 @@ struct sample_id {
     bool whole = false;      ///< the item is its whole unit (a file or object of a list source)
 };
 
+/// An item whose `id_of(item)` (found by argument-dependent lookup) is its `sample_id`: a
+/// `blob`, a `shard::sample`, an item type of your own.
+template <class Item>
+concept identified_item = requires(const Item& i) {
+    { id_of(i) } -> std::convertible_to<sample_id>;
+};
+
 /** One piece of an epoch left to read: the unit at work position `work`, from sample
     `first` (which starts at byte `offset`), leaving out the samples in `skip` (consumed
     before a restart, while earlier ones were still in a shuffle buffer). */
@@ -164,10 +171,7 @@ public:
     CONVEYOR_DECL bool consumed(const sample_id& id);
     /// Records that `item` was used: anything with an `id_of(item)` (a `blob`, a
     /// `shard::sample`); false when it was recorded already.
-    template <class Item>
-        requires requires(const Item& i) {
-            { id_of(i) } -> std::convertible_to<sample_id>;
-        }
+    template <identified_item Item>
     bool consumed(const Item& item)
     {
         return consumed(sample_id(id_of(item)));

@@ -439,6 +439,36 @@ TEST_CASE("try_send_run_at places what fits now, leaves the rest untouched and n
     CHECK(io.poll() == 0); // nothing was left to run: no sender waits
 }
 
+TEST_CASE("try_receive_some takes what is there now, never waits, and tells the end from a wait")
+{
+    asio::io_context io;
+    const asio::any_io_executor ex = io.get_executor();
+    channel<int> ch(8);
+    std::vector<int> got;
+    bool ended = true;
+    CHECK_FALSE(ch.try_receive_some(got, 4, ended));
+    CHECK_FALSE(ended); // nothing yet, but more may come
+    std::vector<std::optional<int>> run{std::nullopt, 1, 2};
+    std::size_t placed = 0;
+    // Items past a missing head are not ready: an ordered sender has not placed number 0 yet.
+    CHECK(ch.try_send_run_at(1, std::span<std::optional<int>>(run).subspan(1), placed, ex));
+    CHECK_FALSE(ch.try_receive_some(got, 4, ended));
+    CHECK_FALSE(ended);
+    std::optional<int> zero = 0;
+    CHECK(ch.try_send_run_at(0, std::span<std::optional<int>>(&zero, 1), placed, ex));
+    CHECK(ch.try_receive_some(got, 2, ended));
+    CHECK(got == std::vector<int>{0, 1}); // at most `max`
+    CHECK(ch.try_receive_some(got, 8, ended));
+    CHECK(got == std::vector<int>{0, 1, 2});
+    ch.close();
+    CHECK_FALSE(ch.try_receive_some(got, 8, ended));
+    CHECK(ended);
+    channel<int> failed(4);
+    failed.fail(std::make_exception_ptr(std::runtime_error("broken")));
+    CHECK_THROWS_WITH(failed.try_receive_some(got, 1, ended), "broken");
+    settle(io);
+}
+
 TEST_CASE("skip_at leaves holes that the receiver passes over")
 {
     asio::io_context io;

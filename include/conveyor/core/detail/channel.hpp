@@ -201,6 +201,11 @@ public:
         co_return std::optional<T>(std::move(one.front()));
     }
 
+    /** `receive_some` that never waits: appends what is there now (at most `max` items) to
+        `out`. True when it took any; false when there was none, `ended` then saying whether
+        the stream is at its end. Throws like `receive_some`. */
+    bool try_receive_some(std::vector<T>& out, std::size_t max, bool& ended);
+
     /// Like `receive_some`, for a plain thread: blocks on a condition variable.
     template <class Container>
     bool receive_some_blocking(Container& out, std::size_t max)

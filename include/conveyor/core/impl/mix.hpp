@@ -89,7 +89,7 @@ struct mix_access {
 };
 
 /// Items a mix takes from a source's stream at once.
-inline constexpr std::size_t mix_read_batch = 32;
+inline constexpr std::size_t mix_read_batch = 64;
 
 template <class T>
 struct mix_lane {
@@ -166,7 +166,7 @@ asio::awaitable<void> mix_items(std::shared_ptr<mix_run<T>> run, sink<T>& out)
             for (auto& l : run.lanes) mix_run<T>::close(l);
         }
     } close_all{*run};
-    const std::size_t chunk = std::clamp<std::size_t>(out.capacity() / 2, 1, 64);
+    const std::size_t chunk = std::clamp<std::size_t>(out.capacity(), 1, 64);
     std::vector<T> put;
     put.reserve(chunk);
     std::uint64_t i = run->next_draw;
@@ -175,14 +175,20 @@ asio::awaitable<void> mix_items(std::shared_ptr<mix_run<T>> run, sink<T>& out)
         if (k == mix_chooser::none) break;
         mix_lane<T>& lane = run->lanes[k];
         if (lane.next == lane.held.size()) {
-            // No co_await inside `&&` (GCC 12 evaluates it even when the left side is false).
-            if (!put.empty()) {
-                if (!co_await out.send_all(put)) co_return;
-            }
             lane.held.clear();
             lane.next = 0;
-            auto got = lane.in->async_next_batch(lane.held, mix_read_batch); // named: no temporary across the co_await
-            if (!co_await std::move(got)) {
+            bool ended = false;
+            if (!channel_of(*lane.in)->try_receive_some(lane.held, mix_read_batch, ended) && !ended) {
+                // This source's turn, and it has nothing yet: what was drawn goes on before
+                // the wait. (No co_await inside `&&`: GCC 12 evaluates it even when the left
+                // side is false.)
+                if (!put.empty()) {
+                    if (!co_await out.send_all(put)) co_return;
+                }
+                auto got = lane.in->async_next_batch(lane.held, mix_read_batch); // named: no temporary across the co_await
+                ended = !co_await std::move(got);
+            }
+            if (ended) {
                 if (run->o->resume) mix_access::end_pass(*run->o->resume, k, lane.pass, lane.delivered);
                 const bool empty_pass = lane.fresh && lane.delivered == 0;
                 mix_run<T>::close(lane);

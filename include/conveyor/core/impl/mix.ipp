@@ -576,6 +576,23 @@ CONVEYOR_DECL mix_progress mix_progress::merge(const std::vector<mix_progress>& 
         if (p.begun_) begun.push_back(std::move(p));
     }
     if (begun.empty()) return mix_progress(parts.empty() ? 0 : parts.front().sources());
+    auto differ = [](const mix_progress& p, const mix_progress& a) {
+        detail::bad_mix("resume states to merge belong to different mixes or divisions (epoch " + std::to_string(p.epoch_) + ", seed " +
+                        std::to_string(p.seed_) + ", " + std::to_string(p.src_.size()) + " source(s), " + std::to_string(p.slots_) +
+                        " slots from draw " + std::to_string(p.start_) + ", against epoch " + std::to_string(a.epoch_) + ", seed " +
+                        std::to_string(a.seed_) + ", " + std::to_string(a.src_.size()) + " source(s), " + std::to_string(a.slots_) +
+                        " slots from draw " + std::to_string(a.start_) + ")");
+    };
+    for (const auto& p : begun)
+        if (p.epoch_ != begun.front().epoch_ || p.seed_ != begun.front().seed_ || p.stop_ != begun.front().stop_ ||
+            p.src_.size() != begun.front().src_.size())
+            differ(p, begun.front());
+    // A state restored on another division but not run since still holds the old division
+    // (a run converts it when it starts); what it holds, the states that ran from the same
+    // restore hold too. The latest division is the one furthest along the global index.
+    std::uint64_t latest = 0;
+    for (const auto& p : begun) latest = std::max(latest, p.start_ * p.slots_);
+    std::erase_if(begun, [&](const mix_progress& p) { return p.start_ * p.slots_ < latest; });
     mix_progress out(begun.front().src_.size());
     const mix_progress& a = begun.front();
     out.begun_ = true;
@@ -586,13 +603,7 @@ CONVEYOR_DECL mix_progress mix_progress::merge(const std::vector<mix_progress>& 
     out.start_ = a.start_;
     out.drawn_.assign(static_cast<std::size_t>(a.slots_), 0);
     for (const auto& p : begun) {
-        if (p.epoch_ != a.epoch_ || p.seed_ != a.seed_ || p.stop_ != a.stop_ || p.src_.size() != a.src_.size() || p.slots_ != a.slots_ ||
-            p.start_ != a.start_)
-            detail::bad_mix("resume states to merge belong to different mixes or divisions (epoch " + std::to_string(p.epoch_) + ", seed " +
-                            std::to_string(p.seed_) + ", " + std::to_string(p.src_.size()) + " source(s), " + std::to_string(p.slots_) +
-                            " slots from draw " + std::to_string(p.start_) + ", against epoch " + std::to_string(a.epoch_) + ", seed " +
-                            std::to_string(a.seed_) + ", " + std::to_string(a.src_.size()) + " source(s), " + std::to_string(a.slots_) +
-                            " slots from draw " + std::to_string(a.start_) + ")");
+        if (p.slots_ != a.slots_ || p.start_ != a.start_) differ(p, a);
         for (std::size_t s = 0; s < p.drawn_.size() && s < out.drawn_.size(); ++s) out.drawn_[s] = std::max(out.drawn_[s], p.drawn_[s]);
     }
     const std::uint64_t slots = out.slots_;

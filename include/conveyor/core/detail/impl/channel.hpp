@@ -156,6 +156,22 @@ asio::awaitable<bool> channel<T>::receive_some(std::vector<T>& out, std::size_t 
 }
 
 template <class T>
+inline bool channel<T>::try_receive_some(std::vector<T>& out, std::size_t max, bool& ended)
+{
+    max = std::max<std::size_t>(max, 1);
+    std::unique_lock lk(mu_);
+    ended = false;
+    throw_if_failed();
+    if (receiver_closed_) {
+        ended = true;
+        return false;
+    }
+    if (take(lk, out, max)) return true;
+    ended = head_ >= end_;
+    return false;
+}
+
+template <class T>
 template <class Container>
 inline std::optional<bool> channel<T>::receive_some_blocking_until(Container& out, std::size_t max,
                                                                    std::optional<std::chrono::steady_clock::time_point> deadline)
