@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """python_samples.py: samples as they are, iterated from Python, beside their baselines.
 
-On the same shards and the same cores, alternated round by round:
+On the same shards and the same cores, alternated round by round, each round of a case
+--epochs passes over the shards (one pipeline, its epochs in a row; the C++ case's passes
+timed as it times them):
 
   cpp          conveyor-bench shards (the C++ shard source, no Python): the ceiling
   conveyor     for s in conveyor.shards(...): each sample a dict of bytes, as webdataset's
+  views        the same with .memoryviews(): each member a read-only memoryview, no copy
   map          the same with a trivial Python map (lambda s: s) on --threads Python threads
   map-pil      a map that decodes each JPEG with PIL (releases the GIL while it decodes),
                at 1, 2 and 4 threads: does the map scale with threads?
@@ -34,8 +37,11 @@ def parse_args(argv):
     p.add_argument("spec", help="shards: a dataset index (.json), a brace pattern or a path")
     p.add_argument("--bench", default="build/default/bench/conveyor-bench", help="the conveyor-bench binary (case cpp)")
     p.add_argument("--rounds", type=int, default=5, help="rounds of every case, alternated")
+    p.add_argument("--epochs", type=int, default=10,
+                   help="passes over the shards in each round of each case (one pipeline, its epochs in a row): a pass "
+                        "over the quickstart's shards takes tens of milliseconds, too short to time alone")
     p.add_argument("--threads", type=int, default=1, help="Python threads of the trivial map")
-    p.add_argument("--cases", default="cpp,conveyor,map,map-pil,tarfile", help="cases to run, comma-separated")
+    p.add_argument("--cases", default="cpp,conveyor,views,map,map-pil,tarfile", help="cases to run, comma-separated")
     p.add_argument("--pil-samples", type=int, default=600, help="samples per map-pil run (PIL decodes are slow)")
     return p.parse_args(argv)
 
@@ -50,24 +56,27 @@ def shard_paths(spec):
 
 
 def run_cpp(args):
-    out = subprocess.run([args.bench, "shards", args.spec, "--repeat", "1"], capture_output=True, text=True, check=True).stdout
-    line = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-    return line["samples"], line["seconds"]
+    out = subprocess.run([args.bench, "shards", args.spec, "--repeat", str(args.epochs)], capture_output=True, text=True,
+                         check=True).stdout
+    passes = [json.loads(l) for l in out.splitlines() if l.startswith("{") and '"bench":"shards"' in l]
+    return sum(p["samples"] for p in passes), sum(p["seconds"] for p in passes)
 
 
-def run_conveyor(args, fn=None, threads=1, limit=None):
+def run_conveyor(args, fn=None, threads=1, limit=None, views=False):
     import conveyor
 
-    pipe = conveyor.shards(args.spec, shuffle=False)
+    pipe = conveyor.shards(args.spec, shuffle=False).memoryviews(views)
     if fn is not None:
         pipe = pipe.map(fn, threads=threads)
+    len(pipe)  # the index read before the clock starts, as the C++ case reads it before its passes
     n, size = 0, 0
     t0 = time.perf_counter()
-    for s in pipe:
-        size += len(s["jpg"])
-        n += 1
-        if limit and n >= limit:
-            break
+    for _ in range(1 if limit else args.epochs):
+        for s in pipe:
+            size += len(s["jpg"])
+            n += 1
+            if limit and n >= limit:
+                break
     return n, time.perf_counter() - t0
 
 
@@ -119,8 +128,9 @@ def run_tarfile(args):
     loader = torch.utils.data.DataLoader(TarSamples(paths), batch_size=None, num_workers=2)
     n = 0
     t0 = time.perf_counter()
-    for s in loader:
-        n += len(s["jpg"]) > 0
+    for _ in range(args.epochs):
+        for s in loader:
+            n += len(s["jpg"]) > 0
     return n, time.perf_counter() - t0
 
 
@@ -130,6 +140,7 @@ def main(argv):
     runs = {
         "cpp": lambda: run_cpp(args),
         "conveyor": lambda: run_conveyor(args),
+        "views": lambda: run_conveyor(args, views=True),
         "map": lambda: run_conveyor(args, lambda s: s, args.threads),
         "tarfile": lambda: run_tarfile(args),
     }
@@ -153,6 +164,8 @@ def main(argv):
     ratios = {}
     if "cpp" in med and "conveyor" in med:
         ratios["conveyor/cpp"] = med["conveyor"] / med["cpp"]
+    if "cpp" in med and "views" in med:
+        ratios["views/cpp"] = med["views"] / med["cpp"]
     if "tarfile" in med and "conveyor" in med:
         ratios["conveyor/tarfile"] = med["conveyor"] / med["tarfile"]
     if "map" in med and "conveyor" in med:

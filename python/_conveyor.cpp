@@ -292,8 +292,8 @@ py::dict stats_dict(const cv::stats_snapshot& s)
 class py_run {
 public:
     template <class Item>
-    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Item> r, cp::run_state progress)
-        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress))
+    py_run(std::shared_ptr<cv::runtime> rt, cv::range<Item> r, cp::run_state progress, cp::members as = cp::members::bytes)
+        : rt_(std::move(rt)), run_(std::move(r)), progress_(std::move(progress)), as_(as)
     {
     }
     py_run(const py_run&) = delete;
@@ -394,7 +394,7 @@ private:
         if (got.empty()) return std::nullopt;
         if constexpr (std::is_same_v<Item, shard::sample>) {
             py::list out;
-            for (const auto& smp : got) out.append(cp::dict_of(smp));
+            for (const auto& smp : got) out.append(cp::dict_of(smp, nullptr, as_));
             return py::object(std::move(out));
         } else if constexpr (std::is_same_v<Item, image::decoded_sample>) {
             py::list out;
@@ -462,7 +462,7 @@ private:
 
     /// A batch of samples as a dict of lists: `__key__`, `__url__` and each field any
     /// sample has (in order of first appearance), None where a sample lacks it. GIL held.
-    static py::dict columns_of(const std::vector<shard::sample>& v)
+    py::dict columns_of(const std::vector<shard::sample>& v) const
     {
         std::vector<std::string> names;
         for (const auto& s : v)
@@ -480,7 +480,7 @@ private:
             py::list col;
             for (const auto& s : v) {
                 const auto* f = s.find(name);
-                col.append(f ? cp::value_of(*f) : py::object(py::none()));
+                col.append(f ? cp::value_of(*f, as_) : py::object(py::none()));
             }
             d[py::str(name)] = std::move(col);
         }
@@ -505,6 +505,7 @@ private:
                  cv::range<image::sample_batch>>
         run_;
     cp::run_state progress_;
+    cp::members as_; // how the members of raw samples reach Python
     std::optional<cv::stats_snapshot> final_;
     std::mutex mu_;
     std::deque<std::vector<cv::sample_id>> pending_; // items handed out, not yet used, in order
@@ -642,8 +643,9 @@ public:
             return std::make_unique<py_run>(rt_, (std::move(decoded) | image::collate_fields(batch_.size, std::move(co))).run(epoch), st);
         }
         if (has_collate_)
-            return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), st);
-        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), st);
+            return std::make_unique<py_run>(rt_, (std::move(p) | cv::batch(batch_.size, {.partial = batch_.partial})).run(epoch), st,
+                                            members_);
+        return std::make_unique<py_run>(rt_, std::move(p).run(epoch), st, members_);
     }
 
     std::unique_ptr<py_run> images(cv::pipeline<image::image_batch> p, const cp::run_state& progress, std::uint64_t epoch)
@@ -686,6 +688,7 @@ private:
         has_collate_ = has(spec, "collate");
         image_batches_ = get<bool>(spec, "image_batches", true);
         if (has(spec, "tuple")) tuple_ = spec["tuple"].cast<std::vector<std::string>>();
+        members_ = get<bool>(spec, "views", false) ? cp::members::views : cp::members::bytes;
         read_python_ops(spec);
         read_section(spec, "decode", decode_);
         errors_ = decode_.errors; // one setting: a bad item, unreadable or undecodable
@@ -724,6 +727,7 @@ private:
             op.fn = d["fn"];
             op.threads = d["threads"].cast<std::size_t>();
             op.ordered = d["ordered"].cast<bool>();
+            op.as = members_;
             if (op.threads == 0) throw py::value_error(what + "() needs at least one thread");
             py::object name = py::getattr(op.fn, "__name__", py::none());
             op.name = what + "(" + (name.is_none() ? type_name_of(op.fn) : py::str(name).cast<std::string>()) + ")";
@@ -865,6 +869,7 @@ private:
     std::optional<cv::shuffle_options> shuffle_;
     std::size_t shuffle_at_ = 0; // the shuffle comes before Python stage `shuffle_at_`
     bool has_decode_ = false, has_collate_ = false;
+    cp::members members_ = cp::members::bytes; // how members reach Python: bytes, or memoryviews
     bool image_batches_ = true;       // decode + batch: images decoded into batch tensors (else columns of any fields)
     std::vector<std::string> tuple_;  // to_tuple's fields
     std::vector<std::shared_ptr<cp::python_pool>> ops_;
@@ -923,6 +928,8 @@ PYBIND11_MODULE(_conveyor, m)
         .def_property_readonly("data_ptr", [](const py_tensor& t) { return t.data; }, "The address of the first element.")
         .def_property_readonly("shape", [](const py_tensor& t) { return py::tuple(py::cast(t.shape)); })
         .def_property_readonly("dtype", [](const py_tensor& t) { return t.dtype; });
+
+    cp::add_member_type(m);
 
     py::class_<py_batch>(m, "Batch", "A batch: images and labels as DLPack tensors, with the items' keys.")
         .def_readonly("images", &py_batch::images)

@@ -56,22 +56,90 @@ inline py::object bytes_of(const cv::slice& s)
                                                                        static_cast<Py_ssize_t>(s.size())));
 }
 
-/// A field's value in Python: its object, or its bytes. GIL held.
-inline py::object value_of(const shard::field& f)
+/** The exporter behind a member's memoryview: a Python object of type `_MemberBytes` that
+    holds the slice, and so the read buffer the slice points into, for as long as a view of it
+    lives. A plain CPython type (not a pybind11 class): making one is an allocation and a
+    copy of the slice, and its buffer is the slice's bytes, read-only. */
+struct member_object {
+    PyObject_HEAD
+    cv::slice data;
+};
+
+inline void member_dealloc(PyObject* self)
 {
-    return f.object ? held(f.object) : bytes_of(f.data);
+    std::destroy_at(&reinterpret_cast<member_object*>(self)->data);
+    PyTypeObject* type = Py_TYPE(self);
+    PyObject_Free(self);
+    Py_DECREF(type); // instances of a heap type hold a reference to it
 }
 
-/** Sample `s` as webdataset yields it: `{"__key__": ..., "__url__": ..., <field>: bytes}`.
-    `made`, when given, receives each field's Python value in field order (to recognise
-    values a function hands back untouched). GIL held. */
-inline py::dict dict_of(const shard::sample& s, std::vector<PyObject*>* made = nullptr)
+inline int member_getbuffer(PyObject* self, Py_buffer* view, int flags)
+{
+    const cv::slice& s = reinterpret_cast<member_object*>(self)->data;
+    // Read-only: PyBUF_WRITABLE is refused with BufferError.
+    return PyBuffer_FillInfo(view, self, const_cast<std::byte*>(s.data()), static_cast<Py_ssize_t>(s.size()), 1, flags);
+}
+
+/// The `_MemberBytes` type, made once by `add_member_type` at the module's import.
+inline PyTypeObject*& member_type()
+{
+    static PyTypeObject* type = nullptr;
+    return type;
+}
+
+/// Makes `_MemberBytes` and adds it to module `m`. GIL held.
+inline void add_member_type(py::module_& m)
+{
+    static PyType_Slot slots[] = {
+        {Py_tp_dealloc, reinterpret_cast<void*>(&member_dealloc)},
+        {Py_bf_getbuffer, reinterpret_cast<void*>(&member_getbuffer)},
+        {Py_tp_doc, const_cast<char*>("The read-only bytes behind a member's memoryview (Pipeline.memoryviews()); it keeps the "
+                                      "read buffer they are in alive.")},
+        {0, nullptr},
+    };
+    // Made only here: Python cannot make one (it would hold no slice).
+    static PyType_Spec spec = {"conveyor._conveyor._MemberBytes", static_cast<int>(sizeof(member_object)), 0,
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, slots};
+    PyObject* type = PyType_FromSpec(&spec);
+    if (type == nullptr) throw py::error_already_set();
+    member_type() = reinterpret_cast<PyTypeObject*>(type);
+    m.add_object("_MemberBytes", py::reinterpret_borrow<py::object>(type)); // the module's reference; ours stays for the process
+}
+
+/** A member's bytes as a read-only `memoryview` over conveyor's read buffer: no copy. The
+    view keeps the whole buffer it points into alive (a shard chunk holds many members).
+    GIL held. */
+inline py::object view_of(const cv::slice& s)
+{
+    auto* o = PyObject_New(member_object, member_type());
+    if (o == nullptr) throw py::error_already_set();
+    std::construct_at(&o->data, s);
+    PyObject* view = PyMemoryView_FromObject(reinterpret_cast<PyObject*>(o));
+    Py_DECREF(o); // the view holds it
+    if (view == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(view);
+}
+
+/// How members reach Python: copied into `bytes` (webdataset's type) or as memoryviews.
+enum class members { bytes, views };
+
+/// A field's value in Python: its object, or its bytes. GIL held.
+inline py::object value_of(const shard::field& f, members as = members::bytes)
+{
+    if (f.object) return held(f.object);
+    return as == members::views ? view_of(f.data) : bytes_of(f.data);
+}
+
+/** Sample `s` as webdataset yields it: `{"__key__": ..., "__url__": ..., <field>: bytes}`
+    (memoryviews with `members::views`). `made`, when given, receives each field's Python
+    value in field order (to recognise values a function hands back untouched). GIL held. */
+inline py::dict dict_of(const shard::sample& s, std::vector<PyObject*>* made = nullptr, members as = members::bytes)
 {
     py::dict d;
     d["__key__"] = py::str(s.key);
     d["__url__"] = py::str(s.origin);
     for (const auto& f : s.fields) {
-        py::object v = value_of(f);
+        py::object v = value_of(f, as);
         if (made) made->push_back(v.ptr());
         d[py::str(f.name)] = std::move(v);
     }
@@ -162,6 +230,7 @@ struct python_op {
     py::object fn;            ///< the callable (owned with the GIL: see `python_stage`)
     std::size_t threads = 4;  ///< Python threads calling it
     bool ordered = true;      ///< samples leave in input order
+    members as = members::bytes; ///< how the function gets the members
     std::string name;         ///< the stage's name in errors and statistics
 };
 
@@ -221,7 +290,7 @@ inline auto python_call(std::shared_ptr<python_pool> pool, run_state progress)
             const shard::sample& s = *in;
             try {
                 std::vector<PyObject*> made;
-                py::dict d = dict_of(s, &made);
+                py::dict d = dict_of(s, &made, op->as);
                 py::object r = op->fn(d);
                 if (op->what == python_op::kind::filter) {
                     if (!r.cast<bool>()) return std::nullopt;

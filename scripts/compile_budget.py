@@ -169,7 +169,7 @@ def main():
             slow = None
             if r["seconds"] > limit["seconds"] and not ratio_ok:
                 slow = (f"{r['seconds']} s > {limit['seconds']} s"
-                        + (f" and {ratio:.2f}x deps > {limit['vs_deps']}x" if "vs_deps" in limit else ""))
+                        + (f" and {ratio:.2f}x deps > {limit['vs_deps']}x" if "vs_deps" in limit and ratio == ratio else ""))
                 if args.check_time:
                     over.append(slow)
                 else:

@@ -56,7 +56,10 @@ cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz --parallel "${CONVEYOR_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"
 echo "fuzz.sh: built ${#targets[@]} targets in $((SECONDS - start)) s"
 
-python3 scripts/fuzz_corpus.py "$build/corpus/seeds"
+# Debian's interpreter has the packages the seeds are made with (PIL for WebP); a python3
+# earlier on PATH may lack them.
+py=$( [[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || command -v python3)
+"$py" scripts/fuzz_corpus.py "$build/corpus/seeds"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -67,7 +70,8 @@ symbolizer=$(command -v llvm-symbolizer-14 || command -v llvm-symbolizer || true
 run_target() {
   local t=$1 exe=$build/fuzz/fuzz_$1 logs=$build/logs
   local corpus=$build/corpus/$t findings=$build/findings/$t
-  mkdir -p "$corpus" "$findings" "$logs"
+  # A target without seeds fuzzes from nothing (libFuzzer refuses a folder that is not there).
+  mkdir -p "$corpus" "$findings" "$logs" "$build/corpus/seeds/$t"
   local flags=(-timeout=10 -rss_limit_mb=2048 -max_len="${max_len[$t]}" -dict="fuzz/dict/${dict[$t]}.dict")
   local found=()
   # Inputs that crashed before must not crash again (each is run once).
@@ -85,6 +89,8 @@ run_target() {
   done
   local execs corp
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$t.log" | tail -1)
+  # A target that ran nothing did not fuzz: it fails rather than pass unseen.
+  ((${execs:-0} > 0)) || found+=("ran no input (see $logs/$t.log)")
   corp=$(find "$corpus" -type f | wc -l)
   printf '{"target": "%s", "seconds": %d, "execs": %d, "corpus": %d, "findings": %d}\n' \
     "$t" "$seconds" "${execs:-0}" "$corp" "${#found[@]}" >"$logs/$t.json"

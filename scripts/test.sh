@@ -52,6 +52,11 @@ for s in "${stage_list[@]}"; do
 done
 
 jobs=${CONVEYOR_JOBS:-$(nproc)}
+# The packaging tests build the library again, with the build's flags, in folders of their
+# own: ccache finds the build's objects for them only when it leaves the working directory
+# out of its hash (it hashes it for -g by default; the objects' debug information then
+# names the folder of the first compile).
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR-1}
 start=$SECONDS
 summary=()
 failed=0
@@ -73,18 +78,42 @@ stage() {
   ((rc == 0)) || failed=1
 }
 
-# preset P [cmake -D...]: configures, builds and tests one preset.
+# preset P [cmake -D...]: configures, builds and tests one preset ($ctest_args: more ctest
+# arguments).
+declare -A ran=() # the build folders whose tests this run ran
 preset_run() {
   local p=$1
   shift
+  ran[build/$p]=1
+  rm -f "build/$p/Testing/Temporary/LastTestsFailed.log"
   run cmake --preset "$p" "$@" &&
     run cmake --build --preset "$p" --parallel "$jobs" &&
-    run ctest --preset "$p"
+    run ctest --preset "$p" ${ctest_args[@]+"${ctest_args[@]}"}
+}
+ctest_args=()
+
+# failed_tests DIR: each test the last ctest run in build folder DIR failed, with the last
+# lines of its output, so that the end of the run's log says what failed and why.
+failed_tests() {
+  local dir=$1 list=$1/Testing/Temporary/LastTestsFailed.log log=$1/Testing/Temporary/LastTest.log
+  [[ -s $list ]] || return 0
+  local line name
+  while IFS= read -r line; do
+    name=${line#*:}
+    echo "test.sh: FAILED in ${dir#build/}: $name; the end of its output:"
+    if [[ -f $log ]]; then
+      awk -v t="$name" '$0 ~ ("Testing: " t "$") {f = 1} f && /^<end of output>/ {exit} f' "$log" | tail -n 25 | sed 's/^/    /'
+    fi
+  done <"$list"
 }
 
 finish() {
   local rc=$? elapsed=$((SECONDS - start))
   ((rc != 0 || !failed)) || rc=1 # a failed stage fails the run, however the script ended
+  local d
+  for d in build/default build/asan build/tsan; do
+    [[ -n ${ran[$d]:-} ]] && failed_tests "$d"
+  done
   if ((${#summary[@]})); then
     echo "test.sh: stages"
     printf '%s\n' "${summary[@]}"
@@ -110,7 +139,12 @@ fi
 
 for s in "${stage_list[@]}"; do
   case "$s" in
-    other) stage other preset_run default -DCONVEYOR_TESTS=other ;;
+    # The other stage's tests two at a time: most of their time is single-threaded (one
+    # compile of the budget's at a time, pytest) or waiting; none times the machine.
+    other)
+      ctest_args=(--parallel 2)
+      stage other preset_run default -DCONVEYOR_TESTS=other
+      ctest_args=() ;;
     asan)  stage asan preset_run asan ;;
     tsan)  stage tsan preset_run tsan ;;
     fuzz)

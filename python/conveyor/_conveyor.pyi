@@ -21,6 +21,9 @@ class Tensor:
     @property
     def dtype(self) -> str: ...
 
+class _MemberBytes:
+    """The read-only bytes behind a member's memoryview (Pipeline.memoryviews())."""
+
 class Batch:
     """A batch: images and labels as DLPack tensors, with the items' keys."""
 

@@ -3,7 +3,7 @@
 #   cmake -DMODE=add_subdirectory|fetchcontent|find_package
 #         -DCONVEYOR_SOURCE_DIR=<conveyor's source tree> -DWORK_DIR=<scratch dir, wiped first>
 #         [-DGENERATOR=Ninja] [-DMAKE_PROGRAM=...] [-DCXX_COMPILER=...] [-DCXX_LAUNCHER=...]
-#         [-DEXPECTED_VERSION=...] -P run_consumer.cmake
+#         [-DBUILD_TYPE=...] [-DEXPECTED_VERSION=...] -P run_consumer.cmake
 #
 # The consumer builds and runs two programs from the same sources: one linking
 # conveyor::conveyor (the static library), one linking conveyor::header-only.
@@ -26,9 +26,14 @@ endif()
 set(consumer_src "${CMAKE_CURRENT_LIST_DIR}/consumer")
 set(consumer_build "${WORK_DIR}/consumer-build")
 
-# What every configure step shares: generator, compiler, launcher; no build type, which
-# compiles fastest (these tests prove packaging, not optimised code).
+# What every configure step shares: generator, compiler, launcher, and the build type of the
+# build that runs the test (BUILD_TYPE), so that with ccache the library's files compiled
+# here are the build's own (scripts/test.sh has ccache leave the working directory out of
+# its hash, as these builds live in folders of their own).
 set(common_args -G "${GENERATOR}")
+if(BUILD_TYPE)
+  list(APPEND common_args "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}")
+endif()
 if(MAKE_PROGRAM)
   list(APPEND common_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
 endif()

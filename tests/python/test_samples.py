@@ -194,6 +194,42 @@ def test_python_functions_run_on_several_threads_at_once(rich):
     assert len(seen) == 3 and peak[0] >= 2
 
 
+def test_memoryviews_hand_members_over_without_a_copy(rich):
+    want, _ = tar_samples(rich)
+    pipe = conveyor.shards(rich, shuffle=False).memoryviews()
+    kept = []
+    with no_hang(60, "raw samples as memoryviews"):
+        for s in pipe:
+            fields = {k: v for k, v in s.items() if not k.startswith("__")}
+            assert all(isinstance(v, memoryview) and v.readonly and v.format == "B" for v in fields.values())
+            assert {k: bytes(v) for k, v in fields.items()} == want[s["__key__"]]
+            with pytest.raises(TypeError):
+                fields["txt"][0] = 0  # read-only: the buffer is shared
+            kept.append((s["__key__"], s["jpg"]))
+    del pipe
+    with pytest.raises(TypeError):
+        type(kept[0][1].obj)()  # the exporter is made by conveyor only
+    # A view outlives the run, the pipeline and the chunk it was read in: it holds its buffer.
+    assert all(bytes(v) == want[key]["jpg"] for key, v in kept)
+
+    # A map gets views too; handed back untouched, they are decoded without a copy.
+    seen = []
+
+    def look(s):
+        seen.append(type(s["jpg"]))
+        return {**s, "caption": s["txt"].tobytes().decode()}
+
+    views = conveyor.shards(rich, shuffle=False).memoryviews().map(look)
+    decoded = views.decode(size=16, crop="center").batch(5)
+    assert sorted(int(x) for _, labels in decoded for x in labels) == sorted(n % 4 for n in range(15))
+    assert seen and set(seen) == {memoryview}
+    # Batches of samples: views in the columns.
+    for b in conveyor.shards(rich, shuffle=False).memoryviews().batch(4):
+        assert all(isinstance(x, memoryview) for x in b["txt"])
+    # Off again: bytes, as webdataset yields.
+    assert all(isinstance(s["txt"], bytes) for s in conveyor.shards(rich, shuffle=False).memoryviews().memoryviews(False))
+
+
 def test_batches_of_samples_collate_fields(rich):
     def numbered(s):
         return {**s, "n": json.loads(s["json"])["n"]}
